@@ -1,0 +1,101 @@
+"""The command line: ``python -m minipar train | sample | bench``.
+
+    mpiexec -n N python -m minipar train [layout] [numerics] [model] [run] [output]
+    python -m minipar sample --resume DIR [--prompt TEXT]
+    mpiexec -n N python -m minipar bench comm [...]
+    python -m minipar bench attention [...]
+
+Every flag of the contract in DESIGN.md is parsed; one whose feature is not built
+yet is refused with a message, never silently ignored.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_train_flags(p):
+    layout = p.add_argument_group("layout")
+    layout.add_argument("--dp", type=int, default=None, help="data-parallel size (default: all ranks)")
+    layout.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    layout.add_argument("--sequence-parallel", action="store_true")
+    layout.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pipeline rank")
+    layout.add_argument("--schedule", default="1f1b", choices=["afab", "1f1b", "interleaved", "zb-h1"])
+    layout.add_argument("--microbatches", type=int, default=None)
+    layout.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
+    layout.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    num = p.add_argument_group("numerics")
+    num.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
+    num.add_argument("--recompute", default="none", choices=["none", "full", "selective"])
+    num.add_argument("--attention", default="naive", choices=["naive", "flash"])
+    num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
+                     help="array library (default: $MINIPAR_BACKEND or numpy)")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2")
+    model.add_argument("--n-layer", type=int)
+    model.add_argument("--d-model", type=int)
+    model.add_argument("--n-head", type=int)
+    model.add_argument("--seq-len", type=int)
+    model.add_argument("--dropout", type=float)
+    model.add_argument("--tie-weights", action="store_true", default=None)
+    run = p.add_argument_group("run")
+    run.add_argument("--steps", type=int, default=200)
+    run.add_argument("--batch-size", type=int, default=16, help="global batch, in sequences")
+    run.add_argument("--lr", type=float, default=3e-3)
+    run.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/10)")
+    run.add_argument("--weight-decay", type=float, default=0.1)
+    run.add_argument("--grad-clip", type=float, default=1.0)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
+    run.add_argument("--eval-batches", type=int, default=4)
+    out = p.add_argument_group("output")
+    out.add_argument("--log-json", help="write one JSON object per step to this file")
+    out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")
+    out.add_argument("--peak-tflops", type=float, help="peak FLOP/s of one rank, for MFU")
+    out.add_argument("--save", help="directory to write the final checkpoint to")
+    out.add_argument("--save-every", type=int, default=0, help="also save every K steps")
+    out.add_argument("--resume", help="checkpoint directory to continue from")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m minipar", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train_flags(sub.add_parser("train", help="train a GPT under a parallel layout"))
+    sample = sub.add_parser("sample", help="generate text from a checkpoint")
+    sample.add_argument("--resume", required=True, help="checkpoint directory")
+    sample.add_argument("--prompt", default="def ")
+    sample.add_argument("--tokens", type=int, default=200)
+    sample.add_argument("--temperature", type=float, default=0.8)
+    sample.add_argument("--top-k", type=int, default=40)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--backend", default=None, choices=["numpy", "cupy"])
+    bench = sub.add_parser("bench", help="benchmarks: comm, attention")
+    bench.add_argument("what", choices=["comm", "attention"])
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if getattr(args, "backend", None):
+        from minipar.backend import set_backend
+        set_backend(args.backend)
+    if args.command == "train":
+        from minipar.train import train
+        train(args)
+    elif args.command == "sample":
+        from minipar.sample import sample_main
+        sample_main(args)
+    elif args.command == "bench":
+        if args.what == "comm":
+            from minipar.comm.bench import main as bench_main
+        else:
+            from minipar.kernels.bench import main as bench_main
+        bench_main(args.rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

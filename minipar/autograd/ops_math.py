@@ -1,0 +1,204 @@
+"""Elementwise ops: arithmetic with broadcasting, pow, exp, log, tanh, relu, gelu, where, cast.
+
+Broadcasting in the forward means summation in the backward: if ``a`` of shape
+(3, 1) was stretched to (3, 4), each of its entries fed 4 outputs, so its
+gradient is the output gradient summed over that axis (``unbroadcast``).
+"""
+from __future__ import annotations
+
+import math
+
+from minipar.backend import xp
+from minipar.autograd.function import Function
+
+
+def unbroadcast(grad, shape):
+    """Sum ``grad`` down to ``shape``, undoing NumPy broadcasting."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        i + extra for i, n in enumerate(shape) if n == 1 and grad.shape[i + extra] != 1)
+    summed = grad.sum(axis=axes, keepdims=True) if axes else grad
+    return summed.reshape(shape)
+
+
+def _shape(x):
+    return getattr(x, "shape", ())
+
+
+class Add(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = (_shape(a), _shape(b))
+        return a + b
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        na, nb = ctx.needs_input_grad
+        return (unbroadcast(g, sa) if na else None), (unbroadcast(g, sb) if nb else None)
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = (_shape(a), _shape(b))
+        return a - b
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        na, nb = ctx.needs_input_grad
+        return (unbroadcast(g, sa) if na else None), (unbroadcast(-g, sb) if nb else None)
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved
+        na, nb = ctx.needs_input_grad
+        return (unbroadcast(g * b, _shape(a)) if na else None,
+                unbroadcast(g * a, _shape(b)) if nb else None)
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a / b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved
+        na, nb = ctx.needs_input_grad
+        return (unbroadcast(g / b, _shape(a)) if na else None,
+                unbroadcast(-g * a / (b * b), _shape(b)) if nb else None)
+
+
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, a):
+        return -a
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+class Pow(Function):
+    """x ** p for a constant exponent p:  d/dx = p · x^(p-1)."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        ctx.save_for_backward(x)
+        ctx.p = p
+        return x ** p
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved
+        return g * ctx.p * x ** (ctx.p - 1), None
+
+
+class Exp(Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = xp.exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved[0]
+
+
+class Log(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return xp.log(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g / ctx.saved[0]
+
+
+class Tanh(Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = xp.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y = ctx.saved[0]
+        return g * (1 - y * y)
+
+
+class Relu(Function):
+    @staticmethod
+    def forward(ctx, x):
+        mask = x > 0
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved[0]
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+class Gelu(Function):
+    """GPT-2's tanh GELU: 0.5·x·(1 + tanh(c·(x + 0.044715·x³))), c = sqrt(2/π)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        t = xp.tanh(_GELU_C * (x + 0.044715 * x * x * x))
+        ctx.save_for_backward(x, t)
+        return 0.5 * x * (1 + t)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t = ctx.saved
+        dt = _GELU_C * (1 + 3 * 0.044715 * x * x) * (1 - t * t)
+        return g * (0.5 * (1 + t) + 0.5 * x * dt)
+
+
+class Where(Function):
+    """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
+
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.cond = cond
+        ctx.shapes = (_shape(a), _shape(b))
+        return xp.where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        _, na, nb = ctx.needs_input_grad
+        zero = xp.zeros((), dtype=g.dtype)
+        ga = unbroadcast(xp.where(ctx.cond, g, zero), ctx.shapes[0]) if na else None
+        gb = unbroadcast(xp.where(ctx.cond, zero, g), ctx.shapes[1]) if nb else None
+        return None, ga, gb
+
+
+class Cast(Function):
+    """Change dtype; the gradient is cast back to the input's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.in_dtype = x.dtype
+        return x.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.astype(ctx.in_dtype), None

@@ -1,0 +1,178 @@
+"""Fused neural-network ops: softmax, log-softmax, layer norm, embedding,
+cross-entropy and dropout.  Each is one Function with a hand-derived backward,
+which is both faster and more numerically careful than composing primitives.
+
+Half-precision inputs (fp16/bf16) get their statistics (max, sums, variance,
+log-sum-exp) in float32, and results are rounded back: the mixed-precision rule.
+"""
+from __future__ import annotations
+
+from minipar.backend import xp
+from minipar.autograd.function import Function
+
+
+def _wide(x):
+    """x in at least float32, for statistics of half-precision values."""
+    return x.astype(xp.float32) if x.dtype.itemsize < 4 else x
+
+
+class Softmax(Function):
+    """y = exp(x - max) / Σ exp(x - max);  dx = y · (dy - Σ dy·y)."""
+
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        z = _wide(x)
+        e = xp.exp(z - z.max(axis=axis, keepdims=True))
+        e /= e.sum(axis=axis, keepdims=True)
+        y = e.astype(x.dtype)
+        ctx.save_for_backward(y)
+        ctx.axis = axis
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved
+        return y * (g - (g * y).sum(axis=ctx.axis, keepdims=True)), None
+
+
+class LogSoftmax(Function):
+    """y = x - logsumexp(x);  dx = dy - softmax(x) · Σ dy."""
+
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        z = _wide(x)
+        m = z.max(axis=axis, keepdims=True)
+        y = (z - (m + xp.log(xp.exp(z - m).sum(axis=axis, keepdims=True)))).astype(x.dtype)
+        ctx.save_for_backward(y)
+        ctx.axis = axis
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved
+        return g - xp.exp(y) * g.sum(axis=ctx.axis, keepdims=True), None
+
+
+class LayerNorm(Function):
+    """y = (x - μ)/σ · w + b over the last axis, σ = sqrt(var + eps).
+
+    With x̂ = (x - μ)/σ and ĝ = dy·w:  dx = (ĝ - mean(ĝ) - x̂·mean(ĝ·x̂)) / σ,
+    dw = Σ dy·x̂,  db = Σ dy  (sums over every axis but the last).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps=1e-5):
+        z = _wide(x)
+        mu = z.mean(axis=-1, keepdims=True)
+        centred = z - mu
+        inv_sigma = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+        xhat = centred * inv_sigma
+        ctx.save_for_backward(xhat, inv_sigma, weight)
+        return (xhat * weight + bias).astype(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, inv_sigma, w = ctx.saved
+        nx, nw, nb = ctx.needs_input_grad[:3]
+        gw = gb = gx = None
+        g32 = _wide(g)
+        if nw:
+            gw = (g32 * xhat).reshape(-1, xhat.shape[-1]).sum(axis=0).astype(w.dtype)
+        if nb:
+            gb = g32.reshape(-1, g.shape[-1]).sum(axis=0).astype(w.dtype)
+        if nx:
+            gh = g32 * w
+            gx = (gh - gh.mean(axis=-1, keepdims=True)
+                  - xhat * (gh * xhat).mean(axis=-1, keepdims=True)) * inv_sigma
+            gx = gx.astype(g.dtype)
+        return gx, gw, gb, None
+
+
+class Embedding(Function):
+    """y = W[ids].  Several positions may share an id, so dW is a scatter-add of dy."""
+
+    @staticmethod
+    def forward(ctx, weight, ids):
+        ctx.ids, ctx.shape, ctx.dtype = ids, weight.shape, weight.dtype
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, g):
+        gw = xp.zeros(ctx.shape, dtype=ctx.dtype)
+        xp.add.at(gw, ctx.ids.reshape(-1), g.reshape(-1, ctx.shape[1]))
+        return gw, None
+
+
+class CrossEntropy(Function):
+    """Mean over counted rows of  logsumexp(z) - z[target]  (rows whose target is
+    ``ignore_index`` count for nothing).  dz = (softmax(z) - onehot(target)) / count.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index=-100):
+        z = _wide(logits.reshape(-1, logits.shape[-1]))
+        t = targets.reshape(-1)
+        keep = t != ignore_index
+        safe_t = xp.where(keep, t, 0)
+        m = z.max(axis=-1, keepdims=True)
+        e = xp.exp(z - m)
+        sum_e = e.sum(axis=-1, keepdims=True)
+        lse = (m + xp.log(sum_e))[:, 0]
+        picked = z[xp.arange(z.shape[0]), safe_t]
+        count = max(int(keep.sum()), 1)
+        loss = ((lse - picked) * keep).sum() / count
+        ctx.save_for_backward(e, sum_e)
+        ctx.args = (safe_t, keep, count, logits.shape, logits.dtype)
+        return xp.asarray(loss, dtype=xp.float32 if logits.dtype.itemsize < 4 else logits.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        e, sum_e = ctx.saved
+        safe_t, keep, count, shape, dtype = ctx.args
+        grad = e / sum_e
+        grad[xp.arange(grad.shape[0]), safe_t] -= 1
+        grad *= (keep[:, None] * (g / count)).astype(grad.dtype)
+        return grad.reshape(shape).astype(dtype), None, None
+
+
+class Dropout(Function):
+    """Zero each element with probability p and scale the rest by 1/(1-p), so the
+    expectation is unchanged; the same mask gates the gradient.  The mask comes
+    from the caller's generator, so recomputation can replay it exactly."""
+
+    @staticmethod
+    def forward(ctx, x, p, generator):
+        keep = generator.random(x.shape) >= p
+        scale = xp.asarray(1.0 / (1.0 - p), dtype=x.dtype)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved[0] * ctx.scale, None, None
+
+
+class AttentionSoftmax(Function):
+    """P = softmax(scale·S + M) over the last axis, M = -inf above the diagonal when
+    causal (key j > query i + offset, offset = Nk - Nq).  dS = scale · P ∘ (dP - Σ dP∘P).
+    One fused op instead of scale, mask and softmax: one pass, one saved array."""
+
+    @staticmethod
+    def forward(ctx, scores, scale, causal=True):
+        z = _wide(scores) * scale
+        if causal:
+            nq, nk = z.shape[-2:]
+            hidden = xp.triu(xp.ones((nq, nk), dtype=bool), k=nk - nq + 1)
+            z = xp.where(hidden, -xp.inf, z)
+        z = xp.exp(z - z.max(axis=-1, keepdims=True))
+        z /= z.sum(axis=-1, keepdims=True)
+        p = z.astype(scores.dtype)
+        ctx.save_for_backward(p)
+        ctx.scale = scale
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved
+        return (p * (g - (g * p).sum(axis=-1, keepdims=True))) * ctx.scale, None, None

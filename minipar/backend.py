@@ -1,0 +1,183 @@
+"""The one seam between minipar and an array library.
+
+Every other module computes with ``xp`` from here, never with ``numpy`` or ``cupy``
+directly, so the same model code runs on a laptop (NumPy) and on a GPU (CuPy):
+
+    from minipar.backend import xp
+    y = xp.tanh(x) * 2
+
+``xp`` is a thin proxy: attribute look-ups are forwarded to whichever module
+``set_backend("numpy" | "cupy")`` selected (default: the ``MINIPAR_BACKEND``
+environment variable, else NumPy).  The rest of this file is what a training
+framework needs around that choice:
+
+- host/device transfers: ``to_host`` (always a NumPy array), ``to_device``;
+- ``sync()``: wait for the device, so timers measure work rather than launches;
+- a dtype policy: names such as ``"fp32"`` or ``"bf16"`` map to dtypes
+  (bfloat16 comes from ``ml_dtypes`` on NumPy);
+- a byte counter of live tracked arrays with its peak, which the memory figures
+  of ZeRO, recomputation and the training log are read from.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy
+
+_BACKENDS = ("numpy", "cupy")
+_module = numpy
+_name = "numpy"
+
+
+class _ArrayModuleProxy:
+    """Forwards ``xp.anything`` to the selected array module."""
+
+    def __getattr__(self, attr):
+        return getattr(_module, attr)
+
+    def __repr__(self):
+        return f"<minipar xp -> {_name}>"
+
+
+xp = _ArrayModuleProxy()
+
+
+def set_backend(name: str) -> None:
+    """Select the array library: ``"numpy"`` or ``"cupy"``."""
+    global _module, _name
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(_BACKENDS)}")
+    if name == "cupy":
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception as err:  # ImportError, or no driver / no device
+            raise RuntimeError(
+                "backend 'cupy' needs CuPy and a CUDA GPU "
+                "(pip install 'minipar[gpu]'); it could not be used: " f"{err}") from err
+        _module = cupy
+    else:
+        _module = numpy
+    _name = name
+
+
+def backend_name() -> str:
+    return _name
+
+
+def cupy_available() -> bool:
+    """True when CuPy imports and sees at least one GPU."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def is_device_array(a) -> bool:
+    return type(a).__module__.startswith("cupy")
+
+
+def to_host(a) -> numpy.ndarray:
+    """A NumPy copy (or view) of ``a``, wherever it lives."""
+    if is_device_array(a):
+        return a.get()
+    return numpy.asarray(a)
+
+
+def to_device(a, dtype=None):
+    """``a`` as an array of the selected backend."""
+    if _name == "numpy":
+        return numpy.asarray(a, dtype=dtype)
+    if not is_device_array(a):
+        a = numpy.asarray(a)
+    return _module.asarray(a, dtype=dtype)
+
+
+def sync() -> None:
+    """Block until queued device work is done (no-op on NumPy)."""
+    if _name == "cupy":
+        _module.cuda.get_current_stream().synchronize()
+
+
+# ---------------------------------------------------------------- dtype policy
+def bfloat16():
+    """The bfloat16 dtype: CuPy's own where it has one, else ml_dtypes' for NumPy."""
+    if _name == "cupy" and hasattr(_module, "bfloat16"):
+        return _module.bfloat16
+    try:
+        import ml_dtypes
+    except ImportError as err:
+        raise RuntimeError("bf16 on NumPy needs the ml_dtypes package (pip install ml_dtypes)") from err
+    if _name == "cupy":
+        raise RuntimeError("this CuPy has no bfloat16 support; use --precision fp16 or fp32")
+    return numpy.dtype(ml_dtypes.bfloat16)
+
+
+_PRECISIONS = {"fp64": numpy.float64, "fp32": numpy.float32, "fp16": numpy.float16}
+
+
+def dtype_of(precision: str):
+    """Map a precision name (fp64, fp32, fp16, bf16) to a dtype."""
+    if precision == "bf16":
+        return bfloat16()
+    if precision not in _PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose fp64, fp32, fp16 or bf16")
+    return numpy.dtype(_PRECISIONS[precision])
+
+
+_default_dtype = numpy.dtype(numpy.float32)
+
+
+def default_dtype():
+    """The dtype new parameters and float inputs get (float32 unless changed)."""
+    return _default_dtype
+
+
+def set_default_dtype(dtype) -> None:
+    global _default_dtype
+    _default_dtype = numpy.dtype(dtype)
+
+
+# ---------------------------------------------------------------- memory counter
+class MemoryCounter:
+    """Bytes held by live tracked arrays, and the peak since the last reset.
+
+    The autograd ``Tensor`` tracks its data, gradients and saved activations
+    through ``track``; a weak reference subtracts an array's bytes when it is
+    freed.  Views share their base's memory and are not counted twice: only
+    arrays that own their data are tracked.
+    """
+
+    def __init__(self):
+        self.live = 0
+        self.peak = 0
+        self._seen = {}
+
+    def track(self, a):
+        if not hasattr(a, "nbytes") or a.base is not None:
+            return a
+        key = id(a)
+        if key in self._seen:
+            return a
+        try:
+            ref = weakref.ref(a, lambda _r, k=key, n=a.nbytes: self._release(k, n))
+        except TypeError:  # scalars and other objects without weak references
+            return a
+        self._seen[key] = ref
+        self.live += a.nbytes
+        self.peak = max(self.peak, self.live)
+        return a
+
+    def _release(self, key, nbytes):
+        if self._seen.pop(key, None) is not None:
+            self.live -= nbytes
+
+    def reset_peak(self):
+        self.peak = self.live
+
+
+memory = MemoryCounter()
+
+set_backend(os.environ.get("MINIPAR_BACKEND", "numpy"))

@@ -1,0 +1,59 @@
+"""Causal multi-head self-attention.
+
+    q, k, v = split(x @ W_qkv)              each (B, H, N, d_head)
+    P       = softmax(q kᵀ / sqrt(d_head) + causal mask)
+    y       = concat_heads(P v) @ W_proj
+
+``attention="naive"`` materialises P (B·H·N² numbers); ``"flash"`` calls the tiled
+kernel of ``minipar.kernels``, which never does.  ``core`` is the part selective
+recomputation re-runs in backward.
+"""
+from __future__ import annotations
+
+import math
+
+from minipar.autograd import ops
+from minipar.nn.module import Module
+from minipar.nn.layers import Linear
+
+
+def naive_attention(q, k, v, causal=True):
+    """softmax(q kᵀ / sqrt(d)) v with the causal mask, all in ordinary ops."""
+    scores = q @ ops.transpose(k, (0, 1, 3, 2))
+    return ops.attention_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), causal) @ v
+
+
+def attention_core(q, k, v, kind="naive", causal=True):
+    if kind == "naive":
+        return naive_attention(q, k, v, causal)
+    if kind == "flash":
+        from minipar.kernels.flash_attention import flash_attention
+        return flash_attention(q, k, v, causal=causal)
+    raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
+
+
+class CausalSelfAttention(Module):
+    def __init__(self, d_model, n_head, rng, proj_std, dropout, attention="naive"):
+        if d_model % n_head:
+            raise ValueError(f"d_model {d_model} is not divisible by n_head {n_head}")
+        self.n_head = n_head
+        self.qkv = Linear(d_model, 3 * d_model, rng)
+        self.proj = Linear(d_model, d_model, rng, std=proj_std)
+        self.drop = dropout
+        self.attention = attention
+
+    def split_heads(self, qkv):
+        """(B, N, 3·H·d) -> q, k, v each (B, H, N, d); the columns are [q | k | v], head-major.
+        ``n_head`` is the number of heads this module computes (a tensor-parallel
+        rank holds only its share)."""
+        b, n, three_hd = qkv.shape
+        h = self.n_head
+        x = qkv.reshape(b, n, 3, h, three_hd // (3 * h)).transpose(2, 0, 3, 1, 4)
+        return x[0], x[1], x[2]
+
+    def forward(self, x):
+        q, k, v = self.split_heads(self.qkv(x))
+        y = attention_core(q, k, v, self.attention)
+        b, h, n, d = y.shape
+        y = y.transpose(0, 2, 1, 3).reshape(b, n, h * d)
+        return self.drop(self.proj(y))

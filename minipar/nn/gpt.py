@@ -1,0 +1,124 @@
+"""A GPT-2 style decoder-only transformer.
+
+    x = wte[ids] + wpe[positions]                  (embed)
+    x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))   (each of n_layer blocks)
+    logits = ln_f(x) @ W_head                      (head)
+
+GPT-2 initialisation: weights ~ N(0, 0.02), the two residual projections of each
+block ~ N(0, 0.02/sqrt(2·n_layer)) so the residual stream's variance does not grow
+with depth, biases 0, LayerNorm 1/0.  With ``tie_weights`` the head reuses the
+token embedding (W_head = wteᵀ).  ``embed``, ``blocks`` and ``head`` are separate
+so a pipeline can place them on different stages.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, asdict, replace
+
+import numpy as np
+
+from minipar.backend import xp, to_device
+from minipar.autograd import ops
+from minipar.nn.module import Module
+from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
+from minipar.nn.attention import CausalSelfAttention
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 256
+    seq_len: int = 64
+    n_layer: int = 4
+    d_model: int = 64
+    n_head: int = 4
+    dropout: float = 0.0
+    tie_weights: bool = False
+    attention: str = "naive"
+
+    def to_dict(self):
+        return asdict(self)
+
+    def validate(self):
+        if self.d_model % self.n_head:
+            raise ValueError(f"--d-model {self.d_model} must be divisible by --n-head {self.n_head}")
+        for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.attention not in ("naive", "flash"):
+            raise ValueError(f"--attention must be naive or flash, got {self.attention!r}")
+        return self
+
+
+PRESETS = {
+    "tiny": GPTConfig(n_layer=4, d_model=64, n_head=4, seq_len=64),
+    "small": GPTConfig(n_layer=4, d_model=128, n_head=4, seq_len=128),
+    "medium": GPTConfig(n_layer=8, d_model=256, n_head=8, seq_len=256),
+    "gpt2": GPTConfig(n_layer=12, d_model=768, n_head=12, seq_len=1024),
+}
+
+
+def config_from_preset(name, **overrides):
+    if name not in PRESETS:
+        raise ValueError(f"unknown --model {name!r}; presets: {', '.join(PRESETS)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return replace(PRESETS[name], **overrides).validate()
+
+
+class Block(Module):
+    def __init__(self, cfg, rng, dropout_rng):
+        proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+        self.ln_1 = LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg.d_model, cfg.n_head, rng, proj_std,
+                                        Dropout(cfg.dropout, dropout_rng), cfg.attention)
+        self.ln_2 = LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg.d_model, rng, proj_std, Dropout(cfg.dropout, dropout_rng))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(Module):
+    def __init__(self, cfg: GPTConfig, seed: int = 0):
+        cfg.validate()
+        self.config = cfg
+        rng = np.random.default_rng(seed)
+        self.dropout_rng = xp.random.default_rng(seed + 1)
+        self.wte = Embedding(cfg.vocab_size, cfg.d_model, rng)
+        self.wpe = Embedding(cfg.seq_len, cfg.d_model, rng, std=0.01)
+        self.drop = Dropout(cfg.dropout, self.dropout_rng)
+        self.blocks = [Block(cfg, rng, self.dropout_rng) for _ in range(cfg.n_layer)]
+        self.ln_f = LayerNorm(cfg.d_model)
+        self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng, bias=False)
+
+    def embed(self, ids):
+        ids = ops.raw(ids)
+        n = ids.shape[-1]
+        if n > self.config.seq_len:
+            raise ValueError(f"sequence of {n} tokens is longer than seq_len {self.config.seq_len}")
+        positions = to_device(np.arange(n))
+        return self.drop(self.wte(ids) + self.wpe(positions))
+
+    def head(self, x):
+        x = self.ln_f(x)
+        if self.lm_head is None:
+            return ops.linear(x, ops.transpose(self.wte.weight))
+        return self.lm_head(x)
+
+    def forward(self, ids, targets=None):
+        """Logits (B, N, V); with targets also the mean cross-entropy loss."""
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(x)
+        if targets is None:
+            return logits
+        return logits, ops.cross_entropy(logits, targets)
+
+    def flops_per_token(self):
+        """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention)."""
+        n = self.num_parameters() - self.wpe.weight.size
+        c = self.config
+        return 6 * n + 12 * c.n_layer * c.d_model * c.seq_len
