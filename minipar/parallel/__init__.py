@@ -1,0 +1,1 @@
+"""Parallelism strategies: data, ZeRO, tensor and pipeline, each in its own module."""
