@@ -25,6 +25,12 @@ def add_train_flags(p):
     layout.add_argument("--microbatches", type=int, default=None)
     layout.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
     layout.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    layout.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size (MiB)")
+    layout.add_argument("--no-overlap", action="store_true",
+                        help="all-reduce after backward instead of from gradient hooks")
+    layout.add_argument("--comm-algorithm", default="auto",
+                        choices=["auto", "ring", "tree", "recursive_doubling", "rabenseifner",
+                                 "hierarchical"])
     num = p.add_argument_group("numerics")
     num.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
     num.add_argument("--recompute", default="none", choices=["none", "full", "selective"])

@@ -26,7 +26,7 @@ NOT_BUILT = {
     "--pp": (lambda a: a.pp != 1, "pipeline parallelism"),
     "--chunks": (lambda a: a.chunks != 1, "interleaved pipeline chunks"),
     "--microbatches": (lambda a: a.microbatches is not None, "pipeline micro-batches"),
-    "--zero": (lambda a: a.zero != 0, "ZeRO"),
+    "--zero": (lambda a: a.zero == 3, "ZeRO stage 3"),
     "--precision": (lambda a: a.precision in ("fp16", "bf16"), "fp16/bf16 mixed precision"),
     "--recompute": (lambda a: a.recompute != "none", "activation recomputation"),
     "--trace": (lambda a: a.trace is not None, "pipeline traces"),
@@ -49,9 +49,6 @@ def validate_layout(args, rank_and_size=None) -> Layout:
     if dp * args.tp * args.pp != size:
         raise SystemExit(f"minipar train: world size {size} != dp·tp·pp = {dp}·{args.tp}·{args.pp}; "
                          f"launch mpiexec -n {dp * args.tp * args.pp} or change the layout")
-    if size > 1:
-        raise SystemExit("minipar train: data parallelism over several ranks is not built yet; "
-                         "run on one process (no mpiexec, or mpiexec -n 1)")
     for name in ("steps", "batch_size", "grad_accum"):
         if getattr(args, name) < 1:
             raise SystemExit(f"minipar train: --{name.replace('_', '-')} must be >= 1")

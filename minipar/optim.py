@@ -28,7 +28,8 @@ def sgd_update(p, g, buf, lr, momentum=0.0, weight_decay=0.0):
 
 
 def adamw_update(p, g, m, v, step, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
-    """One AdamW step on arrays, in place (``step`` counts from 1)."""
+    """One AdamW step on arrays, in place (``step`` counts from 1).  ``weight_decay``
+    may be an array (ZeRO passes a per-element mask over its flat shard)."""
     m *= beta1
     m += (1 - beta1) * g
     v *= beta2
@@ -36,7 +37,7 @@ def adamw_update(p, g, m, v, step, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_d
     m_hat_scale = 1.0 / (1 - beta1 ** step)
     v_hat_scale = 1.0 / (1 - beta2 ** step)
     update = (m * m_hat_scale) / (xp.sqrt(v * v_hat_scale) + eps)
-    if weight_decay:
+    if not isinstance(weight_decay, (int, float)) or weight_decay:
         update += weight_decay * p
     p -= lr * update
 

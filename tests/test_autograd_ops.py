@@ -141,7 +141,7 @@ def test_hooks_fire_after_accumulation_and_no_grad():
     seen = []
     w.register_hook(lambda t: seen.append(t.grad.copy()))
     (ops.sum(w * 2.0) + ops.sum(w * 3.0)).backward()
-    assert len(seen) == 2 and np.allclose(seen[-1], 5.0)
+    assert len(seen) == 1 and np.allclose(seen[-1], 5.0)   # two uses, one summed event
     with no_grad():
         y = w * 2.0
     assert not y.requires_grad and y.ctx is None
@@ -156,3 +156,14 @@ def test_backward_with_upstream_gradient_and_detach():
     assert not x.detach().requires_grad
     with pytest.raises(ValueError, match="gradient shape"):
         ops.tanh(x).backward(np.ones(3))
+
+
+def test_leaf_used_twice_gets_one_summed_accumulation():
+    """Tied weights: the hook fires once per backward, with the sum of both uses."""
+    w = Tensor(r(3), requires_grad=True)
+    fired = []
+    w.register_hook(lambda t: fired.append(t.grad.copy()))
+    ops.sum(ops.tanh(w) * w + w * 2.0).backward()
+    assert len(fired) == 1
+    x = w.numpy()
+    np.testing.assert_allclose(fired[0], (1 - np.tanh(x) ** 2) * x + np.tanh(x) + 2.0)

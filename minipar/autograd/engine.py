@@ -7,10 +7,11 @@ walks them once:
 
     dL/d(input_i) += fn.backward(ctx, dL/d(output))[i]
 
-A gradient reaching a leaf (a Tensor with ``requires_grad`` and no ``ctx``,
-i.e. a parameter or a pipeline stage's received activation) is accumulated into
-``leaf.grad`` and the leaf's hooks fire; data-parallel bucketing and ZeRO are
-built on those hooks.  The walk frees each node's saved arrays as soon as it is
+A leaf (a Tensor with ``requires_grad`` and no ``ctx``: a parameter, or a
+pipeline stage's received activation) may be used several times in the graph;
+its contributions are summed first and, once its last use has been processed,
+added to ``leaf.grad`` in one go and the leaf's hooks fire — once per backward,
+which is the "gradient ready" event data-parallel bucketing and ZeRO are built on.  The walk frees each node's saved arrays as soon as it is
 used, which is what keeps backward's memory falling as it goes.
 """
 from __future__ import annotations
@@ -20,8 +21,9 @@ from minipar.autograd.function import set_grad_enabled
 
 
 def _topological_order(root):
-    """Non-leaf tensors reachable from root, each before the tensors it was made from."""
-    order, visited = [], set()
+    """Non-leaf tensors reachable from root, each before the tensors it was made from,
+    and the number of graph edges into each leaf (how many gradients it will get)."""
+    order, visited, leaf_uses = [], set(), {}
     stack = [(root, False)]
     while stack:
         tensor, expanded = stack.pop()
@@ -32,12 +34,15 @@ def _topological_order(root):
             continue
         visited.add(id(tensor))
         stack.append((tensor, True))
-        for parent in tensor.ctx.inputs:
-            if getattr(parent, "requires_grad", False) and parent.ctx is not None \
-                    and id(parent) not in visited:
+        for parent, needed in zip(tensor.ctx.inputs, tensor.ctx.needs_input_grad):
+            if not needed:
+                continue
+            if parent.ctx is None:
+                leaf_uses[id(parent)] = leaf_uses.get(id(parent), 0) + 1
+            elif id(parent) not in visited:
                 stack.append((parent, False))
     order.reverse()
-    return order
+    return order, leaf_uses
 
 
 def accumulate_leaf_grad(leaf, grad):
@@ -52,26 +57,44 @@ def accumulate_leaf_grad(leaf, grad):
         hook(leaf)
 
 
+def _leaf_edge_done(leaf, g, grads, leaf_uses):
+    """One of the leaf's uses delivered ``g`` (or None); accumulate after the last."""
+    key = id(leaf)
+    if g is not None:
+        grads[key] = g if key not in grads else grads[key] + g
+    leaf_uses[key] -= 1
+    if leaf_uses[key] == 0:
+        total = grads.pop(key, None)
+        if total is not None:
+            accumulate_leaf_grad(leaf, total)
+
+
 def backward(root, grad, retain_graph=False):
     """Propagate ``grad`` (dL/d(root)) to every leaf that requires a gradient."""
     grads = {id(root): grad}
     if root.ctx is None:
         accumulate_leaf_grad(root, grad)
         return
+    order, leaf_uses = _topological_order(root)
     with set_grad_enabled(False):
-        for tensor in _topological_order(root):
+        for tensor in order:
             out_grad = grads.pop(id(tensor), None)
-            if out_grad is None:
-                continue
             ctx = tensor.ctx
+            if out_grad is None:   # no gradient reached this node: its leaf edges deliver none
+                for parent, needed in zip(ctx.inputs, ctx.needs_input_grad):
+                    if needed and parent.ctx is None:
+                        _leaf_edge_done(parent, None, grads, leaf_uses)
+                continue
             in_grads = ctx.fn.backward(ctx, out_grad)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)
             for parent, g, needed in zip(ctx.inputs, in_grads, ctx.needs_input_grad):
-                if not needed or g is None:
+                if not needed:
                     continue
                 if parent.ctx is None:
-                    accumulate_leaf_grad(parent, g)
+                    _leaf_edge_done(parent, g, grads, leaf_uses)
+                elif g is None:
+                    continue
                 elif id(parent) in grads:
                     grads[id(parent)] = grads[id(parent)] + g
                 else:

@@ -1,0 +1,69 @@
+"""Gradient buckets: parameters packed into flat buffers, communicated as units.
+
+One all-reduce of 25 MB costs far less than a thousand all-reduces of 25 KB (each
+message pays the latency α), so data parallelism groups gradients into buckets of
+about ``bucket_bytes``.  Parameters are bucketed in *reverse* order of the model
+because backward produces gradients from the last layer to the first: the first
+bucket fills first and its all-reduce starts while backward is still running.
+
+A bucket's flat length is padded to a multiple of the data-parallel size ``n`` so
+ZeRO can give every rank an equal shard: rank r owns elements
+[r·L/n, (r+1)·L/n) of each bucket.
+"""
+from __future__ import annotations
+
+from minipar.backend import xp
+
+
+class Bucket:
+    def __init__(self, params, pad_to):
+        self.params = list(params)
+        self.offsets = []
+        total = 0
+        for p in self.params:
+            self.offsets.append(total)
+            total += p.size
+        self.numel = total
+        self.padded = -(-total // pad_to) * pad_to if total else 0
+        self.shard_size = self.padded // pad_to if pad_to else 0
+        self.dtype = self.params[0].dtype
+        self.ready = 0          # gradients accumulated in the current backward
+        self.handle = None      # the in-flight non-blocking collective
+
+    def views(self, flat):
+        """(param, view of ``flat`` shaped like the param) pairs."""
+        for p, off in zip(self.params, self.offsets):
+            yield p, flat[off:off + p.size].reshape(p.shape)
+
+    def pack_grads(self):
+        """A new flat buffer holding every param's grad (zeros where there is none)."""
+        flat = xp.zeros(self.padded, dtype=self.dtype)
+        for p, view in self.views(flat):
+            if p.grad is not None:
+                view[...] = p.grad
+        return flat
+
+    def pack_data(self):
+        flat = xp.zeros(self.padded, dtype=self.dtype)
+        for p, view in self.views(flat):
+            view[...] = p.data
+        return flat
+
+    def shard_range(self, rank):
+        return rank * self.shard_size, (rank + 1) * self.shard_size
+
+
+def make_buckets(params, bucket_bytes, pad_to=1):
+    """Split ``params`` (in reverse model order) into buckets of at most ~bucket_bytes;
+    a parameter larger than that gets a bucket of its own.  Dtypes never mix."""
+    buckets, current, size = [], [], 0
+    for p in reversed(list(params)):
+        nbytes = p.size * p.dtype.itemsize
+        if current and (size + nbytes > bucket_bytes or p.dtype != current[0].dtype):
+            buckets.append(Bucket(current, pad_to))
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+    if current:
+        buckets.append(Bucket(current, pad_to))
+    return buckets

@@ -1,0 +1,176 @@
+"""ZeRO: shard what data parallelism replicates (Rajbhandari et al., 2020).
+
+Plain data parallelism keeps, on every one of N replicas, all Ψ parameters, their
+gradients and the optimizer state: 16Ψ bytes for fp32 AdamW (4 params + 4 grads +
+8 for m and v).  ZeRO gives each rank a 1/N shard of each bucket (``buckets.py``)
+and keeps only what it needs:
+
+    stage 1  optimizer state sharded            4Ψ + 4Ψ + 8Ψ/N   = 8Ψ + 8Ψ/N
+    stage 2  + gradients sharded                4Ψ + (4Ψ + 8Ψ)/N = 4Ψ + 12Ψ/N
+    stage 3  + parameters sharded               (4Ψ + 4Ψ + 8Ψ)/N = 16Ψ/N
+
+Stage 1: after backward, each bucket's gradients are reduce-scattered (a rank
+receives the sum of its shard only), the rank updates its shard of the
+parameters with its shard of m and v, and the updated shards are all-gathered.
+Reduce-scatter + all-gather move the same bytes as one all-reduce, so stage 1
+and 2 cost no more communication than data parallelism.
+
+Stage 2: the reduce-scatter of a bucket starts from the gradient hooks as soon
+as the bucket is complete, and the full gradients are freed at once: a rank
+never holds more than one bucket of full gradients beyond its shard.
+
+Stage 3 (``zero3.py``) also shards the parameters themselves.
+
+The update is AdamW applied elementwise to the shard (``optim.adamw_update``),
+so it equals the unsharded update; gradient clipping uses the norm of the full
+gradient: ||g||² = Σ over ranks of ||my shard||² (one tiny all-reduce).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from minipar.backend import xp, to_host, to_device
+from minipar.comm import all_gather, all_reduce, reduce_scatter_async, reduce_scatter
+from minipar.optim import adamw_update, decays
+from minipar.parallel.buckets import make_buckets
+from minipar.parallel.data import broadcast_parameters
+
+
+class ZeroOptimizer:
+    """AdamW with ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
+
+    def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                 weight_decay=0.1, bucket_bytes=25 * 2**20):
+        if stage not in (1, 2):
+            raise ValueError("ZeroOptimizer handles stages 1 and 2; stage 3 is ZeroStage3")
+        self.module, self.comm, self.stage = module, comm, stage
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.step_count = 0
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.names = {id(p): n for n, p in named}
+        self.params = [p for _, p in named]
+        broadcast_parameters(self.params, comm)
+        self.buckets = make_buckets(self.params, bucket_bytes, pad_to=comm.size)
+        self.bucket_of = {}
+        for b in self.buckets:
+            lo, hi = b.shard_range(comm.rank)
+            b.param_shard = b.pack_data()[lo:hi].copy()   # this rank's slice of the weights
+            b.m = xp.zeros_like(b.param_shard)
+            b.v = xp.zeros_like(b.param_shard)
+            b.decay = self._decay_mask(b)[lo:hi].copy()
+            b.grad_shard = None
+            for p in b.params:
+                self.bucket_of[id(p)] = b
+                if stage == 2:
+                    p.register_hook(self._grad_ready)
+        self.exposed_comm_s = 0.0
+
+    def _decay_mask(self, bucket):
+        mask = xp.zeros(bucket.padded, dtype=bucket.dtype)
+        for p, view in bucket.views(mask):
+            view[...] = self.weight_decay if decays(self.names[id(p)], p) else 0.0
+        return mask
+
+    # ------------------------------------------------------------ gradients
+    def _grad_ready(self, param):
+        bucket = self.bucket_of[id(param)]
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            self._reduce_scatter(bucket, asynchronous=True)
+
+    def _reduce_scatter(self, bucket, asynchronous):
+        flat = bucket.pack_grads()
+        for p in bucket.params:       # the full gradients are not kept (stage 2's saving)
+            p.grad = None
+        flat *= 1.0 / self.comm.size
+        bucket.ready = 0
+        if asynchronous:
+            bucket.pending = getattr(bucket, "pending", []) + [reduce_scatter_async(self.comm, flat)]
+        else:
+            self._add_to_shard(bucket, reduce_scatter(self.comm, flat))
+
+    def _add_to_shard(self, bucket, shard):
+        if bucket.grad_shard is None:
+            bucket.grad_shard = shard.copy()
+        else:
+            bucket.grad_shard += shard
+
+    def finish_gradient_sync(self):
+        """Complete every bucket's reduce-scatter; returns seconds spent waiting."""
+        start = time.perf_counter()
+        for bucket in self.buckets:
+            if self.stage == 1:
+                self._reduce_scatter(bucket, asynchronous=False)
+            for handle in getattr(bucket, "pending", []):
+                self._add_to_shard(bucket, handle.wait())
+            bucket.pending = []
+        self.exposed_comm_s = time.perf_counter() - start
+        return self.exposed_comm_s
+
+    # ------------------------------------------------------------ update
+    def grad_norm(self):
+        """||g|| of the full averaged gradient, from the shards."""
+        local = sum(float((b.grad_shard.astype(xp.float64) ** 2).sum())
+                    for b in self.buckets if b.grad_shard is not None)
+        total = all_reduce(self.comm, xp.asarray([local], dtype=xp.float64))
+        return math.sqrt(float(to_host(total)[0]))
+
+    def step(self, max_norm=None):
+        """Clip by the global norm, AdamW on my shards, all-gather the weights.
+        Returns the gradient norm before clipping."""
+        self.finish_gradient_sync()
+        norm = self.grad_norm()
+        scale = max_norm / (norm + 1e-6) if max_norm and norm > max_norm else 1.0
+        self.step_count += 1
+        for b in self.buckets:
+            g = b.grad_shard if b.grad_shard is not None else xp.zeros_like(b.param_shard)
+            if scale != 1.0:
+                g = g * scale
+            adamw_update(b.param_shard, g, b.m, b.v, self.step_count, self.lr,
+                         self.betas[0], self.betas[1], self.eps, b.decay)
+            b.grad_shard = None
+            full = all_gather(self.comm, b.param_shard, sizes=[b.shard_size] * self.comm.size)
+            for p, view in b.views(full):
+                p.data[...] = view
+        return norm
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    # ------------------------------------------------------------ accounting, checkpoints
+    def memory_bytes(self):
+        """Bytes this rank holds for parameters, gradients and optimizer state."""
+        params = sum(p.data.nbytes for p in self.params)
+        if self.stage == 1:
+            grads = sum(p.size * p.dtype.itemsize for p in self.params)   # full grads live in backward
+        else:
+            grads = sum(b.shard_size * b.dtype.itemsize for b in self.buckets)
+        states = sum(b.m.nbytes + b.v.nbytes for b in self.buckets)
+        return {"params": params, "grads": grads, "optimizer": states}
+
+    def _gather_by_name(self, attr):
+        out = {}
+        for b in self.buckets:
+            full = all_gather(self.comm, getattr(b, attr), sizes=[b.shard_size] * self.comm.size)
+            for p, view in b.views(full):
+                out[self.names[id(p)]] = to_host(view).copy()
+        return out
+
+    def state_dict(self):
+        """Full (unsharded) m and v by parameter name: a layout-independent checkpoint.
+        Collective: every rank of the group must call it."""
+        return {"step": self.step_count, "m": self._gather_by_name("m"),
+                "v": self._gather_by_name("v")}
+
+    def load_state_dict(self, state):
+        self.step_count = int(state["step"])
+        for b in self.buckets:
+            lo, hi = b.shard_range(self.comm.rank)
+            for attr in ("m", "v"):
+                flat = xp.zeros(b.padded, dtype=b.dtype)
+                for p, view in b.views(flat):
+                    view[...] = to_device(state[attr][self.names[id(p)]])
+                getattr(b, attr)[...] = flat[lo:hi]
+            b.param_shard[...] = b.pack_data()[lo:hi]
