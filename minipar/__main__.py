@@ -46,7 +46,9 @@ def add_train_flags(p):
     model.add_argument("--dropout", type=float)
     model.add_argument("--tie-weights", action="store_true", default=None)
     run = p.add_argument_group("run")
-    run.add_argument("--steps", type=int, default=200)
+    run.add_argument("--steps", type=int, default=200, help="total steps (the LR schedule spans them)")
+    run.add_argument("--stop-at", type=int, default=None,
+                     help="end this run at that step (saving with --save); resume later")
     run.add_argument("--batch-size", type=int, default=16, help="global batch, in sequences")
     run.add_argument("--lr", type=float, default=3e-3)
     run.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/10)")

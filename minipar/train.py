@@ -116,7 +116,8 @@ def _loop(args, layout, grid, cfg, dataset, model, optimizer, start, all_reduce)
         from tqdm import tqdm
         bar = tqdm(total=args.steps, initial=start, desc="train", unit="step")
     dp_comm = grid.dp_comm
-    for step in range(start, args.steps):
+    end = min(args.steps, args.stop_at) if args.stop_at is not None else args.steps
+    for step in range(start, end):
         optimizer.lr = lr_at(step, args.lr, warmup, args.steps)
         x, y = dataset.batch(args.seed, step, args.batch_size)
         x, y = shard_rows(x, grid.coords.dp, layout.dp), shard_rows(y, grid.coords.dp, layout.dp)
@@ -147,10 +148,10 @@ def _loop(args, layout, grid, cfg, dataset, model, optimizer, start, all_reduce)
     if bar:
         bar.close()
     if args.save:
-        save_checkpoint(args, model, optimizer, args.steps, layout.rank)
+        save_checkpoint(args, model, optimizer, end, layout.rank)
     if args.eval_batches and is_logger:
         print(f"val loss {evaluate(model, dataset, args, args.eval_batches):.4f} "
-              f"after {args.steps} steps", flush=True)
+              f"after {end} steps", flush=True)
     if log:
         log.close()
     return model
