@@ -127,6 +127,13 @@ def dtype_of(precision: str):
     return numpy.dtype(_PRECISIONS[precision])
 
 
+def is_half(dtype) -> bool:
+    """True for the 2-byte floats (float16, bfloat16): the dtypes whose matmuls
+    accumulate in float32 and whose reductions and statistics are taken in float32."""
+    dtype = numpy.dtype(dtype)
+    return dtype.itemsize == 2 and (dtype.kind == "f" or dtype.name == "bfloat16")
+
+
 _default_dtype = numpy.dtype(numpy.float32)
 
 

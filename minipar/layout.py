@@ -26,7 +26,6 @@ NOT_BUILT = {
     "--pp": (lambda a: a.pp != 1, "pipeline parallelism"),
     "--chunks": (lambda a: a.chunks != 1, "interleaved pipeline chunks"),
     "--microbatches": (lambda a: a.microbatches is not None, "pipeline micro-batches"),
-    "--zero": (lambda a: a.zero == 3, "ZeRO stage 3"),
     "--precision": (lambda a: a.precision in ("fp16", "bf16"), "fp16/bf16 mixed precision"),
     "--recompute": (lambda a: a.recompute != "none", "activation recomputation"),
     "--trace": (lambda a: a.trace is not None, "pipeline traces"),

@@ -34,12 +34,15 @@ def build_optimizer(model, grid, args):
     """DDP + AdamW for --zero 0, ZeRO-1/2 otherwise; one interface for the loop."""
     from minipar.parallel.data import DataParallel, DataParallelAdamW
     from minipar.parallel.zero import ZeroOptimizer
+    from minipar.parallel.zero3 import ZeroStage3
     adam = dict(lr=args.lr, weight_decay=args.weight_decay)
     bucket_bytes = int(args.bucket_mb * 2**20)
     if args.zero == 0:
         ddp = DataParallel(model, grid.dp_comm, bucket_bytes=bucket_bytes,
                            algorithm=args.comm_algorithm, overlap=not args.no_overlap)
         return DataParallelAdamW(ddp, **adam)
+    if args.zero == 3:
+        return ZeroStage3(model, grid.dp_comm, **adam)
     return ZeroOptimizer(model, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes, **adam)
 
 
@@ -73,10 +76,11 @@ def forward_backward(model, optimizer, x, y, grad_accum):
 
 def save_checkpoint(args, model, optimizer, step, rank):
     state = optimizer.state_dict()            # collective: gathers shards on every rank
+    params = optimizer.model_state_dict()     # collective under ZeRO-3
     if rank == 0:
         meta = {"model": model.config.to_dict(), "step": step, "seed": args.seed,
                 "precision": args.precision}
-        checkpoint.save(args.save, model.state_dict(), state, meta)
+        checkpoint.save(args.save, params, state, meta)
 
 
 def train(args):

@@ -65,6 +65,12 @@ class Context:
             memory.track(a)
         self.saved = arrays
 
+    def input_value(self, i):
+        """The current array of forward argument ``i`` (read at backward time, so a
+        parameter whose storage was freed and re-gathered, as in ZeRO-3, is seen fresh)."""
+        value = self.inputs[i]
+        return value.data if hasattr(value, "requires_grad") else value
+
     def release(self):
         """Drop saved activations once backward has used them."""
         self.saved = ()

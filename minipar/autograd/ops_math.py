@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import math
 
-from minipar.backend import xp
+from minipar.backend import xp, is_half
 from minipar.autograd.function import Function
 
 
 def unbroadcast(grad, shape):
-    """Sum ``grad`` down to ``shape``, undoing NumPy broadcasting."""
+    """Sum ``grad`` down to ``shape``, undoing NumPy broadcasting (half grads are
+    summed in float32 and rounded back, the mixed-precision rule for reductions)."""
     if grad.shape == shape:
         return grad
     extra = grad.ndim - len(shape)
     axes = tuple(range(extra)) + tuple(
         i + extra for i, n in enumerate(shape) if n == 1 and grad.shape[i + extra] != 1)
+    if axes and is_half(grad.dtype):
+        return grad.sum(axis=axes, keepdims=True, dtype=xp.float32).astype(grad.dtype).reshape(shape)
     summed = grad.sum(axis=axes, keepdims=True) if axes else grad
     return summed.reshape(shape)
 

@@ -67,12 +67,13 @@ class LayerNorm(Function):
         centred = z - mu
         inv_sigma = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
         xhat = centred * inv_sigma
-        ctx.save_for_backward(xhat, inv_sigma, weight)
+        ctx.save_for_backward(xhat, inv_sigma)   # weight: read from ctx.inputs (see Linear)
         return (xhat * weight + bias).astype(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        xhat, inv_sigma, w = ctx.saved
+        xhat, inv_sigma = ctx.saved
+        w = ctx.input_value(1)
         nx, nw, nb = ctx.needs_input_grad[:3]
         gw = gb = gx = None
         g32 = _wide(g)

@@ -3,12 +3,44 @@
 Reductions copy the output gradient back across the reduced axes (sum), divide
 it by the count (mean), or send it to the arg-max (max, split evenly on ties).
 For C = A @ B:  dA = dC @ Bᵀ  and  dB = Aᵀ @ dC  (summed over broadcast batches).
+
+Mixed precision (fp16/bf16 inputs) follows the tensor-core contract: products of
+half inputs are accumulated in float32 and the result is rounded to half once
+(``_mm``); sums of half arrays accumulate in float32 and ``Sum`` returns float32
+(a loss or statistic built from half values is an fp32 number).  float32 and
+float64 take the plain ``@`` / ``sum`` paths, untouched.
 """
 from __future__ import annotations
 
-from minipar.backend import xp
+from minipar.backend import xp, is_half, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import unbroadcast
+
+
+def _mm(a, b, bias=None):
+    """a @ b (+ bias).  Two half inputs: fp32 accumulation, one rounding to half.
+    NumPy has no half-precision BLAS, so it computes in float32 and rounds (the same
+    numbers a tensor core gives); CuPy's native half GEMM accumulates in fp32 itself."""
+    if not (is_half(a.dtype) and is_half(b.dtype)):
+        y = a @ b
+        if bias is not None:
+            y += bias
+        return y
+    half = a.dtype
+    if backend_name() == "cupy":
+        y = a @ b
+        return y if bias is None else y + bias
+    y = a.astype(xp.float32) @ b.astype(xp.float32)
+    if bias is not None:
+        y += bias.astype(xp.float32)
+    return y.astype(half)
+
+
+def _sum_rows(g):
+    """Σ over axis 0, accumulated in float32 (rounded back) for half g."""
+    if is_half(g.dtype):
+        return g.sum(axis=0, dtype=xp.float32).astype(g.dtype)
+    return g.sum(axis=0)
 
 
 def _expand(g, in_shape, axis, keepdims):
@@ -27,12 +59,16 @@ class Sum(Function):
     @staticmethod
     def forward(ctx, x, axis=None, keepdims=False):
         ctx.args = (x.shape, axis, keepdims)
+        ctx.half = x.dtype if is_half(x.dtype) else None
+        if ctx.half is not None:   # accumulate half values in fp32; the sum stays fp32
+            return xp.asarray(x.sum(axis=axis, keepdims=keepdims, dtype=xp.float32))
         return xp.asarray(x.sum(axis=axis, keepdims=keepdims))
 
     @staticmethod
     def backward(ctx, g):
         shape, axis, keepdims = ctx.args
-        return xp.broadcast_to(_expand(g, shape, axis, keepdims), shape).copy(), None, None
+        g = xp.broadcast_to(_expand(g, shape, axis, keepdims), shape)
+        return (g.copy() if ctx.half is None else g.astype(ctx.half)), None, None
 
 
 class Max(Function):
@@ -57,14 +93,14 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return a @ b
+        return _mm(a, b)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved
         na, nb = ctx.needs_input_grad
-        ga = unbroadcast(g @ xp.swapaxes(b, -1, -2), a.shape) if na else None
-        gb = unbroadcast(xp.swapaxes(a, -1, -2) @ g, b.shape) if nb else None
+        ga = unbroadcast(_mm(g, xp.swapaxes(b, -1, -2)), a.shape) if na else None
+        gb = unbroadcast(_mm(xp.swapaxes(a, -1, -2), g), b.shape) if nb else None
         return ga, gb
 
 
@@ -78,25 +114,24 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
-        ctx.save_for_backward(x, weight)
-        y = x @ weight
-        if bias is not None:
-            y += bias
-        return y
+        ctx.save_for_backward(x)   # the weight is read from the input Tensor in backward,
+        # so ZeRO-3 can free it after forward and gather it again before backward
+        return _mm(x, weight, bias)
 
     @staticmethod
     def backward(ctx, g):
         from minipar.autograd.deferral import active_deferral
 
-        x, w = ctx.saved
+        (x,) = ctx.saved
+        w = ctx.input_value(1)
         nx, nw = ctx.needs_input_grad[:2]
         nb = len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2]
-        gx = g @ w.T if nx else None
+        gx = _mm(g, w.T) if nx else None
 
         def weight_grads():
             x2 = x.reshape(-1, x.shape[-1])
             g2 = g.reshape(-1, g.shape[-1])
-            return (x2.T @ g2 if nw else None), (g2.sum(axis=0) if nb else None)
+            return (_mm(x2.T, g2) if nw else None), (_sum_rows(g2) if nb else None)
 
         deferral = active_deferral()
         if deferral is not None and (nw or nb):

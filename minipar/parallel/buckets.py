@@ -18,6 +18,7 @@ from minipar.backend import xp
 class Bucket:
     def __init__(self, params, pad_to):
         self.params = list(params)
+        self.shapes = [p.shape for p in self.params]    # kept: ZeRO-3 frees the storage
         self.offsets = []
         total = 0
         for p in self.params:
@@ -29,11 +30,15 @@ class Bucket:
         self.dtype = self.params[0].dtype
         self.ready = 0          # gradients accumulated in the current backward
         self.handle = None      # the in-flight non-blocking collective
+        self.full = None        # ZeRO-3: the gathered flat weights while the unit computes
 
     def views(self, flat):
         """(param, view of ``flat`` shaped like the param) pairs."""
-        for p, off in zip(self.params, self.offsets):
-            yield p, flat[off:off + p.size].reshape(p.shape)
+        for p, off, shape in zip(self.params, self.offsets, self.shapes):
+            size = 1
+            for n in shape:
+                size *= n
+            yield p, flat[off:off + size].reshape(shape)
 
     def pack_grads(self):
         """A new flat buffer holding every param's grad (zeros where there is none)."""

@@ -139,6 +139,9 @@ class DataParallelAdamW:
         states = sum(s["m"].nbytes + s["v"].nbytes for s in self.adam.state.values())
         return {"params": params, "grads": params, "optimizer": states}
 
+    def model_state_dict(self):
+        return self.ddp.module.state_dict()
+
     def state_dict(self):
         return self.adam.state_dict()
 

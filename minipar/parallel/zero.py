@@ -41,9 +41,9 @@ class ZeroOptimizer:
     """AdamW with ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
     def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
-                 weight_decay=0.1, bucket_bytes=25 * 2**20):
-        if stage not in (1, 2):
-            raise ValueError("ZeroOptimizer handles stages 1 and 2; stage 3 is ZeroStage3")
+                 weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None):
+        if stage not in (1, 2, 3):
+            raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
         self.module, self.comm, self.stage = module, comm, stage
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.step_count = 0
@@ -51,7 +51,7 @@ class ZeroOptimizer:
         self.names = {id(p): n for n, p in named}
         self.params = [p for _, p in named]
         broadcast_parameters(self.params, comm)
-        self.buckets = make_buckets(self.params, bucket_bytes, pad_to=comm.size)
+        self.buckets = buckets or make_buckets(self.params, bucket_bytes, pad_to=comm.size)
         self.bucket_of = {}
         for b in self.buckets:
             lo, hi = b.shard_range(comm.rank)
@@ -130,10 +130,14 @@ class ZeroOptimizer:
             adamw_update(b.param_shard, g, b.m, b.v, self.step_count, self.lr,
                          self.betas[0], self.betas[1], self.eps, b.decay)
             b.grad_shard = None
-            full = all_gather(self.comm, b.param_shard, sizes=[b.shard_size] * self.comm.size)
-            for p, view in b.views(full):
-                p.data[...] = view
+            self._publish(b)
         return norm
+
+    def _publish(self, bucket):
+        """Stages 1-2 keep full weights: all-gather the updated shards into them."""
+        full = all_gather(self.comm, bucket.param_shard, sizes=[bucket.shard_size] * self.comm.size)
+        for p, view in bucket.views(full):
+            p.data[...] = view
 
     def zero_grad(self):
         for p in self.params:
@@ -149,6 +153,10 @@ class ZeroOptimizer:
             grads = sum(b.shard_size * b.dtype.itemsize for b in self.buckets)
         states = sum(b.m.nbytes + b.v.nbytes for b in self.buckets)
         return {"params": params, "grads": grads, "optimizer": states}
+
+    def model_state_dict(self):
+        """Full weights by name (stages 1-2 hold them on every rank)."""
+        return self.module.state_dict()
 
     def _gather_by_name(self, attr):
         out = {}
@@ -173,4 +181,4 @@ class ZeroOptimizer:
                 for p, view in b.views(flat):
                     view[...] = to_device(state[attr][self.names[id(p)]])
                 getattr(b, attr)[...] = flat[lo:hi]
-            b.param_shard[...] = b.pack_data()[lo:hi]
+        # the weights themselves were loaded into the model before this optimizer sharded them

@@ -15,6 +15,7 @@ from minipar.comm import Communicator
 from minipar.nn import GPT, GPTConfig
 from minipar.parallel.data import DataParallel, DataParallelAdamW
 from minipar.parallel.zero import ZeroOptimizer
+from minipar.parallel.zero3 import ZeroStage3
 
 backend.set_default_dtype(np.float64)
 comm = Communicator()
@@ -44,13 +45,18 @@ report["launched_before_backward_ended"] = events.index("launch") < last_grad
 # 3. memory per stage for fp32 AdamW
 backend.set_default_dtype(np.float32)
 psi = GPT(cfg).num_parameters()
-for stage in (0, 1, 2):
+for stage in (0, 1, 2, 3):
     m = GPT(cfg, seed=0)
-    opt = (DataParallelAdamW(DataParallel(m, comm)) if stage == 0
-           else ZeroOptimizer(m, comm, stage=stage, bucket_bytes=4096))
+    if stage == 0:
+        opt = DataParallelAdamW(DataParallel(m, comm))
+    elif stage == 3:
+        opt = ZeroStage3(m, comm)
+    else:
+        opt = ZeroOptimizer(m, comm, stage=stage, bucket_bytes=4096)
     report[f"mem{stage}"] = opt.memory_bytes()
+    if stage:   # Ψ counted with each bucket's padding to a multiple of N
+        report[f"psi_padded{stage}"] = sum(b.padded for b in opt.buckets)
 report["psi"] = psi
-report["pad"] = comm.size * 8   # at most (N-1) padding elements per bucket, per buffer
 if comm.rank == 0:
     print("REPORT " + json.dumps(report))
 sys.stdout.flush()

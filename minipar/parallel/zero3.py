@@ -1,0 +1,147 @@
+"""ZeRO stage 3: the parameters themselves are sharded too (16Ψ/N bytes per rank).
+
+Each *unit* — the embeddings, each transformer block, the final norm and head —
+is one flat bucket of which a rank keeps only its 1/N shard.  Its full weights
+exist only while the unit computes:
+
+    forward   all-gather unit i (prefetch i+1), run it, free it
+    backward  when the gradient reaches the unit's output: all-gather it again
+              (prefetch i-1); when it has left through the unit's input:
+              reduce-scatter the unit's gradients, free weights and full grads
+
+Two autograd Functions mark the boundaries, so backward itself says when a unit
+starts and ends: ``_UnitExit`` (identity; its backward runs first, re-gathers)
+and ``_UnitEntry`` (identity; its backward runs after every op of the unit).
+Ops read their weight from the parameter at backward time (``ctx.input_value``),
+so the re-gathered storage is what they see.  The optimizer step is ZeRO-1/2's,
+applied to the shards, with no all-gather after it: the next forward gathers.
+"""
+from __future__ import annotations
+
+from minipar.backend import xp
+from minipar.autograd import Function, Tensor, is_grad_enabled
+from minipar.comm import all_gather, all_gather_async, reduce_scatter, reduce_scatter_async
+from minipar.parallel.buckets import Bucket
+from minipar.parallel.zero import ZeroOptimizer
+
+EMPTY = None   # set on first use: a zero-size array standing for freed storage
+
+
+class _UnitExit(Function):
+    @staticmethod
+    def forward(ctx, x, owner, index):
+        ctx.owner, ctx.index = owner, index
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.owner.gather(ctx.index)
+        ctx.owner.prefetch(ctx.index - 1)
+        return g, None, None
+
+
+class _UnitEntry(Function):
+    @staticmethod
+    def forward(ctx, x, owner, index):
+        ctx.owner, ctx.index = owner, index
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.owner.release_unit(ctx.index, reduce_grads=True)
+        return g, None, None
+
+
+class ZeroStage3(ZeroOptimizer):
+    def __init__(self, model, comm, **adam):
+        if model.config.tie_weights:
+            raise ValueError("--zero 3 does not support --tie-weights (the tied weight would "
+                             "belong to two units); drop one of the flags")
+        units = [[model.wte.weight, model.wpe.weight], *[b.parameters() for b in model.blocks],
+                 model.ln_f.parameters() + ([model.lm_head.weight] if model.lm_head else [])]
+        buckets = [Bucket(u, pad_to=comm.size) for u in units]
+        super().__init__(model, comm, stage=3, buckets=buckets, **adam)
+        self.handles = {}
+        global EMPTY
+        EMPTY = xp.zeros(0, dtype=buckets[0].dtype)
+        for i in range(len(buckets)):
+            self.free(i)
+        model.embed = self._wrap(model.embed, 0)
+        for i, block in enumerate(model.blocks):
+            block.forward = self._wrap(block.forward, i + 1)
+        model.head = self._wrap(model.head, len(buckets) - 1)
+
+    # ------------------------------------------------------------ gather / free
+    def _sizes(self, b):
+        return [b.shard_size] * self.comm.size
+
+    def prefetch(self, i):
+        if 0 <= i < len(self.buckets) and i not in self.handles and self.buckets[i].full is None:
+            b = self.buckets[i]
+            self.handles[i] = all_gather_async(self.comm, b.param_shard, sizes=self._sizes(b))
+
+    def gather(self, i):
+        b = self.buckets[i]
+        if b.full is not None:
+            return
+        handle = self.handles.pop(i, None)
+        b.full = handle.wait() if handle else all_gather(self.comm, b.param_shard, sizes=self._sizes(b))
+        for p, view in b.views(b.full):
+            p.data = view
+
+    def free(self, i):
+        b = self.buckets[i]
+        b.full = None
+        for p in b.params:
+            p.data = EMPTY
+
+    def release_unit(self, i, reduce_grads):
+        """The unit's backward is over: hand its gradients to the reduce-scatter, free it."""
+        b = self.buckets[i]
+        if reduce_grads and any(p.grad is not None for p in b.params):
+            flat = b.pack_grads()
+            for p in b.params:
+                p.grad = None
+            flat *= 1.0 / self.comm.size
+            b.pending = getattr(b, "pending", []) + [reduce_scatter_async(self.comm, flat)]
+        self.free(i)
+
+    def _wrap(self, fn, i):
+        def run(x, *rest):
+            self.gather(i)
+            self.prefetch(i + 1)
+            tracked = is_grad_enabled() and isinstance(x, Tensor) and x.requires_grad
+            out = fn(_UnitEntry.apply(x, self, i) if tracked else x, *rest)
+            if is_grad_enabled() and out.requires_grad:
+                out = _UnitExit.apply(out, self, i)
+            self.free(i)
+            return out
+        return run
+
+    # ------------------------------------------------------------ the ZeRO-1/2 machinery
+    def finish_gradient_sync(self):
+        for i, b in enumerate(self.buckets):     # units with no grad input (the embeddings)
+            if any(p.grad is not None for p in b.params):
+                self.release_unit(i, reduce_grads=True)
+        for h in self.handles.values():          # prefetches nobody used
+            h.wait()
+        self.handles.clear()
+        return super().finish_gradient_sync()
+
+    def _publish(self, bucket):
+        pass   # weights stay sharded; the next forward gathers them
+
+    def memory_bytes(self):
+        shard = sum(b.shard_size * b.dtype.itemsize for b in self.buckets)
+        return {"params": shard, "grads": shard,
+                "optimizer": sum(b.m.nbytes + b.v.nbytes for b in self.buckets)}
+
+    def model_state_dict(self):
+        state = {}
+        for i, b in enumerate(self.buckets):
+            self.gather(i)
+            for p, view in b.views(b.full):
+                state[self.names[id(p)]] = view.copy()
+            self.free(i)
+        from minipar.backend import to_host
+        return {name: to_host(state[name]) for name, _ in self.module.named_parameters()}
