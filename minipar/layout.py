@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minipar.nn import config_from_preset
+
+
+class LayoutError(SystemExit):
+    """A configuration that cannot run; the message says what to change."""
+
+    def __init__(self, message):
+        super().__init__(f"minipar train: {message}")
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -17,18 +26,16 @@ class Layout:
     dp: int
     tp: int
     pp: int
+    chunks: int
+    microbatches: int
 
 
 # flag -> (is it set to something not built yet?, what to say)
 NOT_BUILT = {
     "--tp": (lambda a: a.tp != 1, "tensor parallelism"),
     "--sequence-parallel": (lambda a: a.sequence_parallel, "sequence parallelism"),
-    "--pp": (lambda a: a.pp != 1, "pipeline parallelism"),
-    "--chunks": (lambda a: a.chunks != 1, "interleaved pipeline chunks"),
-    "--microbatches": (lambda a: a.microbatches is not None, "pipeline micro-batches"),
     "--precision": (lambda a: a.precision in ("fp16", "bf16"), "fp16/bf16 mixed precision"),
     "--recompute": (lambda a: a.recompute != "none", "activation recomputation"),
-    "--trace": (lambda a: a.trace is not None, "pipeline traces"),
 }
 
 
@@ -38,20 +45,72 @@ def world():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
 
+def model_config(args):
+    return config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
+                              n_head=args.n_head, seq_len=args.seq_len, dropout=args.dropout,
+                              tie_weights=args.tie_weights, attention=args.attention)
+
+
+def _check_pipeline(args, cfg, dp):
+    pp, chunks = args.pp, args.chunks
+    m = args.microbatches if args.microbatches is not None else (2 * pp if pp > 1 else 1)
+    if pp == 1 and chunks == 1:
+        if args.microbatches not in (None, 1) or args.trace:
+            raise LayoutError("--microbatches and --trace belong to pipeline parallelism; "
+                              "add --pp P (P >= 2) or leave them out")
+        return 1
+    if chunks > 1 and args.schedule != "interleaved":
+        raise LayoutError(f"--chunks {chunks} needs --schedule interleaved")
+    if args.schedule == "interleaved" and chunks < 2:
+        raise LayoutError("--schedule interleaved needs --chunks V with V >= 2")
+    if args.schedule == "interleaved" and m % pp:
+        raise LayoutError(f"--schedule interleaved needs --microbatches divisible by --pp {pp}, "
+                          f"got {m}")
+    if m < 1:
+        raise LayoutError("--microbatches must be >= 1")
+    if cfg.n_layer % (pp * chunks):
+        raise LayoutError(f"--n-layer {cfg.n_layer} is not divisible by pp·chunks = {pp}·{chunks}")
+    if cfg.tie_weights:
+        raise LayoutError("--tie-weights with pipeline parallelism is not supported; drop it")
+    if args.grad_accum != 1:
+        raise LayoutError("with --pp, micro-batches do the accumulation: use --microbatches "
+                          "instead of --grad-accum")
+    if args.zero == 3:
+        raise LayoutError("--zero 3 with --pp is not supported (ZeRO-3 gathers whole-model "
+                          "units); use --zero 1 or 2 with pipeline parallelism")
+    if args.batch_size % (dp * m):
+        raise LayoutError(f"--batch-size {args.batch_size} must be divisible by "
+                          f"dp·microbatches = {dp}·{m}")
+    return m
+
+
 def validate_layout(args, rank_and_size=None) -> Layout:
     rank, size = rank_and_size or world()
     for flag, (is_set, feature) in NOT_BUILT.items():
         if is_set(args):
-            raise SystemExit(f"minipar train: {flag}: {feature} is not built yet in this "
-                             "version of minipar; leave the flag out")
-    dp = args.dp if args.dp is not None else size // (args.tp * args.pp)
-    if dp * args.tp * args.pp != size:
-        raise SystemExit(f"minipar train: world size {size} != dp·tp·pp = {dp}·{args.tp}·{args.pp}; "
-                         f"launch mpiexec -n {dp * args.tp * args.pp} or change the layout")
-    for name in ("steps", "batch_size", "grad_accum"):
+            raise LayoutError(f"{flag}: {feature} is not built yet in this version of minipar; "
+                              "leave the flag out")
+    for name in ("tp", "pp", "chunks", "steps", "batch_size", "grad_accum"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"minipar train: --{name.replace('_', '-')} must be >= 1")
+            raise LayoutError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.dp is not None and args.dp < 1:
+        raise LayoutError("--dp must be >= 1")
+    dp = args.dp if args.dp is not None else size // (args.tp * args.pp)
+    if dp < 1 or dp * args.tp * args.pp != size:
+        raise LayoutError(f"world size {size} != dp·tp·pp = {dp}·{args.tp}·{args.pp}; "
+                          f"launch mpiexec -n {max(dp, 1) * args.tp * args.pp} or change the layout")
+    try:
+        cfg = model_config(args)
+    except ValueError as err:
+        raise LayoutError(str(err)) from None
+    m = _check_pipeline(args, cfg, dp)
     if args.batch_size % (dp * args.grad_accum):
-        raise SystemExit(f"minipar train: --batch-size {args.batch_size} must be divisible by "
-                         f"dp·grad-accum = {dp}·{args.grad_accum}")
-    return Layout(rank=rank, world_size=size, dp=dp, tp=args.tp, pp=args.pp)
+        raise LayoutError(f"--batch-size {args.batch_size} must be divisible by "
+                          f"dp·grad-accum = {dp}·{args.grad_accum}")
+    if args.resume:
+        import os
+        from minipar.checkpoint import FILENAME
+        if not os.path.isfile(os.path.join(args.resume, FILENAME)):
+            raise LayoutError(f"--resume {args.resume}: no checkpoint there")
+    return Layout(rank=rank, world_size=size, dp=dp, tp=args.tp, pp=args.pp,
+                  chunks=args.chunks, microbatches=m)

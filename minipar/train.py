@@ -3,7 +3,8 @@
 One optimizer step:
     batch  = the global batch of step k, a pure function of (seed, k)
     mine   = this data-parallel replica's rows of it
-    for each of K micro-batches:  loss_i = CE(model(x_i), y_i) / K;  backward
+    forward + backward: K micro-batches in turn (grad accumulation), or the
+                        pipeline schedule over M micro-batches (--pp)
     gradients averaged over replicas (DDP all-reduce or ZeRO reduce-scatter)
     clip the global gradient norm;  AdamW with the warm-up + cosine learning rate
 and a log line.  ``--batch-size`` is the global batch, so every layout sees the
@@ -20,34 +21,30 @@ import numpy as np
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.data import Dataset, load_corpus, shard_rows
-from minipar.layout import validate_layout
-from minipar.nn import GPT, config_from_preset
+from minipar.layout import validate_layout, model_config
+from minipar.nn import GPT
 
 
-def model_config(args):
-    return config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
-                              n_head=args.n_head, seq_len=args.seq_len, dropout=args.dropout,
-                              tie_weights=args.tie_weights, attention=args.attention)
-
-
-def build_optimizer(model, grid, args):
-    """DDP + AdamW for --zero 0, ZeRO-1/2 otherwise; one interface for the loop."""
+def build_optimizer(module, grid, args):
+    """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise; one interface for the loop."""
     from minipar.parallel.data import DataParallel, DataParallelAdamW
     from minipar.parallel.zero import ZeroOptimizer
     from minipar.parallel.zero3 import ZeroStage3
     adam = dict(lr=args.lr, weight_decay=args.weight_decay)
+    norm_comms = [grid.pp_comm] if grid.pp > 1 else []
     bucket_bytes = int(args.bucket_mb * 2**20)
     if args.zero == 0:
-        ddp = DataParallel(model, grid.dp_comm, bucket_bytes=bucket_bytes,
+        ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
                            algorithm=args.comm_algorithm, overlap=not args.no_overlap)
-        return DataParallelAdamW(ddp, **adam)
+        return DataParallelAdamW(ddp, norm_comms=norm_comms, **adam)
     if args.zero == 3:
-        return ZeroStage3(model, grid.dp_comm, **adam)
-    return ZeroOptimizer(model, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes, **adam)
+        return ZeroStage3(module, grid.dp_comm, **adam)
+    return ZeroOptimizer(module, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes,
+                         norm_comms=norm_comms, **adam)
 
 
 def evaluate(model, dataset, args, batches):
-    """Mean validation loss over ``batches`` fixed batches (every rank computes it)."""
+    """Mean validation loss over ``batches`` fixed batches (single-stage models)."""
     model.eval()
     total = 0.0
     with no_grad():
@@ -74,18 +71,32 @@ def forward_backward(model, optimizer, x, y, grad_accum):
     return loss_sum / grad_accum
 
 
-def save_checkpoint(args, model, optimizer, step, rank):
-    state = optimizer.state_dict()            # collective: gathers shards on every rank
+def pipeline_forward_backward(engine, optimizer, x, y):
+    """The schedule over M micro-batches; DP sync waits until after the last backward."""
+    ddp = getattr(optimizer, "ddp", None)
+    with (ddp.no_sync() if ddp is not None else contextlib.nullcontext()):
+        loss = engine.run(x, y)
+    return 0.0 if loss is None else loss
+
+
+def save_checkpoint(args, cfg, optimizer, grid, step):
+    """Full arrays by parameter name on world rank 0, whatever the layout."""
+    state = optimizer.state_dict()            # collective: gathers ZeRO shards
     params = optimizer.model_state_dict()     # collective under ZeRO-3
-    if rank == 0:
-        meta = {"model": model.config.to_dict(), "step": step, "seed": args.seed,
-                "precision": args.precision}
+    if grid.pp > 1:                           # each stage holds other names: merge them
+        parts = grid.pp_comm.mpi.gather((params, state), root=0)
+        if parts is not None:
+            params = {k: v for p, _ in parts for k, v in p.items()}
+            state = {"step": state["step"], "m": {k: v for _, s in parts for k, v in s["m"].items()},
+                     "v": {k: v for _, s in parts for k, v in s["v"].items()}}
+    if grid.rank == 0:
+        meta = {"model": cfg.to_dict(), "step": step, "seed": args.seed, "precision": args.precision}
         checkpoint.save(args.save, params, state, meta)
 
 
 def train(args):
     layout = validate_layout(args)            # every check happens before any message
-    from minipar.comm import Communicator, abort_on_exception, all_reduce
+    from minipar.comm import Communicator, abort_on_exception
     from minipar.parallel.grid import ProcessGrid
     if layout.world_size > 1:
         abort_on_exception()
@@ -100,62 +111,18 @@ def train(args):
     model = GPT(cfg, seed=args.seed)
     if resume:
         model.load_state_dict(resume[0])
-    optimizer = build_optimizer(model, grid, args)
+    engine, module = None, model
+    if layout.pp > 1 or layout.chunks > 1:
+        from minipar.parallel.pipeline.engine import PipelineEngine
+        from minipar.parallel.pipeline.stage import RankStages
+        module = RankStages(model, grid.coords.pp, layout.pp, layout.chunks)
+        engine = PipelineEngine(module, grid.pp_comm, args.schedule, layout.microbatches,
+                                layout.chunks)
+    optimizer = build_optimizer(module, grid, args)
     start = 0
     if resume:
         optimizer.load_state_dict(resume[1])
         start = int(resume[2]["step"])
-    return _loop(args, layout, grid, cfg, dataset, model, optimizer, start, all_reduce)
-
-
-def _loop(args, layout, grid, cfg, dataset, model, optimizer, start, all_reduce):
-    from minipar.optim import lr_at
-    warmup = args.warmup if args.warmup is not None else max(1, args.steps // 10)
-    tokens_per_step = args.batch_size * cfg.seq_len
-    flops_per_step = model.flops_per_token() * tokens_per_step
-    is_logger = layout.rank == 0
-    log = open(args.log_json, "w") if (args.log_json and is_logger) else None
-    bar = None
-    if not args.quiet and is_logger:
-        from tqdm import tqdm
-        bar = tqdm(total=args.steps, initial=start, desc="train", unit="step")
-    dp_comm = grid.dp_comm
-    end = min(args.steps, args.stop_at) if args.stop_at is not None else args.steps
-    for step in range(start, end):
-        optimizer.lr = lr_at(step, args.lr, warmup, args.steps)
-        x, y = dataset.batch(args.seed, step, args.batch_size)
-        x, y = shard_rows(x, grid.coords.dp, layout.dp), shard_rows(y, grid.coords.dp, layout.dp)
-        backend.memory.reset_peak()
-        t0 = time.perf_counter()
-        local_loss = forward_backward(model, optimizer, x, y, args.grad_accum)
-        norm = optimizer.step(args.grad_clip)
-        optimizer.zero_grad()
-        t_loss = time.perf_counter()
-        loss = float(all_reduce(dp_comm, np.array([local_loss]))[0]) / layout.dp
-        backend.sync()
-        t1 = time.perf_counter()
-        dt = t1 - t0
-        record = {"step": step, "loss": loss, "lr": optimizer.lr, "grad_norm": norm,
-                  "tokens_per_s": tokens_per_step / dt, "step_time_s": dt,
-                  "comm_time_s": optimizer.exposed_comm_s + (t1 - t_loss),
-                  "peak_mem_bytes": backend.memory.peak, "model_state_bytes": optimizer.memory_bytes()}
-        if args.peak_tflops:
-            record["mfu"] = flops_per_step / dt / (args.peak_tflops * 1e12 * layout.world_size)
-        if log:
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-        if bar:
-            bar.set_postfix(loss=f"{loss:.4f}")
-            bar.update(1)
-        if args.save and args.save_every and (step + 1) % args.save_every == 0:
-            save_checkpoint(args, model, optimizer, step + 1, layout.rank)
-    if bar:
-        bar.close()
-    if args.save:
-        save_checkpoint(args, model, optimizer, end, layout.rank)
-    if args.eval_batches and is_logger:
-        print(f"val loss {evaluate(model, dataset, args, args.eval_batches):.4f} "
-              f"after {end} steps", flush=True)
-    if log:
-        log.close()
+    from minipar.train_loop import run_steps
+    run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start)
     return model

@@ -113,17 +113,24 @@ class DataParallelAdamW:
 
     stage = 0
 
-    def __init__(self, ddp, **adam):
+    def __init__(self, ddp, norm_comms=(), **adam):
         from minipar.optim import AdamW
         self.ddp = ddp
+        self.norm_comms = norm_comms   # groups holding *other* parameters (pipeline stages)
         self.adam = AdamW(ddp.module.named_parameters(), **adam)
 
     lr = property(lambda self: self.adam.lr, lambda self, v: setattr(self.adam, "lr", v))
 
     def step(self, max_norm=None):
-        from minipar.optim import clip_grad_norm
+        from minipar.optim import clip_grad_norm, global_grad_norm
         self.ddp.finish_gradient_sync()
-        norm = clip_grad_norm(self.ddp.params, max_norm)
+        norm = global_grad_norm(p.grad for p in self.ddp.params)
+        if self.norm_comms:   # ||g||² of the whole model = Σ over the groups' parts
+            total = xp.asarray([norm * norm])
+            for comm in self.norm_comms:
+                total = all_reduce(comm, total)
+            norm = float(total[0]) ** 0.5
+        clip_grad_norm(self.ddp.params, max_norm, norm=norm)
         self.adam.step()
         return norm
 

@@ -41,10 +41,11 @@ class ZeroOptimizer:
     """AdamW with ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
     def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
-                 weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None):
+                 weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None, norm_comms=()):
         if stage not in (1, 2, 3):
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
         self.module, self.comm, self.stage = module, comm, stage
+        self.norm_comms = norm_comms   # groups holding other parameters (pipeline stages)
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.step_count = 0
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -114,6 +115,8 @@ class ZeroOptimizer:
         local = sum(float((b.grad_shard.astype(xp.float64) ** 2).sum())
                     for b in self.buckets if b.grad_shard is not None)
         total = all_reduce(self.comm, xp.asarray([local], dtype=xp.float64))
+        for comm in self.norm_comms:
+            total = all_reduce(comm, total)
         return math.sqrt(float(to_host(total)[0]))
 
     def step(self, max_norm=None):

@@ -1,0 +1,113 @@
+"""The pipeline engine: execute one rank's list of Actions with real tensors.
+
+For each action of ``build_schedule(kind, pp, M, chunks)[rank]``:
+
+    F(m, c)  input  = micro-batch m's tokens (first stage) or the activation
+                      received from stage s-1;  output = stage(input);
+                      last stage: loss_m = CE(output, targets_m) / M,
+                      else send the output to stage s+1
+    B(m, c)  last stage: loss_m.backward(); else receive dL/d(output) from s+1
+             and output.backward(it); send dL/d(input) to stage s-1
+    W(m, c)  (ZB-H1) compute the weight gradients that B deferred
+
+Sends are non-blocking (``isend``, completed at the end of the step), receives
+block, and messages are matched by a tag built from (kind, micro-batch, stage):
+with non-blocking sends a schedule that passes the validator cannot deadlock.
+When stage s±1 lives on this same rank (one rank, several chunks), the array is
+handed over in memory.  Every action is timed into a trace (``timeline.py``).
+"""
+from __future__ import annotations
+
+import time
+
+from minipar import backend
+from minipar.backend import xp
+from minipar.autograd import Tensor, ops, WeightGradDeferral
+from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
+from minipar.parallel.pipeline.timeline import Span
+
+
+class PipelineEngine:
+    def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1):
+        self.stages = rank_stages.stages
+        self.comm = pp_comm
+        self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
+        self.S = self.pp * chunks
+        self.rank = pp_comm.rank
+        self.actions = build_schedule(kind, self.pp, microbatches, chunks)[self.rank]
+        self.split = any(a.kind == "W" for a in self.actions)
+        self.spans = []
+
+    # ------------------------------------------------------------ messaging
+    def _tag(self, kind, mb, stage):
+        return (0 if kind == "act" else 1) * self.S * self.M + stage * self.M + mb
+
+    def _send(self, array, kind, mb, to_stage):
+        rank, _ = stage_location(to_stage, self.pp)
+        if rank == self.rank:
+            self.local[(kind, mb, to_stage)] = array
+            return
+        buf = xp.ascontiguousarray(array)
+        self.pending_sends.append((self.comm.isend(buf, rank, tag=self._tag(kind, mb, to_stage)), buf))
+
+    def _recv(self, kind, mb, my_stage, from_stage, shape, dtype):
+        rank, _ = stage_location(from_stage, self.pp)
+        if rank == self.rank:
+            return self.local.pop((kind, mb, my_stage))
+        buf = xp.empty(shape, dtype=dtype)
+        t0 = self._now()
+        self.comm.recv(buf, rank, tag=self._tag(kind, mb, my_stage))
+        self.spans.append(Span("recv", mb, 0, t0, self._now()))
+        return buf
+
+    def _now(self):
+        return time.perf_counter() - self.t0
+
+    # ------------------------------------------------------------ one step
+    def run(self, inputs, targets, t0=None):
+        """Forward and backward of M micro-batches (row slices of inputs/targets).
+        Returns the sum over micro-batches of loss_m/M on the last stage, else None.
+        Gradients are left accumulated in the parameters."""
+        rows = inputs.shape[0] // self.M
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.spans, self.local, self.pending_sends = [], {}, []
+        saved, deferred, loss_total = {}, {}, 0.0
+        act_shape = (rows, inputs.shape[1], self.stages[0].model.config.d_model)
+        dtype = backend.default_dtype()
+        for action in self.actions:
+            c, mb = action.chunk, action.microbatch
+            s = virtual_stage(self.rank, c, self.pp)
+            stage = self.stages[c]
+            start = self._now()
+            if action.kind == "F":
+                if s == 0:
+                    x = backend.to_device(inputs[mb * rows:(mb + 1) * rows])
+                else:
+                    x = Tensor(self._recv("act", mb, s, s - 1, act_shape, dtype), requires_grad=True)
+                out = stage(x)
+                if s == self.S - 1:
+                    y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
+                    out = ops.cross_entropy(out, y) * (1.0 / self.M)
+                    loss_total += out.item()
+                else:
+                    self._send(out.data, "act", mb, s + 1)
+                saved[(mb, c)] = (x, out)
+            elif action.kind == "B":
+                x, out = saved.pop((mb, c))
+                grad = None if s == self.S - 1 else self._recv("grad", mb, s, s + 1, out.shape, out.dtype)
+                start = self._now() if grad is not None else start
+                if self.split:
+                    with WeightGradDeferral() as d:
+                        out.backward(grad)
+                    deferred[(mb, c)] = d
+                else:
+                    out.backward(grad)
+                if s > 0:
+                    self._send(x.grad, "grad", mb, s - 1)
+            else:
+                deferred.pop((mb, c)).run()
+            self.spans.append(Span(action.kind, mb, c, start, self._now()))
+        for request, _ in self.pending_sends:
+            request.wait()
+        self.pending_sends = []
+        return loss_total if self.stages[-1].is_last else None

@@ -1,0 +1,70 @@
+"""Cutting a GPT into pipeline stages.
+
+With ``pp`` ranks and ``chunks`` model chunks per rank there are S = pp·chunks
+virtual stages; stage s = chunk·pp + rank (Megatron's interleaved layout, see
+``schedules.py``).  The blocks are dealt out evenly, L/S per stage; the first
+stage also embeds the tokens, the last also applies the final LayerNorm, the
+head and the loss.  Every rank builds the same full model from the same seed and
+keeps only its stages, so the weights equal the single-process model's.
+"""
+from __future__ import annotations
+
+from minipar.nn.module import Module
+
+
+def check_partition(n_layer, pp, chunks):
+    stages = pp * chunks
+    if n_layer % stages:
+        raise ValueError(f"--n-layer {n_layer} is not divisible by pp·chunks = {pp}·{chunks}; "
+                         f"choose a layer count that is a multiple of {stages}")
+
+
+class Stage(Module):
+    """Virtual stage ``s`` of ``S``: (embed?) → its blocks → (head?)."""
+
+    def __init__(self, model, s, S):
+        per = model.config.n_layer // S
+        self.index, self.is_first, self.is_last = s, s == 0, s == S - 1
+        self.model = model
+        self.block_ids = list(range(s * per, (s + 1) * per))
+
+    def forward(self, x):
+        m = self.model
+        if self.is_first:
+            x = m.embed(x)
+        for i in self.block_ids:
+            x = m.blocks[i](x)
+        return m.head(x) if self.is_last else x
+
+    def named_parameters(self, prefix=""):
+        """This stage's parameters, under their names in the full model."""
+        m = self.model
+        if self.is_first:
+            yield from m.wte.named_parameters("wte.")
+            yield from m.wpe.named_parameters("wpe.")
+        for i in self.block_ids:
+            yield from m.blocks[i].named_parameters(f"blocks.{i}.")
+        if self.is_last:
+            yield from m.ln_f.named_parameters("ln_f.")
+            if m.lm_head is not None:
+                yield from m.lm_head.named_parameters("lm_head.")
+
+
+class RankStages(Module):
+    """The chunks one rank holds, as one Module for the optimizer and checkpoints."""
+
+    def __init__(self, model, rank, pp, chunks):
+        check_partition(model.config.n_layer, pp, chunks)
+        if model.config.tie_weights and pp * chunks > 1:
+            raise ValueError("--tie-weights with --pp > 1 is not supported: the tied embedding "
+                             "would live on the first and last stage; drop --tie-weights")
+        S = pp * chunks
+        self.config = model.config
+        self.stages = [Stage(model, c * pp + rank, S) for c in range(chunks)]
+
+    def named_parameters(self, prefix=""):
+        for stage in self.stages:
+            yield from stage.named_parameters()
+
+    def flops_per_token(self):
+        return self.stages[0].model.flops_per_token()
