@@ -153,8 +153,8 @@ class MemoryCounter:
 
     The autograd ``Tensor`` tracks its data, gradients and saved activations
     through ``track``; a weak reference subtracts an array's bytes when it is
-    freed.  Views share their base's memory and are not counted twice: only
-    arrays that own their data are tracked.
+    freed.  Views share their base's memory: tracking a view tracks the array
+    that owns the memory, so nothing is counted twice.
     """
 
     def __init__(self):
@@ -163,19 +163,22 @@ class MemoryCounter:
         self._seen = {}
 
     def track(self, a):
-        if not hasattr(a, "nbytes") or a.base is not None:
+        if not hasattr(a, "nbytes"):
             return a
-        key = id(a)
+        owner = a
+        while getattr(owner, "base", None) is not None and hasattr(owner.base, "nbytes"):
+            owner = owner.base    # count the array that owns the memory, once
+        key = id(owner)
         if key in self._seen:
             return a
         try:
-            ref = weakref.ref(a, lambda _r, k=key, n=a.nbytes: self._release(k, n))
+            ref = weakref.ref(owner, lambda _r, k=key, n=owner.nbytes: self._release(k, n))
         except TypeError:  # scalars and other objects without weak references
             return a
         self._seen[key] = ref
-        self.live += a.nbytes
+        self.live += owner.nbytes
         self.peak = max(self.peak, self.live)
-        return a
+        return a      # the array itself (the view, if it is one), unchanged
 
     def _release(self, key, nbytes):
         if self._seen.pop(key, None) is not None:

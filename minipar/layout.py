@@ -32,8 +32,6 @@ class Layout:
 
 # flag -> (is it set to something not built yet?, what to say)
 NOT_BUILT = {
-    "--tp": (lambda a: a.tp != 1, "tensor parallelism"),
-    "--sequence-parallel": (lambda a: a.sequence_parallel, "sequence parallelism"),
     "--precision": (lambda a: a.precision in ("fp16", "bf16"), "fp16/bf16 mixed precision"),
     "--recompute": (lambda a: a.recompute != "none", "activation recomputation"),
 }
@@ -84,6 +82,24 @@ def _check_pipeline(args, cfg, dp):
     return m
 
 
+def _check_tensor(args, cfg):
+    if args.sequence_parallel and args.tp == 1:
+        raise LayoutError("--sequence-parallel needs --tp T with T >= 2")
+    if args.tp == 1:
+        return
+    from minipar.parallel.tensor import check_tensor_parallel
+    try:
+        check_tensor_parallel(cfg, args.tp, args.sequence_parallel)
+    except ValueError as err:
+        raise LayoutError(str(err)) from None
+    if args.zero == 3:
+        raise LayoutError("--zero 3 with --tp is not supported; use --zero 1 or 2")
+    if args.zero == 2 and args.sequence_parallel:
+        raise LayoutError("--zero 2 with --sequence-parallel is not supported (replicated "
+                          "LayerNorm gradients must be summed over tp before they are "
+                          "sharded); use --zero 1")
+
+
 def validate_layout(args, rank_and_size=None) -> Layout:
     rank, size = rank_and_size or world()
     for flag, (is_set, feature) in NOT_BUILT.items():
@@ -104,6 +120,7 @@ def validate_layout(args, rank_and_size=None) -> Layout:
     except ValueError as err:
         raise LayoutError(str(err)) from None
     m = _check_pipeline(args, cfg, dp)
+    _check_tensor(args, cfg)
     if args.batch_size % (dp * args.grad_accum):
         raise LayoutError(f"--batch-size {args.batch_size} must be divisible by "
                           f"dp·grad-accum = {dp}·{args.grad_accum}")

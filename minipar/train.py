@@ -13,10 +13,6 @@ same data and makes the same update as the single-process run.
 from __future__ import annotations
 
 import contextlib
-import json
-import time
-
-import numpy as np
 
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
@@ -25,22 +21,54 @@ from minipar.layout import validate_layout, model_config
 from minipar.nn import GPT
 
 
-def build_optimizer(module, grid, args):
+def build_optimizer(module, grid, args, tp_model=None):
     """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise; one interface for the loop."""
     from minipar.parallel.data import DataParallel, DataParallelAdamW
+    from minipar.parallel.norm import GlobalNorm
     from minipar.parallel.zero import ZeroOptimizer
     from minipar.parallel.zero3 import ZeroStage3
     adam = dict(lr=args.lr, weight_decay=args.weight_decay)
-    norm_comms = [grid.pp_comm] if grid.pp > 1 else []
+    weight, prepare = None, None
+    if tp_model is not None:      # replicated weights are counted once over the tp group
+        weight = lambda name: 1.0 if name in tp_model.shard_specs else 1.0 / grid.tp  # noqa: E731
+        prepare = tp_model.reduce_replicated_grads
+    norm = GlobalNorm([grid.tp_comm, grid.pp_comm], weight)
     bucket_bytes = int(args.bucket_mb * 2**20)
     if args.zero == 0:
         ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
                            algorithm=args.comm_algorithm, overlap=not args.no_overlap)
-        return DataParallelAdamW(ddp, norm_comms=norm_comms, **adam)
+        return DataParallelAdamW(ddp, global_norm=norm, prepare_grads=prepare, **adam)
     if args.zero == 3:
         return ZeroStage3(module, grid.dp_comm, **adam)
     return ZeroOptimizer(module, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes,
-                         norm_comms=norm_comms, **adam)
+                         global_norm=norm, prepare_grads=prepare, **adam)
+
+
+def build_model(args, layout, grid, cfg, params):
+    """The plain GPT (weights from ``params`` when resuming), sliced for tensor
+    parallelism, cut into pipeline stages.  Returns (model, module the optimizer
+    owns, pipeline engine or None, tensor-parallel model or None)."""
+    model = GPT(cfg, seed=args.seed)
+    if params is not None:
+        model.load_state_dict(params)
+    tp_model = None
+    if layout.tp > 1:
+        from minipar.parallel.tensor import to_tensor_parallel, vocab_parallel_cross_entropy
+        model = tp_model = to_tensor_parallel(model, grid, args.sequence_parallel)
+    if layout.pp == 1 and layout.chunks == 1:
+        return model, model, None, tp_model
+    from minipar.parallel.pipeline.engine import PipelineEngine
+    from minipar.parallel.pipeline.stage import RankStages
+    module = RankStages(model, grid.coords.pp, layout.pp, layout.chunks)
+    loss_fn, act_shape = None, None
+    if tp_model is not None:
+        start = tp_model.vocab_bounds[grid.tp_comm.rank]
+        loss_fn = lambda z, y: vocab_parallel_cross_entropy(z, y, grid.tp_comm, start)  # noqa: E731
+        if args.sequence_parallel:
+            act_shape = lambda rows, n: (rows, n // layout.tp, cfg.d_model)  # noqa: E731
+    engine = PipelineEngine(module, grid.pp_comm, args.schedule, layout.microbatches,
+                            layout.chunks, loss_fn=loss_fn, activation_shape=act_shape)
+    return model, module, engine, tp_model
 
 
 def evaluate(model, dataset, args, batches):
@@ -79,10 +107,15 @@ def pipeline_forward_backward(engine, optimizer, x, y):
     return 0.0 if loss is None else loss
 
 
-def save_checkpoint(args, cfg, optimizer, grid, step):
-    """Full arrays by parameter name on world rank 0, whatever the layout."""
+def save_checkpoint(args, cfg, optimizer, grid, step, tp_model=None):
+    """Full arrays by parameter name on world rank 0, whatever the layout: ZeRO shards
+    gathered over dp, tensor slices over tp, stages merged over pp."""
     state = optimizer.state_dict()            # collective: gathers ZeRO shards
     params = optimizer.model_state_dict()     # collective under ZeRO-3
+    if tp_model is not None:                  # collective over tp: slices -> full arrays
+        params = tp_model.gather_full_arrays(params)
+        state = dict(state, m=tp_model.gather_full_arrays(state["m"]),
+                     v=tp_model.gather_full_arrays(state["v"]))
     if grid.pp > 1:                           # each stage holds other names: merge them
         parts = grid.pp_comm.mpi.gather((params, state), root=0)
         if parts is not None:
@@ -108,21 +141,17 @@ def train(args):
         checkpoint.check_compatible(resume[2], cfg.to_dict())
     dataset = Dataset(load_corpus(args.data), cfg.seq_len)
     grid = ProcessGrid(Communicator(), dp=layout.dp, tp=layout.tp, pp=layout.pp)
-    model = GPT(cfg, seed=args.seed)
-    if resume:
-        model.load_state_dict(resume[0])
-    engine, module = None, model
-    if layout.pp > 1 or layout.chunks > 1:
-        from minipar.parallel.pipeline.engine import PipelineEngine
-        from minipar.parallel.pipeline.stage import RankStages
-        module = RankStages(model, grid.coords.pp, layout.pp, layout.chunks)
-        engine = PipelineEngine(module, grid.pp_comm, args.schedule, layout.microbatches,
-                                layout.chunks)
-    optimizer = build_optimizer(module, grid, args)
+    model, module, engine, tp_model = build_model(args, layout, grid, cfg,
+                                                  resume[0] if resume else None)
+    optimizer = build_optimizer(module, grid, args, tp_model)
     start = 0
     if resume:
-        optimizer.load_state_dict(resume[1])
-        start = int(resume[2]["step"])
+        _, state, meta = resume
+        if tp_model is not None:
+            state = dict(state, m=tp_model.shard_full_arrays(state["m"]),
+                         v=tp_model.shard_full_arrays(state["v"]))
+        optimizer.load_state_dict(state)
+        start = int(meta["step"])
     from minipar.train_loop import run_steps
-    run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start)
+    run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start, tp_model)
     return model

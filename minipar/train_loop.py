@@ -20,7 +20,7 @@ def _global_loss(grid, local_loss):
     return float(all_reduce(grid.dp_comm, value)[0]) / grid.dp
 
 
-def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start):
+def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start, tp_model=None):
     from minipar.train import forward_backward, pipeline_forward_backward, save_checkpoint, evaluate
     warmup = args.warmup if args.warmup is not None else max(1, args.steps // 10)
     tokens_per_step = args.batch_size * cfg.seq_len
@@ -67,11 +67,11 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start)
             bar.set_postfix(loss=f"{loss:.4f}")
             bar.update(1)
         if args.save and args.save_every and (step + 1) % args.save_every == 0:
-            save_checkpoint(args, cfg, optimizer, grid, step + 1)
+            save_checkpoint(args, cfg, optimizer, grid, step + 1, tp_model)
     if bar:
         bar.close()
     if args.save:
-        save_checkpoint(args, cfg, optimizer, grid, end)
+        save_checkpoint(args, cfg, optimizer, grid, end, tp_model)
     if args.eval_batches and is_logger and engine is None:
         print(f"val loss {evaluate(model, dataset, args, args.eval_batches):.4f} "
               f"after {end} steps", flush=True)

@@ -78,10 +78,16 @@ def test_memory_counter_tracks_live_bytes_and_peak():
     counter = backend.MemoryCounter()
     a = counter.track(np.zeros(1000))                  # 8000 bytes
     b = counter.track(np.zeros(500))                   # 4000 bytes
-    counter.track(a[:10])                              # a view: not counted again
-    assert counter.live == 12000 and counter.peak == 12000
+    view = counter.track(a[:10])                       # a view: its owner is already counted
+    assert view.base is a and counter.live == 12000 and counter.peak == 12000
+    c = counter.track(np.zeros((10, 10)).T)            # a view of an untracked array: owner counted
+    assert counter.live == 12800
+    del c
+    assert counter.live == 12000
     del a
-    assert counter.live == 4000 and counter.peak == 12000
+    assert counter.live == 12000                       # the view keeps its owner alive
+    del view
+    assert counter.live == 4000 and counter.peak == 12800
     counter.reset_peak()
     assert counter.peak == 4000
     del b

@@ -113,23 +113,26 @@ class DataParallelAdamW:
 
     stage = 0
 
-    def __init__(self, ddp, norm_comms=(), **adam):
+    def __init__(self, ddp, global_norm=None, prepare_grads=None, **adam):
+        """``global_norm``: a ``norm.GlobalNorm`` when other ranks hold other parts of
+        the model; ``prepare_grads``: called after the dp sync, before clipping (tensor
+        parallelism sums replicated gradients there)."""
         from minipar.optim import AdamW
+        from minipar.parallel.norm import GlobalNorm
         self.ddp = ddp
-        self.norm_comms = norm_comms   # groups holding *other* parameters (pipeline stages)
+        self.global_norm = global_norm or GlobalNorm()
+        self.prepare_grads = prepare_grads
         self.adam = AdamW(ddp.module.named_parameters(), **adam)
 
     lr = property(lambda self: self.adam.lr, lambda self, v: setattr(self.adam, "lr", v))
 
     def step(self, max_norm=None):
-        from minipar.optim import clip_grad_norm, global_grad_norm
+        from minipar.optim import clip_grad_norm
         self.ddp.finish_gradient_sync()
-        norm = global_grad_norm(p.grad for p in self.ddp.params)
-        if self.norm_comms:   # ||g||² of the whole model = Σ over the groups' parts
-            total = xp.asarray([norm * norm])
-            for comm in self.norm_comms:
-                total = all_reduce(comm, total)
-            norm = float(total[0]) ** 0.5
+        if self.prepare_grads:
+            self.prepare_grads()
+        named = ((name, p.grad) for name, p in self.adam.params)
+        norm = self.global_norm.total(self.global_norm.local_sq(named))
         clip_grad_norm(self.ddp.params, max_norm, norm=norm)
         self.adam.step()
         return norm

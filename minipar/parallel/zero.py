@@ -27,7 +27,6 @@ gradient: ||g||² = Σ over ranks of ||my shard||² (one tiny all-reduce).
 """
 from __future__ import annotations
 
-import math
 import time
 
 from minipar.backend import xp, to_host, to_device
@@ -41,11 +40,14 @@ class ZeroOptimizer:
     """AdamW with ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
     def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
-                 weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None, norm_comms=()):
+                 weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None, global_norm=None,
+                 prepare_grads=None):
         if stage not in (1, 2, 3):
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
         self.module, self.comm, self.stage = module, comm, stage
-        self.norm_comms = norm_comms   # groups holding other parameters (pipeline stages)
+        from minipar.parallel.norm import GlobalNorm
+        self.global_norm = global_norm or GlobalNorm()   # other groups' parts (pp, tp)
+        self.prepare_grads = prepare_grads               # before the sync (tp replicas)
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.step_count = 0
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -59,7 +61,8 @@ class ZeroOptimizer:
             b.param_shard = b.pack_data()[lo:hi].copy()   # this rank's slice of the weights
             b.m = xp.zeros_like(b.param_shard)
             b.v = xp.zeros_like(b.param_shard)
-            b.decay = self._decay_mask(b)[lo:hi].copy()
+            b.decay = self._mask(b, lambda n, p: self.weight_decay if decays(n, p) else 0.0)[lo:hi].copy()
+            b.norm_weight = self._mask(b, lambda n, p: self.global_norm.weight(n))[lo:hi].copy()
             b.grad_shard = None
             for p in b.params:
                 self.bucket_of[id(p)] = b
@@ -67,10 +70,11 @@ class ZeroOptimizer:
                     p.register_hook(self._grad_ready)
         self.exposed_comm_s = 0.0
 
-    def _decay_mask(self, bucket):
+    def _mask(self, bucket, value_of):
+        """A flat per-element array over the bucket: value_of(name, param) on each param."""
         mask = xp.zeros(bucket.padded, dtype=bucket.dtype)
         for p, view in bucket.views(mask):
-            view[...] = self.weight_decay if decays(self.names[id(p)], p) else 0.0
+            view[...] = value_of(self.names[id(p)], p)
         return mask
 
     # ------------------------------------------------------------ gradients
@@ -112,16 +116,16 @@ class ZeroOptimizer:
     # ------------------------------------------------------------ update
     def grad_norm(self):
         """||g|| of the full averaged gradient, from the shards."""
-        local = sum(float((b.grad_shard.astype(xp.float64) ** 2).sum())
+        local = sum(float((b.norm_weight * b.grad_shard.astype(xp.float64) ** 2).sum())
                     for b in self.buckets if b.grad_shard is not None)
         total = all_reduce(self.comm, xp.asarray([local], dtype=xp.float64))
-        for comm in self.norm_comms:
-            total = all_reduce(comm, total)
-        return math.sqrt(float(to_host(total)[0]))
+        return self.global_norm.total(float(to_host(total)[0]))
 
     def step(self, max_norm=None):
         """Clip by the global norm, AdamW on my shards, all-gather the weights.
         Returns the gradient norm before clipping."""
+        if self.prepare_grads:
+            self.prepare_grads()
         self.finish_gradient_sync()
         norm = self.grad_norm()
         scale = max_norm / (norm + 1e-6) if max_norm and norm > max_norm else 1.0

@@ -28,8 +28,16 @@ from minipar.parallel.pipeline.timeline import Span
 
 
 class PipelineEngine:
-    def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1):
+    def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1, loss_fn=None,
+                 activation_shape=None):
+        """``loss_fn(logits, targets)``: the last stage's loss (default cross-entropy;
+        tensor parallelism passes its vocab-parallel one).  ``activation_shape(rows,
+        seq_len)``: the shape of what stages exchange (default (rows, seq_len, d_model);
+        sequence parallelism holds seq_len/tp tokens)."""
         self.stages = rank_stages.stages
+        d_model = self.stages[0].model.config.d_model
+        self.loss_fn = loss_fn or ops.cross_entropy
+        self.activation_shape = activation_shape or (lambda rows, seq: (rows, seq, d_model))
         self.comm = pp_comm
         self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
         self.S = self.pp * chunks
@@ -72,7 +80,7 @@ class PipelineEngine:
         self.t0 = time.perf_counter() if t0 is None else t0
         self.spans, self.local, self.pending_sends = [], {}, []
         saved, deferred, loss_total = {}, {}, 0.0
-        act_shape = (rows, inputs.shape[1], self.stages[0].model.config.d_model)
+        act_shape = self.activation_shape(rows, inputs.shape[1])
         dtype = backend.default_dtype()
         for action in self.actions:
             c, mb = action.chunk, action.microbatch
@@ -87,7 +95,7 @@ class PipelineEngine:
                 out = stage(x)
                 if s == self.S - 1:
                     y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
-                    out = ops.cross_entropy(out, y) * (1.0 / self.M)
+                    out = self.loss_fn(out, y) * (1.0 / self.M)
                     loss_total += out.item()
                 else:
                     self._send(out.data, "act", mb, s + 1)

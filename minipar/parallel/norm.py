@@ -1,0 +1,39 @@
+"""The global gradient norm, when each rank holds only part of the gradient.
+
+Clipping must use ||g|| of the *whole* model's gradient.  A rank computes the
+squared norm of what it holds and the parts are summed over the groups that hold
+other parts:
+
+    ||g||² = Σ_groups Σ_p  w_p · ||g_p||²
+
+- pipeline stages hold different layers: sum over ``pp_comm``;
+- tensor-parallel ranks hold different slices of a sharded weight: sum over
+  ``tp_comm``; a weight replicated on all t ranks (LayerNorm, biases of row-parallel
+  layers, positions) would be counted t times, so its weight is w_p = 1/t;
+- ZeRO shards hold different pieces of every bucket: sum over ``dp_comm`` (the ZeRO
+  optimizer does that one itself).
+"""
+from __future__ import annotations
+
+import math
+
+from minipar.backend import xp, to_host
+from minipar.comm import all_reduce
+
+
+class GlobalNorm:
+    def __init__(self, comms=(), weight=None):
+        self.comms = [c for c in comms if c is not None and c.size > 1]
+        self.weight = weight or (lambda name: 1.0)
+
+    def local_sq(self, named_grads):
+        """Σ w_p ||g_p||² over (name, grad) pairs held here."""
+        return sum(self.weight(name) * float((g.astype(xp.float64) ** 2).sum())
+                   for name, g in named_grads if g is not None)
+
+    def total(self, local_sq):
+        """sqrt of the sum of ``local_sq`` over the groups."""
+        value = xp.asarray([local_sq], dtype=xp.float64)
+        for comm in self.comms:
+            value = all_reduce(comm, value)
+        return math.sqrt(float(to_host(value)[0]))

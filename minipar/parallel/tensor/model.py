@@ -1,0 +1,163 @@
+"""A GPT in tensor-parallel form, made by slicing the plain GPT of the same seed.
+
+    tp_model = to_tensor_parallel(GPT(cfg, seed), grid, sequence_parallel=True)
+    logits_r, loss = tp_model(ids, targets)    # my vocabulary shard, the full-model loss
+
+Every rank builds the plain GPT (same seed, so the same weights), then keeps its slices:
+wte by vocabulary rows, qkv/fc by columns, attention proj/MLP proj by rows, lm_head by
+vocabulary columns; LayerNorms, row biases and wpe stay replicated.  Parameter names are
+the plain GPT's (``blocks.0.attn.qkv.weight`` …) with local shapes, so an optimizer keyed
+by name works unchanged and ``full_state_dict()`` gives back a checkpoint a plain GPT (or
+any other layout) can load.
+
+Data flow (t ranks; "seq" = sequence parallel, tokens split s/t per rank):
+
+    ids ─ VocabParallelEmbedding ─g─> + wpe ─ dropout ─ blocks ─ ln_f ─f─> lm_head (V/t cols)
+                                 (seq: reduce-scatter; wpe rows and dropout masks of my tokens)
+    loss = vocab_parallel_cross_entropy(logits_r)   (never gathers the V logits)
+"""
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import numpy as np
+
+from minipar.backend import to_device, to_host
+from minipar.autograd import ops
+from minipar.comm import chunk_bounds
+from minipar.nn.module import Module
+from minipar.parallel.tensor.cross_entropy import vocab_parallel_cross_entropy
+from minipar.parallel.tensor.grads import reduce_replicated_grads
+from minipar.parallel.tensor.layers import (ColumnParallelLinear, SequenceParallelDropout,
+                                            VocabParallelEmbedding, parallel_attention,
+                                            parallel_mlp)
+from minipar.parallel.tensor.regions import (copy_to_tp_region, gather_from_sequence_region,
+                                             gather_from_tp_region)
+from minipar.parallel.tensor.sharding import gather_full, shard_table
+from minipar.parallel.tensor.validate import check_sequence_length, check_tensor_parallel
+
+
+def _tp_comm(grid_or_comm):
+    return getattr(grid_or_comm, "tp_comm", grid_or_comm)
+
+
+class TensorParallelGPT(Module):
+    """The tensor-parallel GPT; build it with :func:`to_tensor_parallel`."""
+
+    def __init__(self, model, comm, sequence_parallel=False):
+        cfg = model.config
+        check_tensor_parallel(cfg, comm.size, sequence_parallel)   # before any message
+        sp = bool(sequence_parallel)
+        full_shapes = OrderedDict((n, tuple(p.shape)) for n, p in model.named_parameters())
+        flops = model.flops_per_token()
+        model = copy.deepcopy(model)          # the caller's model stays untouched
+        self.wte = VocabParallelEmbedding.from_embedding(model.wte, comm, sp)
+        self.wpe = model.wpe
+        self.drop = SequenceParallelDropout.from_dropout(model.drop, comm) if sp else model.drop
+        for block in model.blocks:
+            parallel_attention(block.attn, comm, sp)
+            parallel_mlp(block.mlp, comm, sp)
+        self.blocks = model.blocks
+        self.ln_f = model.ln_f
+        self.lm_head = None if model.lm_head is None else \
+            ColumnParallelLinear.from_linear(model.lm_head, comm, sp)
+        self.config, self.comm, self.sequence_parallel = cfg, comm, sp
+        self.dropout_rng = model.dropout_rng
+        self.vocab_bounds = chunk_bounds(cfg.vocab_size, comm.size)
+        self.full_shapes = full_shapes
+        self.shard_specs = shard_table(self)   # tied head: reuses wte's vocabulary slice
+        self._flops_per_token = flops
+
+    # ------------------------------------------------------------------ forward
+    def embed(self, ids):
+        ids = ops.raw(ids)
+        n = ids.shape[-1]
+        if n > self.config.seq_len:
+            raise ValueError(f"sequence of {n} tokens is longer than seq_len {self.config.seq_len}")
+        positions = np.arange(n)
+        if self.sequence_parallel:
+            check_sequence_length(n, self.comm.size)
+            b = chunk_bounds(n, self.comm.size)
+            positions = positions[b[self.comm.rank]:b[self.comm.rank + 1]]
+        return self.drop(self.wte(ids) + self.wpe(to_device(positions)))
+
+    def head(self, x):
+        """Logits of my vocabulary slice, (B, N, V_r), for every token."""
+        x = self.ln_f(x)
+        if self.lm_head is not None:
+            return self.lm_head(x)
+        if self.sequence_parallel:
+            x = gather_from_sequence_region(x, self.comm)
+        else:
+            x = copy_to_tp_region(x, self.comm)
+        return ops.linear(x, ops.transpose(self.wte.weight))
+
+    def forward(self, ids, targets=None):
+        """Logits shard (B, N, V_r); with targets also the full-model mean cross-entropy
+        (the same value on every tp rank, equal to the single-process loss)."""
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(x)
+        if targets is None:
+            return logits
+        start = self.vocab_bounds[self.comm.rank]
+        return logits, vocab_parallel_cross_entropy(logits, targets, self.comm, start)
+
+    def gather_logits(self, logits):
+        """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""
+        return gather_from_tp_region(logits, self.comm, self.config.vocab_size)
+
+    # ------------------------------------------------------------------ training helpers
+    def reduce_replicated_grads(self):
+        """Sequence parallelism: sum replicated parameters' gradients over tp (see grads.py)."""
+        reduce_replicated_grads(self)
+
+    def flops_per_token(self):
+        """Of the whole model (as the plain GPT), not of this rank's slice."""
+        return self._flops_per_token
+
+    # ------------------------------------------------------------------ checkpoints
+    def gather_full_arrays(self, arrays):
+        """Collective: {name: local array} -> {name: full host array}, for parameters or
+        per-parameter optimizer state (AdamW's m, v).  Every rank gets the result."""
+        out = OrderedDict()
+        for name, local in arrays.items():
+            spec = self.shard_specs.get(name)
+            full = local if spec is None else gather_full(self.comm, spec, to_device(local),
+                                                          self.full_shapes[name])
+            out[name] = to_host(full).copy()
+        return out
+
+    def shard_full_arrays(self, arrays):
+        """{name: full array} -> {name: my local slice (host)}; no communication."""
+        out = OrderedDict()
+        for name, full in arrays.items():
+            spec = self.shard_specs.get(name)
+            if tuple(full.shape) != self.full_shapes[name]:
+                raise ValueError(f"{name}: shape {tuple(full.shape)} != model shape "
+                                 f"{self.full_shapes[name]}")
+            local = full if spec is None else spec.local(full, self.comm.rank, self.comm.size)
+            out[name] = to_host(local).copy()
+        return out
+
+    def full_state_dict(self):
+        """Collective: the plain GPT's state dict (same names, full shapes) on every rank."""
+        return self.gather_full_arrays(OrderedDict((n, p.data) for n, p in self.named_parameters()))
+
+    def load_full_state_dict(self, state):
+        """Load a plain GPT's state dict (any layout's ``full_state_dict``) by slicing it."""
+        missing = sorted(set(self.full_shapes) - set(state))
+        unexpected = sorted(set(state) - set(self.full_shapes))
+        if missing or unexpected:
+            raise ValueError(f"state dict does not match the model: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+        self.load_state_dict(self.shard_full_arrays(OrderedDict((n, state[n]) for n in self.full_shapes)))
+
+
+def to_tensor_parallel(model, grid_or_tp_comm, sequence_parallel=False):
+    """The tensor-parallel form of a plain ``GPT`` over a ProcessGrid's ``tp_comm`` (or a
+    Communicator): same initialisation, sliced.  The plain model is copied, not changed.
+    Raises ValueError (what to change) for layouts that cannot work, before any message."""
+    return TensorParallelGPT(model, _tp_comm(grid_or_tp_comm), sequence_parallel)
