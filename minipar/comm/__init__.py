@@ -1,0 +1,42 @@
+"""Collectives written by hand over MPI point-to-point messages.
+
+Exported:
+
+- transport: ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None,
+  ranks_per_node=None)`` — rank, size, ``split(color, key)``, buffer-based
+  ``send/recv/sendrecv/isend/irecv/wait/waitall/barrier``, counters ``bytes_sent,
+  bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``;
+  ``CollectiveMismatchError`` (raised in check mode, ``MINIPAR_COMM_CHECK=1``).
+- collectives: ``all_reduce(comm, array, op="sum", algorithm="auto", out=None)``,
+  ``reduce_scatter(comm, array, op="sum", out=None, inplace=False)``,
+  ``all_gather(comm, shard, sizes=None, out=None)``,
+  ``broadcast(comm, array, root=0, algorithm="auto")``,
+  ``reduce(comm, array, root=0, op="sum", out=None, algorithm="auto")``, ``barrier(comm)``.
+  All-reduce algorithms: ``ALL_REDUCE_ALGORITHMS`` = ring, recursive_doubling,
+  rabenseifner, tree, hierarchical (plus "auto", by the cost model).
+- non-blocking: ``all_reduce_async``, ``reduce_scatter_async``, ``all_gather_async``,
+  ``broadcast_async``, ``reduce_async`` -> ``Handle`` with ``wait()`` / ``test()``.
+- ``chunk_bounds(n, p)`` / ``chunk_sizes(n, p)``: the array_split chunking rule.
+- ``abort_on_exception()``: an uncaught exception on any rank aborts the job.
+- ``cost_model``: ``predict``, ``choose``, ``calibrate``, ``CostParams``.
+
+Modules: transport (p2p + counters + check), exchange (pipelined send/receive/reduce),
+ring, doubling (recursive doubling, Rabenseifner), tree (binomial), hierarchical,
+collectives (the API above), nonblocking, cost_model, abort, bench.
+"""
+from minipar.comm import cost_model
+from minipar.comm.abort import abort_on_exception
+from minipar.comm.chunks import chunk_bounds, chunk_sizes
+from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, all_gather, all_reduce, barrier,
+                                      broadcast, reduce, reduce_scatter)
+from minipar.comm.nonblocking import (Handle, all_gather_async, all_reduce_async,
+                                      broadcast_async, reduce_async, reduce_scatter_async)
+from minipar.comm.transport import CollectiveMismatchError, Communicator
+
+__all__ = [
+    "Communicator", "CollectiveMismatchError", "abort_on_exception", "cost_model",
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier",
+    "ALL_REDUCE_ALGORITHMS", "chunk_bounds", "chunk_sizes",
+    "Handle", "all_reduce_async", "reduce_scatter_async", "all_gather_async",
+    "broadcast_async", "reduce_async",
+]

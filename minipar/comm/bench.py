@@ -1,0 +1,154 @@
+"""All-reduce benchmark: every hand-written algorithm against MPI's own ``Allreduce``.
+
+    mpiexec -n N python -m minipar bench comm [--min-size 1K] [--max-size 64M] [--json FILE]
+    mpiexec -n N python -m minipar.comm.bench ...            (the same)
+
+For each size S (powers of 4 from 1 KiB to 64 MiB by default) and algorithm, the time
+of one in-place all-reduce is the slowest rank's, after a barrier; the algorithms take
+turns, round after round (fair on a loaded machine); the table shows the median over
+the rounds and the nccl-tests bandwidths
+
+    algbw = S / t          busbw = algbw · 2(n-1)/n
+
+(busbw is what each rank's link must carry, comparable across n), the α-β-γ model's
+prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from mpi4py import MPI
+
+from minipar.backend import set_backend, sync, xp
+from minipar.comm import cost_model
+from minipar.comm.collectives import ALL_REDUCE_ALGORITHMS, _auto, all_reduce
+from minipar.comm.transport import Communicator
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().rstrip("IB").rstrip("B")
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(text)
+
+
+def fmt_size(n: int) -> str:
+    for unit, k in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return f"{n}B"
+
+
+def _time_interleaved(comm, fns, budget, max_iters):
+    """Median (and min) over rounds of the slowest rank's time, for each of ``fns``.
+
+    Each round times every function once, in turn, so a load burst on a shared machine
+    hits all of them alike instead of whichever was running at the time.
+    """
+    for fn in fns:  # warm-up: connections, workspaces, page faults, the cost model
+        fn()
+    comm.mpi.Barrier()
+    t0 = time.perf_counter()
+    for fn in fns:
+        fn()
+    sync()
+    first = comm.mpi.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    rounds = int(max(3, min(max_iters, budget / max(first, 1e-9))))
+    times = xp.zeros((len(fns), rounds), dtype=xp.float64)
+    for i in range(rounds):
+        for k, fn in enumerate(fns):
+            comm.mpi.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[k, i] = time.perf_counter() - t0
+    host = times.get() if hasattr(times, "get") else times
+    comm.mpi.Allreduce(MPI.IN_PLACE, host, op=MPI.MAX)
+    return [(statistics.median(row), min(row)) for row in host.tolist()]
+
+
+def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
+    """Rows of measurements (one per size and algorithm, "mpi" being the baseline)."""
+    p = comm.size
+    itemsize = xp.dtype(dtype).itemsize
+    base = xp.zeros(max(sizes) // itemsize, dtype=dtype)
+    ctx = comm.context("coll")
+    params = cost_model.params(ctx)
+    rows = []
+    for size in sizes:
+        buf = base[: size // itemsize]
+        names, fns = [], []
+        if not hasattr(buf, "get"):  # MPI's own, on host memory
+            names.append("mpi")
+            fns.append(lambda: comm.mpi.Allreduce(MPI.IN_PLACE, buf))
+        for alg in algorithms:
+            names.append(alg)
+            fns.append(lambda a=alg: all_reduce(comm, buf, "sum", a))
+        timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters)))
+        t_mpi = timed.get("mpi", (float("nan"),))[0]
+        for alg in names:
+            t, t_min = timed[alg]
+            used = _auto(ctx, buf.nbytes) if alg == "auto" else alg
+            algbw = size / t / 1e9 if t > 0 else float("inf")
+            pred = None if used == "mpi" else cost_model.predict(used, p, size, params,
+                                                                 comm.ranks_per_node)
+            rows.append(dict(size=size, algorithm=alg, chosen=used, time_s=t, min_time_s=t_min,
+                             algbw_GBps=algbw, busbw_GBps=algbw * (2 * (p - 1) / p if p > 1 else 1.0),
+                             predicted_s=pred, vs_mpi=t_mpi / t if t > 0 else float("nan"),
+                             nprocs=p, dtype=dtype))
+    return rows, params
+
+
+def print_table(rows, params, p):
+    print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
+          f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s (calibrated)")
+    print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
+          f"{'model us':>9} {'vs MPI':>7}")
+    for r in rows:
+        name = r["algorithm"] if r["algorithm"] != "auto" else f"auto({r['chosen']})"
+        model = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e6:9.1f}"
+        print(f"{fmt_size(r['size']):>6} {name:<28} {r['time_s'] * 1e6:10.1f} {r['algbw_GBps']:10.3f} "
+              f"{r['busbw_GBps']:10.3f} {model:>9} {r['vs_mpi']:7.2f}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="minipar bench comm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--min-size", default="1K", help="smallest buffer (default 1K)")
+    ap.add_argument("--max-size", default="64M", help="largest buffer (default 64M)")
+    ap.add_argument("--factor", type=int, default=4, help="size step (default x4)")
+    ap.add_argument("--algorithms", default=",".join(("auto",) + ALL_REDUCE_ALGORITHMS),
+                    help="comma-separated all-reduce algorithms (default: all and auto)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds per size (all algorithms)")
+    ap.add_argument("--max-iters", type=int, default=200)
+    ap.add_argument("--ranks-per-node", type=int, default=None,
+                    help="pretend nodes of this many ranks (hierarchical)")
+    ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
+    ap.add_argument("--json", default=None, help="write the rows as JSON to FILE")
+    args = ap.parse_args(argv)
+    set_backend(args.backend)
+    comm = Communicator(check=False, ranks_per_node=args.ranks_per_node)
+    lo, hi = parse_size(args.min_size), parse_size(args.max_size)
+    sizes = []
+    s = lo
+    while s <= hi:
+        sizes.append(s)
+        s *= args.factor
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    rows, params = run(comm, sizes, algorithms, args.dtype, args.budget, args.max_iters)
+    if comm.rank == 0:
+        print_table(rows, params, comm.size)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"nprocs": comm.size, "alpha": params.alpha, "beta": params.beta,
+                           "gamma": params.gamma, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

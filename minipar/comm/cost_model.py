@@ -1,0 +1,145 @@
+"""The α-β-γ cost model of collectives, calibrated by a ping-pong; ``auto`` picks by it.
+
+A message of n bytes costs α + n·β (α: latency incl. software overhead, β: seconds per
+byte, 1/bandwidth); reducing n bytes costs n·γ.  For p ranks and S bytes:
+
+    ring                2(p-1)·α + 2(p-1)/p·S·β + (p-1)/p·S·γ
+    recursive doubling  log2 p'·(α + S·β + S·γ)                     (+ fold)
+    rabenseifner        2·log2 p'·α + 2(p'-1)/p'·S·β + (p'-1)/p'·S·γ (+ fold)
+    tree                2⌈log2 p⌉·(α + S·β) + ⌈log2 p⌉·S·γ
+    hierarchical        ring RS(q) + ring AR(m, S/q) + ring AG(q)    (m nodes of q ranks)
+
+with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  Pipelining a message
+into k segments costs k·α instead of α.  Latency terms dominate small S (recursive
+doubling wins), bandwidth terms large S (ring / Rabenseifner win).
+
+``calibrate(comm)`` measures α, β (ping-pong between ranks 0 and 1 through the
+minipar transport, so Python overhead is part of α) and γ (a local ``add``), and
+broadcasts them from rank 0: every rank must make the same ``auto`` choice.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+
+from minipar.backend import xp
+from minipar.comm.chunks import pow2_floor, segments
+from minipar.comm.exchange import SEGMENT_BYTES
+
+ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
+
+
+@dataclass(frozen=True)
+class CostParams:
+    alpha: float = 5e-6     # s per message
+    beta: float = 2e-10     # s per byte moved    (5 GB/s)
+    gamma: float = 2e-10    # s per byte reduced  (5 GB/s)
+
+
+def _ring(p, S, c, seg=SEGMENT_BYTES):
+    if p == 1:
+        return 0.0
+    k = segments(S / p, seg)
+    return (p - 1) * (k + 1) * c.alpha + 2 * (p - 1) / p * S * c.beta + (p - 1) / p * S * c.gamma
+
+
+def _fold(p, S, c):
+    return 0.0 if pow2_floor(p) == p else 2 * c.alpha + 2 * S * c.beta + S * c.gamma
+
+
+def predict(algorithm, p, nbytes, c: CostParams, ranks_per_node=None, seg=SEGMENT_BYTES):
+    """Predicted seconds for an all-reduce of ``nbytes`` over ``p`` ranks."""
+    S = float(nbytes)
+    if p == 1:
+        return 0.0
+    p2 = pow2_floor(p)
+    L = int(math.log2(p2))
+    if algorithm == "ring":
+        return _ring(p, S, c, seg)
+    if algorithm == "recursive_doubling":
+        return L * (segments(S, seg) * c.alpha + S * c.beta + S * c.gamma) + _fold(p, S, c)
+    if algorithm == "rabenseifner":
+        return (L * c.alpha + sum(segments(S / 2 ** (i + 1), seg) * c.alpha for i in range(L))
+                + 2 * (p2 - 1) / p2 * S * c.beta + (p2 - 1) / p2 * S * c.gamma + _fold(p, S, c))
+    if algorithm == "tree":
+        d = math.ceil(math.log2(p))
+        return 2 * d * (c.alpha + S * c.beta) + d * S * c.gamma
+    if algorithm == "hierarchical":
+        q = min(ranks_per_node or p, p)
+        m = math.ceil(p / q)
+        ag = (q - 1) * c.alpha + (q - 1) / q * S * c.beta if q > 1 else 0.0
+        rs = _ring(q, S, c, seg) - ag if q > 1 else 0.0
+        return rs + _ring(m, S / q, c, seg) + ag
+    raise ValueError(f"no cost model for {algorithm!r}")
+
+
+def predict_broadcast(algorithm, p, nbytes, c: CostParams):
+    d = math.ceil(math.log2(p)) if p > 1 else 0
+    if algorithm == "binomial":
+        return d * (c.alpha + nbytes * c.beta)
+    return (d + p - 1) * c.alpha + 2 * (p - 1) / p * nbytes * c.beta
+
+
+def choose(p, nbytes, c: CostParams, candidates=("ring", "recursive_doubling",
+                                                 "rabenseifner", "tree")):
+    """The candidate with the smallest predicted time (ties: first listed)."""
+    return min(candidates, key=lambda a: predict(a, p, nbytes, c))
+
+
+def calibrate(comm, small=8, large=1 << 20, reps=20) -> CostParams:
+    """Collective: measure α, β (ping-pong 0<->1) and γ, the same values on every rank."""
+    saved = comm.counters.as_dict()
+    vals = xp.zeros(3, dtype=xp.float64)
+    if comm.size > 1 and comm.rank < 2:
+        peer = 1 - comm.rank
+        times = []
+        for nbytes, n in ((small, reps), (large, max(3, reps // 4))):
+            a = xp.zeros(nbytes, dtype=xp.uint8)
+            best = float("inf")
+            for _ in range(n):
+                t0 = time.perf_counter()
+                if comm.rank == 0:
+                    comm.send(a, peer, 11)
+                    comm.recv(a, peer, 11)
+                else:
+                    comm.recv(a, peer, 11)
+                    comm.send(a, peer, 11)
+                best = min(best, (time.perf_counter() - t0) / 2)
+            times.append(best)
+        alpha = times[0]
+        vals[0], vals[1] = alpha, max((times[1] - alpha) / large, 1e-12)
+    if comm.rank == 0:
+        x, y = xp.ones(large // 4, dtype=xp.float32), xp.ones(large // 4, dtype=xp.float32)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            xp.add(x, y, out=x)
+            best = min(best, time.perf_counter() - t0)
+        vals[2] = best / large
+        if comm.size == 1:
+            vals[0], vals[1] = CostParams.alpha, CostParams.beta
+    host = vals if not hasattr(vals, "get") else vals.get()
+    comm.mpi.Bcast(host, root=0)  # setup only: every rank must hold identical constants
+    for k, v in saved.items():
+        setattr(comm.counters, k, v)
+    return CostParams(float(host[0]), float(host[1]), float(host[2]))
+
+
+def params(comm) -> CostParams:
+    """The calibrated constants of ``comm`` (calibrating on first use; collective then).
+
+    ``MINIPAR_COMM_ALPHA/BETA/GAMMA`` override the measurement (e.g. to model a real
+    network from a single machine).
+    """
+    c = comm.cache.get("cost")
+    if c is None:
+        env = [os.environ.get(f"MINIPAR_COMM_{k}") for k in ("ALPHA", "BETA", "GAMMA")]
+        if all(env):
+            c = CostParams(*map(float, env))
+        else:
+            c = calibrate(comm)
+        comm.cache["cost"] = c
+    return c

@@ -1,0 +1,100 @@
+"""Recursive doubling and Rabenseifner all-reduce, with the fold-in for non-powers of two.
+
+Both work on p' = 2^⌊log2 p⌋ ranks.  With p' < p the first 2·(p-p') ranks pair up
+(fold-in): each even one sends its whole buffer to its odd neighbour and sits out; the
+odd one reduces and takes part under "new rank" r//2, the others under r-(p-p').  At
+the end each odd rank sends the result back (fold-out).  Fold cost: 2α + 2S·β + S·γ.
+
+- Recursive doubling: in step k (k = 0..log2 p'-1) rank i swaps its *whole* buffer with
+  rank i XOR 2^k and reduces.  log2 p'·(α + S·β + S·γ): fewest messages, most bytes —
+  the small-message algorithm.
+- Rabenseifner: recursive *halving* reduce-scatter (swap half the current window with
+  partner i XOR 2^k, from the highest bit down, keep and reduce the other half), then
+  recursive doubling all-gather of the reduced blocks, in the reverse order.
+  2·log2 p'·α + 2(p'-1)/p'·S·β + (p'-1)/p'·S·γ: ring's bandwidth with log-many steps.
+"""
+from __future__ import annotations
+
+from minipar.comm.chunks import chunk_bounds, pow2_floor, segments
+from minipar.comm.exchange import SEGMENT_BYTES, exchange, exchange_reduce
+from minipar.comm.transport import COLL_TAG
+
+
+def _fold_in(comm, buf, reduce):
+    """Fold p ranks onto a power of two; returns (new rank or -1 if sitting out, rem)."""
+    p, r = comm.size, comm.rank
+    rem = p - pow2_floor(p)
+    if r >= 2 * rem:
+        return r - rem, rem
+    if r % 2 == 0:
+        comm.send(buf, r + 1, COLL_TAG)
+        return -1, rem
+    tmp = comm.workspace(buf.size, buf.dtype)
+    comm.recv(tmp, r - 1, COLL_TAG)
+    reduce(buf, tmp, out=buf)
+    return r // 2, rem
+
+
+def _fold_out(comm, buf, rem):
+    r = comm.rank
+    if r < 2 * rem:
+        if r % 2 == 0:
+            comm.recv(buf, r + 1, COLL_TAG)
+        else:
+            comm.send(buf, r - 1, COLL_TAG)
+
+
+def _real(newrank, rem):
+    """Communicator rank of a new (folded) rank."""
+    return newrank * 2 + 1 if newrank < rem else newrank + rem
+
+
+def recursive_doubling_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES):
+    """All-reduce in place by whole-buffer swaps with partners at distance 1, 2, 4, ..."""
+    if comm.size == 1:
+        return buf
+    p2 = pow2_floor(comm.size)
+    newrank, rem = _fold_in(comm, buf, reduce)
+    if newrank >= 0:
+        nseg = segments(buf.size, segment_bytes // buf.itemsize)
+        mask = 1
+        while mask < p2:
+            partner = _real(newrank ^ mask, rem)
+            exchange_reduce(comm, buf, partner, buf, partner, reduce, nseg)
+            mask <<= 1
+    _fold_out(comm, buf, rem)
+    return buf
+
+
+def rabenseifner_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES):
+    """All-reduce in place: recursive-halving reduce-scatter + recursive-doubling all-gather."""
+    if comm.size == 1:
+        return buf
+    p2 = pow2_floor(comm.size)
+    newrank, rem = _fold_in(comm, buf, reduce)
+    if newrank >= 0:
+        b = chunk_bounds(buf.size, p2)  # block i ends up reduced on new rank i
+        seg = segment_bytes // buf.itemsize
+        lo, hi, mask = 0, p2, p2 >> 1
+        while mask:  # halving: the window of blocks I am responsible for halves each step
+            partner = _real(newrank ^ mask, rem)
+            mid = (lo + hi) // 2
+            nseg = segments(max(b[mid] - b[lo], b[hi] - b[mid]), seg)
+            if newrank & mask:
+                exchange_reduce(comm, buf[b[lo]:b[mid]], partner, buf[b[mid]:b[hi]], partner,
+                                reduce, nseg)
+                lo = mid
+            else:
+                exchange_reduce(comm, buf[b[mid]:b[hi]], partner, buf[b[lo]:b[mid]], partner,
+                                reduce, nseg)
+                hi = mid
+            mask >>= 1
+        mask = 1
+        while mask < p2:  # doubling: swap windows with the partner, the window doubles
+            partner = _real(newrank ^ mask, rem)
+            plo, phi = (lo - mask, lo) if newrank & mask else (hi, hi + mask)
+            exchange(comm, buf[b[lo]:b[hi]], partner, buf[b[plo]:b[phi]], partner)
+            lo, hi = min(lo, plo), max(hi, phi)
+            mask <<= 1
+    _fold_out(comm, buf, rem)
+    return buf

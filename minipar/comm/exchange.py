@@ -1,0 +1,61 @@
+"""The building block of every reducing algorithm: send one buffer while receiving the
+partner's data and reducing it into another — pipelined in segments.
+
+    recv[:] = op(recv, data arriving from src)      while      send ──> dest
+
+A large message is cut into ``nseg`` segments and received into two alternating
+scratch slots: while segment k is being reduced, segment k+1 is already in flight.
+Besides overlapping transfer and reduction, this keeps the scratch data in cache
+(each slot is reduced right after it lands), and it bounds the scratch memory to two
+segments however large the buffer.  Each segment adds one message (one α) to the
+cost: ``nseg·α + S·β + S·γ`` instead of ``α + S·β + S·γ``.
+
+``nseg`` must be the same on both ends of every message, so callers derive it from
+quantities all ranks know (the largest chunk, the window size), never from the local
+send size alone.
+"""
+from __future__ import annotations
+
+from minipar.comm.transport import COLL_TAG
+
+SEGMENT_BYTES = 256 * 1024  # pipeline segment; ~L2-sized so a slot is reduced from cache
+
+
+def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG):
+    """Send ``send`` to ``dest``; reduce what ``src`` sends into ``recv`` (in place).
+
+    ``send`` and ``recv`` may be the same buffer (recursive doubling): a segment is
+    only overwritten after its send has completed.
+    """
+    ns, nr = send.size, recv.size
+    if nseg <= 1:
+        tmp = comm.workspace(nr, recv.dtype)
+        comm.sendrecv(send, dest, tmp, src, tag)
+        reduce(recv, tmp, out=recv)
+        return
+    slot = -(-nr // nseg)
+    tmp = comm.workspace(2 * slot, recv.dtype)
+
+    def piece(a, n, k):
+        return a[n * k // nseg: n * (k + 1) // nseg]
+
+    first = piece(recv, nr, 0)
+    rreq = comm.irecv(tmp[:first.size], src, tag)
+    sreqs = [comm.isend(piece(send, ns, 0), dest, tag)]
+    for k in range(nseg):
+        rreq.wait()
+        part = piece(recv, nr, k)
+        landed = tmp[(k % 2) * slot: (k % 2) * slot + part.size]
+        if k + 1 < nseg:  # put the next segment in flight before reducing this one
+            nxt = piece(recv, nr, k + 1)
+            off = ((k + 1) % 2) * slot
+            rreq = comm.irecv(tmp[off: off + nxt.size], src, tag)
+            sreqs.append(comm.isend(piece(send, ns, k + 1), dest, tag))
+        sreqs[k].wait()  # its bytes have left: safe even when send is recv
+        reduce(part, landed, out=part)
+    comm.waitall(sreqs[nseg - 1:])
+
+
+def exchange(comm, send, dest, recv, src, tag=COLL_TAG):
+    """Plain swap, no reduction: ``recv`` <- what ``src`` sends, ``send`` -> ``dest``."""
+    comm.sendrecv(send, dest, recv, src, tag)

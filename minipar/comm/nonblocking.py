@@ -1,0 +1,121 @@
+"""Non-blocking collectives: a progress thread runs them while the caller computes.
+
+    handle = all_reduce_async(comm, flat_grad_buffer, op="sum", algorithm="ring")
+    ...                                     # backward keeps computing meanwhile
+    handle.wait()                           # -> the reduced buffer
+
+Each communicator gets one progress thread with a FIFO queue (the role of a CUDA
+stream in NCCL).  Ranks must start their non-blocking collectives on a communicator
+in the same order — exactly the rule for blocking ones — and the FIFO keeps that order.
+The thread works on a private duplicate of the communicator (its own MPI context), so
+its messages never mix with those of blocking collectives or user p2p on the main thread.
+
+Why this really overlaps: mpi4py releases the GIL inside blocking MPI calls and NumPy
+releases it inside large ufuncs, so the thread's transfers and reductions proceed while
+the main thread computes (with another core they run truly in parallel).  It needs
+MPI initialised with ``MPI_THREAD_MULTIPLE`` (mpi4py's default request; MPICH and Open
+MPI grant it).  If ``MPI.Query_thread()`` reports less, the operation runs at submission
+and the handle comes back already complete — correct, but without overlap.
+
+A handle is ``wait(timeout=None)`` (returns the result, re-raises the thread's error)
+and ``test()`` (True once complete; never blocks and does not need to be called for
+progress).  CuPy: the thread uses the default device; call from a process that set it.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+from mpi4py import MPI
+
+from minipar.comm import collectives, cost_model
+
+
+class Handle:
+    """The future result of a non-blocking collective."""
+
+    __slots__ = ("_done", "_result", "_error", "name")
+
+    def __init__(self, name):
+        self.name = name
+        self._done = threading.Event()
+        self._result = None
+        self._error = None
+
+    def _finish(self, result=None, error=None):
+        self._result, self._error = result, error
+        self._done.set()
+
+    def test(self) -> bool:
+        """True once the collective has completed (on this rank)."""
+        return self._done.is_set()
+
+    def wait(self, timeout=None):
+        """Block until complete; returns the collective's result."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.name} did not complete within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class _ProgressThread:
+    def __init__(self, comm):
+        self.comm = comm
+        self.queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name=f"minipar-comm-{id(comm):x}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            handle, fn, args, kwargs = self.queue.get()
+            try:
+                handle._finish(fn(self.comm, *args, **kwargs))
+            except BaseException as err:  # surfaces in handle.wait() on this rank
+                handle._finish(error=err)
+
+
+def threads_available() -> bool:
+    return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+
+def submit(comm, fn, *args, **kwargs) -> Handle:
+    """Run ``fn(async_context, *args, **kwargs)`` on ``comm``'s progress thread."""
+    handle = Handle(getattr(fn, "__name__", "collective"))
+    if not threads_available():
+        try:
+            handle._finish(fn(comm, *args, **kwargs))
+        except Exception as err:
+            handle._finish(error=err)
+        return handle
+    coll = comm.context("coll")
+    ctx = comm.context("async")  # collective Dup on first use: same order on all ranks
+    if "cost" not in ctx.cache and coll.size > 1:
+        ctx.cache["cost"] = cost_model.params(coll)  # calibrate here, never in the thread
+    engine = ctx.cache.get("engine")
+    if engine is None:
+        engine = ctx.cache["engine"] = _ProgressThread(ctx)
+    engine.queue.put((handle, fn, args, kwargs))
+    return handle
+
+
+def all_reduce_async(comm, array, op="sum", algorithm="auto", out=None) -> Handle:
+    """Non-blocking :func:`~minipar.comm.collectives.all_reduce`."""
+    return submit(comm, collectives.all_reduce, array, op=op, algorithm=algorithm, out=out)
+
+
+def reduce_scatter_async(comm, array, op="sum", out=None, inplace=False) -> Handle:
+    return submit(comm, collectives.reduce_scatter, array, op=op, out=out, inplace=inplace)
+
+
+def all_gather_async(comm, shard, sizes=None, out=None) -> Handle:
+    return submit(comm, collectives.all_gather, shard, sizes=sizes, out=out)
+
+
+def broadcast_async(comm, array, root=0, algorithm="auto") -> Handle:
+    return submit(comm, collectives.broadcast, array, root=root, algorithm=algorithm)
+
+
+def reduce_async(comm, array, root=0, op="sum", out=None, algorithm="auto") -> Handle:
+    return submit(comm, collectives.reduce, array, root=root, op=op, out=out, algorithm=algorithm)

@@ -1,0 +1,68 @@
+"""Ring algorithms: reduce-scatter, all-gather and all-reduce = reduce-scatter + all-gather.
+
+The p ranks form a ring; the buffer of S bytes is cut into p chunks (array_split
+boundaries, see ``chunks.py``).  At step s = 0..p-2 every rank passes one chunk to its
+right neighbour and takes one from its left, so all links are busy at once:
+
+- reduce-scatter: rank r sends chunk (r-s-1) and reduces the incoming chunk (r-s-2)
+  into its own copy; after p-1 steps rank r holds chunk r fully reduced.
+  Cost: (p-1)·α + (p-1)/p·S·β + (p-1)/p·S·γ.
+- all-gather: rank r sends chunk (r-s) and stores the incoming chunk (r-s-1).
+  Cost: (p-1)·α + (p-1)/p·S·β.
+- all-reduce: both — 2(p-1)·α + 2(p-1)/p·S·β + (p-1)/p·S·γ; every rank sends
+  (and receives) 2(p-1)/p·S bytes, which is optimal for bandwidth, independent of p.
+
+Large chunks are pipelined in segments (``exchange_reduce``).  ``order`` lets a caller
+run the ring over a permutation of the ranks (broadcast runs it in root-relative order):
+``order[i]`` is the rank at ring position i, and position i owns chunk i.
+"""
+from __future__ import annotations
+
+from minipar.comm.chunks import chunk_bounds, segments
+from minipar.comm.exchange import SEGMENT_BYTES, exchange_reduce
+from minipar.comm.transport import COLL_TAG
+
+
+def _place(comm, order):
+    """(my ring position, right neighbour, left neighbour)."""
+    p = comm.size
+    if order is None:
+        r = comm.rank
+        return r, (r + 1) % p, (r - 1) % p
+    pos = order.index(comm.rank)
+    return pos, order[(pos + 1) % p], order[(pos - 1) % p]
+
+
+def ring_reduce_scatter(comm, buf, reduce, bounds=None, order=None, segment_bytes=SEGMENT_BYTES):
+    """In place on the 1-D ``buf``: afterwards ring position i holds chunk i reduced."""
+    p = comm.size
+    if p == 1:
+        return buf
+    b = chunk_bounds(buf.size, p) if bounds is None else bounds
+    pos, right, left = _place(comm, order)
+    biggest = max(b[i + 1] - b[i] for i in range(p)) if bounds is not None else b[1]
+    nseg = segments(biggest, segment_bytes // buf.itemsize)
+    for s in range(p - 1):
+        si, ri = (pos - s - 1) % p, (pos - s - 2) % p
+        exchange_reduce(comm, buf[b[si]:b[si + 1]], right, buf[b[ri]:b[ri + 1]], left,
+                        reduce, nseg)
+    return buf
+
+
+def ring_all_gather(comm, buf, bounds=None, order=None):
+    """In place on the 1-D ``buf``: position i contributes chunk i, all end with all."""
+    p = comm.size
+    if p == 1:
+        return buf
+    b = chunk_bounds(buf.size, p) if bounds is None else bounds
+    pos, right, left = _place(comm, order)
+    for s in range(p - 1):
+        si, ri = (pos - s) % p, (pos - s - 1) % p
+        comm.sendrecv(buf[b[si]:b[si + 1]], right, buf[b[ri]:b[ri + 1]], left, COLL_TAG)
+    return buf
+
+
+def ring_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES):
+    """Ring all-reduce in place: reduce-scatter, then all-gather of the reduced chunks."""
+    ring_reduce_scatter(comm, buf, reduce, segment_bytes=segment_bytes)
+    return ring_all_gather(comm, buf)

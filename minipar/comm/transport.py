@@ -1,0 +1,298 @@
+"""The p2p transport every collective in minipar is written on.
+
+A :class:`Communicator` wraps an mpi4py communicator and offers a deliberately tiny
+interface — ``send / recv / sendrecv / isend / irecv / wait / waitall / barrier`` — on
+*contiguous arrays*.  Messages always travel as raw bytes (``[array, MPI.BYTE]``): the
+collectives do their own reductions, so MPI never needs to know the dtype, float16 and
+bfloat16 work like any other type, and nothing is ever pickled on the hot path.
+
+Counters (``bytes_sent``, ``bytes_recv``, ``msgs_sent``, ``msgs_recv``) record every
+message, which makes textbook volumes checkable: a ring all-reduce of S bytes over n
+ranks must show ``bytes_sent == 2(n-1)/n·S`` (up to uneven chunks) on every rank.
+
+Device arrays (CuPy) are handed to MPI directly when ``cuda_aware=True`` (or
+``MINIPAR_CUDA_AWARE=1``) and staged through a host copy otherwise.
+
+Collectives run on a private duplicate of the user's communicator (a *context*, as MPI
+does internally), so user point-to-point messages can never match a collective's, and
+non-blocking collectives get yet another context driven by a progress thread.
+
+``check`` mode (``check=True`` or ``MINIPAR_COMM_CHECK=1``) makes every collective first
+all-gather a small metadata tuple — (collective, count, dtype, op, ...) — and raise
+:class:`CollectiveMismatchError` naming the ranks that disagree, instead of hanging.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy  # host staging buffers only; compute goes through minipar.backend.xp
+from mpi4py import MPI
+
+from minipar.backend import backend_name, is_device_array, to_host, xp
+
+_HOST = numpy.ndarray
+_BYTE = MPI.BYTE
+COLL_TAG = 7  # collectives live in their own context, so one tag is enough
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks called a collective with different arguments (sizes, dtypes, op...)."""
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0").lower() not in ("0", "", "false", "no", "off")
+
+
+class Counters:
+    """Bytes and messages moved by one communicator (its contexts and internal
+    sub-communicators keep their own, and the owner's totals add them up — so a
+    progress thread never races the main thread on the same counter)."""
+
+    __slots__ = ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.bytes_sent = self.bytes_recv = self.msgs_sent = self.msgs_recv = 0
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
+
+
+class Request:
+    """A pending isend/irecv.  ``wait()`` completes it (and copies a staged receive
+    back to the device); ``test()`` says whether it has completed, without blocking."""
+
+    __slots__ = ("mpi", "finish")
+
+    def __init__(self, mpi_request, finish=None):
+        self.mpi = mpi_request
+        self.finish = finish  # host->device copy for staged receives
+
+    def wait(self):
+        self.mpi.Wait()
+        if self.finish is not None:
+            self.finish()
+            self.finish = None
+
+    def test(self) -> bool:
+        done = self.mpi.Test()
+        if done and self.finish is not None:
+            self.finish()
+            self.finish = None
+        return done
+
+
+class Communicator:
+    """rank/size, ``split``, buffer-based p2p and traffic counters over an MPI comm."""
+
+    def __init__(self, mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
+                 _is_context=False):
+        self.mpi = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self.rank = self.mpi.Get_rank()
+        self.size = self.mpi.Get_size()
+        self.check = _env_flag("MINIPAR_COMM_CHECK") if check is None else bool(check)
+        self.cuda_aware = _env_flag("MINIPAR_CUDA_AWARE") if cuda_aware is None else bool(cuda_aware)
+        rpn = ranks_per_node or int(os.environ.get("MINIPAR_RANKS_PER_NODE", "0") or 0)
+        self.ranks_per_node = rpn or None  # None: nodes from MPI's shared-memory split
+        self.counters = Counters()
+        self._children = []  # contexts and internal splits whose traffic counts as ours
+        self._is_context = _is_context
+        self._contexts = {}
+        self.cache = {}  # per-communicator state of the collectives (sub-comms, cost model)
+        self._workspace = {}
+
+    # ----------------------------------------------------------- structure
+    def split(self, color, key=0, *, share_counters=False) -> "Communicator | None":
+        """Collective: ranks with the same ``color`` form a new communicator, ordered by
+        ``key`` (then old rank).  ``color=None`` opts out and returns None.
+        ``share_counters`` adds the new one's traffic to this one's totals (the
+        collectives use it for their internal node/leader communicators)."""
+        sub = self.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        if sub == MPI.COMM_NULL:
+            return None
+        child = Communicator(sub, check=self.check, cuda_aware=self.cuda_aware,
+                             ranks_per_node=self.ranks_per_node, _is_context=share_counters)
+        if share_counters:
+            self._children.append(child)
+        return child
+
+    def context(self, name: str) -> "Communicator":
+        """A private duplicate (created collectively on first use) sharing the counters."""
+        if self._is_context:
+            return self
+        ctx = self._contexts.get(name)
+        if ctx is None:
+            ctx = Communicator(self.mpi.Dup(), check=self.check, cuda_aware=self.cuda_aware,
+                               ranks_per_node=self.ranks_per_node, _is_context=True)
+            ctx.cache = self.cache if name == "coll" else {}
+            self._contexts[name] = ctx
+            self._children.append(ctx)
+        return ctx
+
+    def workspace(self, count, dtype):
+        """A reusable scratch array of ``count`` elements of ``dtype`` for receives.
+
+        One per (dtype, backend), grown on demand: reusing it avoids paging in fresh
+        memory on every large collective.  Contents are garbage between uses.
+        """
+        key = (dtype, backend_name())
+        ws = self._workspace.get(key)
+        if ws is None or ws.size < count:
+            ws = self._workspace[key] = xp.empty(max(int(count), 1024), dtype=dtype)
+        return ws[:count]
+
+    # ----------------------------------------------------------- counters
+    def _total(self, name):
+        return getattr(self.counters, name) + sum(c._total(name) for c in self._children)
+
+    @property
+    def bytes_sent(self):
+        return self._total("bytes_sent")
+
+    @property
+    def bytes_recv(self):
+        return self._total("bytes_recv")
+
+    @property
+    def msgs_sent(self):
+        return self._total("msgs_sent")
+
+    @property
+    def msgs_recv(self):
+        return self._total("msgs_recv")
+
+    def counters_dict(self):
+        return {k: self._total(k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
+
+    def reset_counters(self):
+        self.counters.reset()
+        for c in self._children:
+            c.reset_counters()
+
+    # ----------------------------------------------------------- buffers
+    def _out(self, buf):
+        """(message spec, None) for a send buffer; stages device arrays to host."""
+        if type(buf) is _HOST or not is_device_array(buf):
+            return [buf, MPI.BYTE]
+        if self.cuda_aware:
+            _device_sync(buf)
+            return [buf, MPI.BYTE]
+        return [to_host(buf), MPI.BYTE]
+
+    def _in(self, buf):
+        """(message spec, finish) for a receive buffer; ``finish`` copies host->device."""
+        if type(buf) is _HOST:
+            return [buf, MPI.BYTE], None
+        if is_device_array(buf) and not self.cuda_aware:
+            host = numpy.empty(buf.shape, dtype=buf.dtype)
+            return [host, MPI.BYTE], lambda: buf.set(host)
+        if is_device_array(buf):
+            _device_sync(buf)
+        return [buf, MPI.BYTE], None
+
+    # ----------------------------------------------------------- p2p
+    def send(self, buf, dest, tag=0):
+        self.mpi.Send(self._out(buf), dest, tag)
+        c = self.counters
+        c.bytes_sent += buf.nbytes
+        c.msgs_sent += 1
+
+    def recv(self, buf, source, tag=0):
+        spec, finish = self._in(buf)
+        self.mpi.Recv(spec, source, tag)
+        if finish:
+            finish()
+        c = self.counters
+        c.bytes_recv += buf.nbytes
+        c.msgs_recv += 1
+        return buf
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
+        if type(sendbuf) is _HOST and type(recvbuf) is _HOST:  # the hot path, kept lean
+            self.mpi.Sendrecv([sendbuf, _BYTE], dest, tag, [recvbuf, _BYTE], source, tag)
+        else:
+            spec, finish = self._in(recvbuf)
+            self.mpi.Sendrecv(self._out(sendbuf), dest, tag, spec, source, tag)
+            if finish:
+                finish()
+        c = self.counters
+        c.bytes_sent += sendbuf.nbytes
+        c.bytes_recv += recvbuf.nbytes
+        c.msgs_sent += 1
+        c.msgs_recv += 1
+        return recvbuf
+
+    def isend(self, buf, dest, tag=0) -> Request:
+        spec = self._out(buf)
+        keep_alive = None
+        if spec[0] is not buf:  # the staged host copy must outlive the send
+            keep_alive = lambda _host=spec[0]: None  # noqa: E731
+        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive)
+        c = self.counters
+        c.bytes_sent += buf.nbytes
+        c.msgs_sent += 1
+        return req
+
+    def irecv(self, buf, source, tag=0) -> Request:
+        spec, finish = self._in(buf)
+        c = self.counters
+        c.bytes_recv += buf.nbytes
+        c.msgs_recv += 1
+        return Request(self.mpi.Irecv(spec, source, tag), finish)
+
+    @staticmethod
+    def wait(req):
+        req.wait()
+
+    @staticmethod
+    def waitall(reqs):
+        MPI.Request.Waitall([r.mpi for r in reqs])
+        for r in reqs:
+            if r.finish is not None:
+                r.finish()
+                r.finish = None
+
+    def barrier(self):
+        """Dissemination barrier on zero-byte messages (see collectives.barrier)."""
+        from minipar.comm.collectives import barrier
+        barrier(self)
+
+    # ----------------------------------------------------------- check mode
+    def check_agree(self, collective, **fields):
+        """In check mode, verify every rank passes the same arguments to a collective.
+
+        One small all-gather of the (collective, fields) tuple — pickled: this is a
+        debugging aid, off the hot path.  Every rank raises the same error, naming the
+        groups of ranks that differ, e.g.::
+
+            all_reduce: ranks disagree on its arguments (check mode, 3 ranks):
+              ranks 0,2: count=100 dtype=float32 op=sum algorithm=auto
+              ranks 1:   count=101 dtype=float32 op=sum algorithm=auto
+        """
+        if not self.check or self.size == 1:
+            return
+        meta = (collective,) + tuple(f"{k}={v}" for k, v in fields.items())
+        allmeta = self.mpi.allgather(meta)
+        if all(m == allmeta[0] for m in allmeta):
+            return
+        groups = {}
+        for r, m in enumerate(allmeta):
+            groups.setdefault(m, []).append(r)
+        lines = [f"  ranks {','.join(map(str, rs))}: " + (" ".join(m[1:]) if m[0] == collective
+                                                         else f"called {m[0]} {' '.join(m[1:])}")
+                 for m, rs in groups.items()]
+        raise CollectiveMismatchError(
+            f"{collective}: ranks disagree on its arguments (check mode, {self.size} ranks):\n"
+            + "\n".join(lines))
+
+    def __repr__(self):
+        return f"<Communicator rank {self.rank} of {self.size}>"
+
+
+def _device_sync(buf):
+    """Finish queued kernels before MPI reads/writes device memory directly."""
+    import cupy  # only reached with a CuPy array in hand
+    cupy.cuda.get_current_stream().synchronize()
