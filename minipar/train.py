@@ -17,7 +17,7 @@ import contextlib
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.data import Dataset, load_corpus, shard_rows
-from minipar.layout import validate_layout, model_config
+from minipar.layout import LayoutError, validate_layout, model_config
 from minipar.nn import GPT
 
 
@@ -136,9 +136,12 @@ def train(args):
     backend.set_default_dtype(backend.dtype_of(args.precision))
     cfg = model_config(args)
     resume = None
-    if args.resume:
-        resume = checkpoint.load(args.resume)
-        checkpoint.check_compatible(resume[2], cfg.to_dict())
+    if args.resume:                           # a missing, corrupt or foreign file stops
+        try:                                  # every rank here, before any message
+            resume = checkpoint.load(args.resume)
+            checkpoint.check_compatible(resume[2], cfg.to_dict())
+        except (ValueError, FileNotFoundError) as err:
+            raise LayoutError(f"--resume {args.resume}: {err}") from None
     dataset = Dataset(load_corpus(args.data), cfg.seq_len)
     grid = ProcessGrid(Communicator(), dp=layout.dp, tp=layout.tp, pp=layout.pp)
     model, module, engine, tp_model = build_model(args, layout, grid, cfg,

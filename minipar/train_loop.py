@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -20,6 +21,14 @@ def _global_loss(grid, local_loss):
     return float(all_reduce(grid.dp_comm, value)[0]) / grid.dp
 
 
+def _inject_failure(step, rank):
+    """Fault injection for tests: MINIPAR_INJECT_FAILURE="RANK:STEP" raises on that
+    rank at that step, to show that one rank's exception ends the whole job."""
+    spec = os.environ.get("MINIPAR_INJECT_FAILURE")
+    if spec and tuple(int(v) for v in spec.split(":")) == (rank, step):
+        raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+
+
 def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start, tp_model=None):
     from minipar.train import forward_backward, pipeline_forward_backward, save_checkpoint, evaluate
     warmup = args.warmup if args.warmup is not None else max(1, args.steps // 10)
@@ -36,6 +45,7 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         optimizer.lr = lr_at(step, args.lr, warmup, args.steps)
         x, y = dataset.batch(args.seed, step, args.batch_size)
         x, y = shard_rows(x, grid.coords.dp, layout.dp), shard_rows(y, grid.coords.dp, layout.dp)
+        _inject_failure(step, layout.rank)
         backend.memory.reset_peak()
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace

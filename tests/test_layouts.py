@@ -1,0 +1,118 @@
+"""3D parallelism through the CLI: tp/dp/pp layouts against one process, resuming under
+another layout, failure of one rank, and bad configurations refused before any message."""
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from minipar.__main__ import build_parser
+from minipar.layout import LayoutError, validate_layout
+from tests.cli import train, assert_same_run
+from tests.mpirun import REPO, run_mpi
+
+MODEL = ["--model", "tiny", "--n-layer", "4", "--d-model", "16", "--n-head", "4", "--seq-len", "8"]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("single"), "single", 1, model=MODEL, batch=8)
+
+
+@pytest.mark.parametrize("n,flags", [
+    (2, ["--tp", "2"]),
+    (2, ["--tp", "2", "--sequence-parallel"]),
+    (4, ["--tp", "4"]),
+    (4, ["--tp", "4", "--sequence-parallel"]),
+    (4, ["--dp", "2", "--tp", "2", "--zero", "1"]),
+    (4, ["--tp", "2", "--pp", "2", "--microbatches", "2"]),
+    (4, ["--dp", "2", "--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "2"]),
+    (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"]),
+    (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--sequence-parallel", "--zero", "1",
+         "--schedule", "zb-h1", "--microbatches", "2"]),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_layout_parity(tmp_path, single, n, flags):
+    run = train(tmp_path, "run", n, *flags, model=MODEL, batch=8, timeout=240)
+    assert_same_run(run, single)
+
+
+def test_resume_under_another_layout(tmp_path):
+    """Saved under dp2 x tp2 (ZeRO-1) at step 3, resumed under tp2 x pp2: the loss curve
+    and the final weights are those of the uninterrupted single-process run."""
+    full = train(tmp_path, "full", 1, model=MODEL, batch=8, steps=6)
+    train(tmp_path, "first", 4, "--dp", "2", "--tp", "2", "--zero", "1", "--stop-at", "3",
+          model=MODEL, batch=8, steps=6)
+    losses, params, state = train(tmp_path, "second", 4, "--tp", "2", "--pp", "2",
+                                  "--microbatches", "2", "--resume", tmp_path / "first",
+                                  model=MODEL, batch=8, steps=6)
+    assert_same_run((full[0][3:],) + full[1:], (losses, params, state))
+
+
+def test_exception_on_one_rank_ends_the_job(tmp_path):
+    start = time.time()
+    proc = run_mpi(
+        4, ["-m", "minipar", "train", *MODEL, "--steps", "50", "--batch-size", "8", "--quiet",
+            "--pp", "2", "--microbatches", "2", "--eval-batches", "0"],
+        env={"MINIPAR_INJECT_FAILURE": "1:2"}, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert time.time() - start < 30
+    assert "rank 1: RuntimeError: injected failure on rank 1 at step 2" in proc.stderr
+
+
+def _args(*flags):
+    return build_parser().parse_args(["train", *MODEL, *flags])
+
+
+BAD = [  # (world size, flags, what the message must say)
+    (3, ["--dp", "2"], "world size 3 != dp·tp·pp"),
+    (4, ["--tp", "3"], "mpiexec -n 3"),
+    (2, ["--tp", "2", "--n-head", "3", "--d-model", "18"], "n_head"),
+    (2, ["--tp", "2", "--d-model", "18", "--n-head", "4"], "divisible"),
+    (2, ["--pp", "2", "--n-layer", "3"], "--n-layer 3 is not divisible by pp·chunks"),
+    (2, ["--pp", "2", "--batch-size", "6", "--microbatches", "4"], "--batch-size 6"),
+    (2, ["--batch-size", "5"], "--batch-size 5 must be divisible"),
+    (2, ["--pp", "2", "--schedule", "interleaved"], "--chunks V"),
+    (4, ["--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "3",
+         "--batch-size", "6"], "divisible by --pp"),
+    (2, ["--pp", "2", "--zero", "3"], "--zero 3 with --pp"),
+    (1, ["--microbatches", "4"], "belong to pipeline parallelism"),
+    (2, ["--tp", "2", "--sequence-parallel", "--seq-len", "7"], "seq"),
+    (1, ["--sequence-parallel"], "--sequence-parallel needs --tp"),
+    (2, ["--tp", "2", "--sequence-parallel", "--zero", "2"], "--zero 2 with --sequence-parallel"),
+    (1, ["--resume", "/nonexistent/ckpt"], "no checkpoint there"),
+    (2, ["--pp", "2", "--tie-weights"], "--tie-weights"),
+]
+
+
+@pytest.mark.parametrize("size,flags,message", BAD, ids=[" ".join(f) for _, f, _ in BAD])
+def test_bad_configuration_is_refused_before_any_message(size, flags, message):
+    """validate_layout runs on the arguments and the world size alone: no communicator
+    exists yet, so nothing can have been sent."""
+    with pytest.raises(LayoutError, match=message.replace("·", ".").replace("(", r"\(")):
+        validate_layout(_args(*flags), rank_and_size=(0, size))
+
+
+def test_bad_configurations_through_mpiexec(tmp_path):
+    """The same refusals from the real command: every rank exits non-zero, quickly, with
+    the message; a mismatched or corrupt checkpoint and an unknown flag too."""
+    good = train(tmp_path, "good", 1, model=MODEL, batch=8, steps=1)
+    assert good
+    cases = [
+        (3, ["--dp", "2"], "world size 3"),
+        (2, ["--tp", "2", "--n-head", "3", "--d-model", "18"], "n_head"),
+        (1, ["--resume", tmp_path / "good", "--d-model", "32"], "another model"),
+        (1, ["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ]
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "checkpoint.npz").write_bytes((tmp_path / "good" / "checkpoint.npz").read_bytes()[:200])
+    cases.append((1, ["--resume", corrupt], "corrupt"))
+    for n, flags, message in cases:
+        start = time.time()
+        proc = run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", "1", "--quiet", *flags],
+                       timeout=60, check=False)
+        assert proc.returncode != 0, flags
+        assert message in proc.stderr, (flags, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert time.time() - start < 30
