@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 from mpi4py import MPI
 
@@ -34,15 +35,17 @@ from minipar.comm import collectives, cost_model
 class Handle:
     """The future result of a non-blocking collective."""
 
-    __slots__ = ("_done", "_result", "_error", "name")
+    __slots__ = ("_done", "_result", "_error", "name", "started_at", "finished_at")
 
     def __init__(self, name):
         self.name = name
+        self.started_at = self.finished_at = None   # perf_counter() times, for timelines
         self._done = threading.Event()
         self._result = None
         self._error = None
 
     def _finish(self, result=None, error=None):
+        self.finished_at = time.perf_counter()
         self._result, self._error = result, error
         self._done.set()
 
@@ -70,6 +73,7 @@ class _ProgressThread:
     def _run(self):
         while True:
             handle, fn, args, kwargs = self.queue.get()
+            handle.started_at = time.perf_counter()
             try:
                 handle._finish(fn(self.comm, *args, **kwargs))
             except BaseException as err:  # surfaces in handle.wait() on this rank

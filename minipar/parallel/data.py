@@ -54,6 +54,7 @@ class DataParallel:
                 p.register_hook(self._grad_ready)
         self.sync = True
         self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
+        self.events = []             # (bucket index, submitted, started, finished) of the last sync
 
     def __call__(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -82,6 +83,7 @@ class DataParallel:
         flat = bucket.pack_grads()
         flat *= 1.0 / self.comm.size
         bucket.handle = all_reduce_async(self.comm, flat, algorithm=self.algorithm)
+        bucket.submitted = time.perf_counter()
         bucket.flat = flat
 
     def finish_gradient_sync(self):
@@ -90,13 +92,18 @@ class DataParallel:
         if self.comm.size == 1:
             return 0.0
         start = time.perf_counter()
-        for bucket in self.buckets:
+        self.events = []
+        for i, bucket in enumerate(self.buckets):
             if bucket.handle is None:          # not launched: no overlap, or unused params
+                t0 = time.perf_counter()
                 flat = bucket.pack_grads()
                 flat *= 1.0 / self.comm.size
                 all_reduce(self.comm, flat, algorithm=self.algorithm)
+                self.events.append((i, t0, t0, time.perf_counter()))
             else:
                 flat = bucket.handle.wait()
+                h = bucket.handle
+                self.events.append((i, bucket.submitted, h.started_at, h.finished_at))
             for p, view in bucket.views(flat):
                 p.grad = view
             bucket.handle, bucket.ready = None, 0

@@ -1,0 +1,151 @@
+"""Step time of one GPT training step (forward + backward + AdamW), minipar vs PyTorch eager.
+
+    python benchmarks/step_time.py [--layers 4 --d-model 256 --heads 4 --seq 256 --batch 8]
+                                   [--steps 10] [--threads N] [--profile]
+
+Both run the same architecture in float32 on the CPU in the same process, with the same
+thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
+the N×N scores (PyTorch: the same explicit matmul + mask + softmax, and separately its
+fused ``scaled_dot_product_attention``), tanh-GELU MLP, untied head, AdamW.  It prints
+the median step time of each and the ratio minipar / PyTorch.  Without PyTorch installed,
+only minipar's time is printed.  ``--profile`` shows where minipar's time goes, by op.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def minipar_step_fn(args):
+    import numpy as np
+    from minipar.nn import GPT, GPTConfig
+    from minipar.optim import AdamW
+    cfg = GPTConfig(vocab_size=256, seq_len=args.seq, n_layer=args.layers, d_model=args.d_model,
+                    n_head=args.heads)
+    model = GPT(cfg, seed=0)
+    opt = AdamW(model.named_parameters(), lr=1e-4)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (args.batch, args.seq))
+    y = rng.integers(0, 256, (args.batch, args.seq))
+
+    def step():
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+    return step
+
+
+def torch_step_fn(args, fused_attention):
+    import math
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    d, h, n = args.d_model, args.heads, args.seq
+    mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b = x.shape[0]
+            q, k, v = self.qkv(self.ln_1(x)).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            if fused_attention:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                s = (q @ k.transpose(-1, -2)) / math.sqrt(d // h)
+                a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
+            x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+            return x + self.out(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(256, d), nn.Embedding(n, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
+            self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, 256, bias=False)
+
+        def forward(self, ids, targets):
+            x = self.wte(ids) + self.wpe(torch.arange(n))
+            for block in self.blocks:
+                x = block(x)
+            return F.cross_entropy(self.head(self.ln_f(x)).view(-1, 256), targets.view(-1))
+
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x = torch.randint(0, 256, (args.batch, n))
+    y = torch.randint(0, 256, (args.batch, n))
+
+    def step():
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
+def median_time(step, steps, warmup=2):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--threads", type=int, default=None, help="BLAS / torch threads")
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args(argv)
+    if args.threads:
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(args.threads)
+        except ImportError:
+            print("(threadpoolctl not installed: set OMP_NUM_THREADS to fix numpy's threads)")
+    print(f"GPT {args.layers} layers, d={args.d_model}, {args.heads} heads, seq {args.seq}, "
+          f"batch {args.batch}, float32, fwd+bwd+AdamW; median of {args.steps} steps")
+    step = minipar_step_fn(args)
+    if args.profile:
+        import cProfile
+        import pstats
+        step()
+        cProfile.runctx("for _ in range(3): step()", globals(), {"step": step}, "/tmp/minipar.prof")
+        pstats.Stats("/tmp/minipar.prof").sort_stats("tottime").print_stats(15)
+    t_mini = median_time(step, args.steps)
+    print(f"minipar                      {t_mini * 1e3:8.1f} ms/step")
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch not installed: no baseline in this run (pip install torch)")
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for fused, label in ((False, "PyTorch eager (same attention)"), (True, "PyTorch eager + SDPA")):
+        t_torch = median_time(torch_step_fn(args, fused), args.steps)
+        print(f"{label:28s} {t_torch * 1e3:8.1f} ms/step   minipar / PyTorch = {t_mini / t_torch:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
