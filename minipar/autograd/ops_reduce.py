@@ -116,7 +116,8 @@ class Linear(Function):
     def forward(ctx, x, weight, bias=None):
         ctx.save_for_backward(x)   # the weight is read from the input Tensor in backward,
         # so ZeRO-3 can free it after forward and gather it again before backward
-        return _mm(x, weight, bias)
+        rows = x.reshape(-1, x.shape[-1])           # one big GEMM, not one per batch entry
+        return _mm(rows, weight, bias).reshape(x.shape[:-1] + (weight.shape[1],))
 
     @staticmethod
     def backward(ctx, g):
@@ -126,7 +127,7 @@ class Linear(Function):
         w = ctx.input_value(1)
         nx, nw = ctx.needs_input_grad[:2]
         nb = len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2]
-        gx = _mm(g, w.T) if nx else None
+        gx = _mm(g.reshape(-1, g.shape[-1]), w.T).reshape(x.shape) if nx else None
 
         def weight_grads():
             x2 = x.reshape(-1, x.shape[-1])
