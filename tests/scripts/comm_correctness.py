@@ -133,7 +133,7 @@ def main(argv=None):
     comm = Communicator(check=True)
     p = comm.size
     if args.lite:
-        sizes, full_sizes = sorted({0, 1, max(p - 1, 0), p + 1, 13, 1031}), (p + 1,)
+        sizes, full_sizes = sorted({0, 1, max(p - 1, 0), p + 1, 1031}), (p + 1,)
     else:
         sizes, full_sizes = sorted({0, 1, max(p - 1, 0), p + 1, 7, 13, 31, 257, 1031}), None
     sections = args.sections.split(",")

@@ -1,0 +1,87 @@
+"""``flash_attention(q, k, v, causal=True)``: attention as one autograd Function.
+
+    from minipar.kernels.flash_attention import flash_attention
+    out = flash_attention(q, k, v, causal=True)     # Tensors (B, H, N, d) -> Tensor (B, H, N, d)
+    out.backward(grad)                               # dq, dk, dv from the saved log-sum-exp
+
+Forward saves only q, k, v, the output and the log-sum-exp L (B·H·N numbers), never
+the N×N probabilities: backward rebuilds each tile as P = exp(S - L).  Which code
+runs is decided per call:
+
+- NumPy backend: the tiled array reference (``flash_reference``);
+- CuPy backend: the CUDA kernels of ``flash_attention.cu`` — fp16 on tensor cores,
+  fp32 in the plain kernel — when the dtype and head dim are ones they are built for,
+  otherwise the same array reference running on the GPU through ``xp``.
+
+``ATTENTION_IMPLEMENTATION`` may be set to ``"reference"`` to force the array code on
+either backend (the GPU tests compare the two that way).
+"""
+from __future__ import annotations
+
+from minipar.autograd import Function
+from minipar.backend import backend_name
+from minipar.kernels import flash_reference
+
+# None: choose by backend; "reference": always the array code.
+ATTENTION_IMPLEMENTATION = None
+
+
+def _use_cuda_kernels(q):
+    if ATTENTION_IMPLEMENTATION == "reference" or backend_name() != "cupy":
+        return False
+    from minipar.kernels import flash_cuda
+    return flash_cuda.supports(q.dtype, q.shape[-1])
+
+
+def _check_shapes(q, k, v):
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"flash_attention wants (B, H, N, d) arrays, got {q.shape}, {k.shape}, {v.shape}")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: batch, heads and head dim must "
+                         "agree and k, v must have the same shape")
+
+
+def flash_forward(q, k, v, causal=True):
+    """Arrays in; ``(out, lse)`` out, from the kernel or the reference (see module doc)."""
+    _check_shapes(q, k, v)
+    if _use_cuda_kernels(q):
+        from minipar.kernels import flash_cuda
+        return flash_cuda.forward(q, k, v, causal)
+    return flash_reference.flash_forward_reference(q, k, v, causal)
+
+
+def flash_backward(q, k, v, out, lse, grad_out, causal=True):
+    """Arrays in; ``(dq, dk, dv)`` out."""
+    if _use_cuda_kernels(q):
+        from minipar.kernels import flash_cuda
+        return flash_cuda.backward(q, k, v, out, lse, grad_out, causal)
+    return flash_reference.flash_backward_reference(q, k, v, out, lse, grad_out, causal)
+
+
+class FlashAttention(Function):
+    """O = softmax(Q Kᵀ/sqrt(d) + causal mask) V, saving (q, k, v, O, L) for backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=True):
+        out, lse = flash_forward(q, k, v, causal)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved
+        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal)
+        return dq, dk, dv
+
+
+def flash_attention(q, k, v, causal=True):
+    """Tensors (B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d) -> Tensor (B, H, Nq, d).
+
+    Causal masking is bottom-right aligned (query i sees key j iff j <= i + Nk - Nq);
+    rows that see no key give 0.
+    """
+    return FlashAttention.apply(q, k, v, causal=causal)
+
+
+dense_attention = flash_reference.dense_attention

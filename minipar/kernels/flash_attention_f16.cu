@@ -1,0 +1,244 @@
+// FlashAttention-2 for fp16 inputs on tensor cores: the algorithm of flash_attention.cu and
+// flash_reference.py, with every matrix product done by warp-wide mma.sync.m16n8k16
+// (fp16 × fp16 -> fp32) and the softmax statistics, exp and accumulators in fp32.
+// Compiled by CuPy with -DHEAD_DIM=d (32, 64, 96 or 128).  Tile sizes and the PTX helpers
+// are in flash_mma.cuh; fp16 values travel as their 16 bits, converted with PTX cvt.
+//
+// Fragments (PTX ISA, "mma.m16n8k16", lane = 4·g + t):  A (16×16, row-major) holds
+// A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];  B (16×8) holds
+// B[2t..2t+1][g], B[2t+8..2t+9][g];  C (16×8 fp32) holds C[g][2t..2t+1], C[g+8][2t..2t+1].
+// So a thread owns rows g and g+8 of every tile; row statistics are reduced over the
+// four lanes of a quad (shuffles by 1 and 2), and two C tiles side by side are exactly
+// one A fragment: P and dS go from one product into the next without touching memory.
+// Shared-memory rows are HEAD_DIM + 8 halves long: 16-byte aligned for ldmatrix, and the
+// 8 rows one ldmatrix (or the 8 g's of a fragment load) touches fall in distinct banks.
+
+#include "flash_mma.cuh"
+
+// Forward.  Block = TC_BLOCK_Q queries, warp w owns rows 16w..16w+15; Q stays in registers
+// as A fragments.  Scores are kept in log2 units (S·scale·log2 e) so that exp is one exp2.
+// Shared memory (halves): k_tile, v_tile [TC_BLOCK_K][ROW]; k_tile first stages Q.
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+                  const half_bits* __restrict__ v, half_bits* __restrict__ out,
+                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale) {
+    extern __shared__ uint4 smem_tc[];
+    half_bits* k_tile = (half_bits*)smem_tc;
+    half_bits* v_tile = k_tile + TC_BLOCK_K * ROW;
+    const index_t head = blockIdx.y;
+    q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
+    k += head * n_keys * HEAD_DIM;     v += head * n_keys * HEAD_DIM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int q0 = blockIdx.x * TC_BLOCK_Q, offset = n_keys - n_queries;
+    const int query[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};  // this thread's two rows
+    const float scale_log2 = scale * LOG2E;
+
+    load_tile(k_tile, q, q0, TC_BLOCK_Q, n_queries);
+    __syncthreads();
+    unsigned q_frag[HEAD_DIM / 16][4];
+#pragma unroll
+    for (int kd = 0; kd < HEAD_DIM / 16; ++kd) load_a(q_frag[kd], k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+
+    float acc[HEAD_DIM / 8][4] = {};
+    float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns only
+    const int q1 = min(q0 + TC_BLOCK_Q, n_queries);
+    const int key_end = causal ? min(n_keys, q1 + offset) : n_keys;
+    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {
+        __syncthreads();  // nobody still reads the previous tile (or the Q staging)
+        load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
+        load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
+        __syncthreads();
+
+        float s[TC_BLOCK_K / 8][4] = {};  // S = Q Kᵀ: 16 rows × 64 keys, 8 keys per C tile
+#pragma unroll
+        for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+#pragma unroll
+            for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
+                unsigned b[2];
+                load_b_transposed(b, k_tile + nk * 8 * ROW + kd * 16, ROW, g, t);
+                mma_16x8x16(s[nk], q_frag[kd], b);
+            }
+        }
+        const bool needs_mask = k0 + TC_BLOCK_K > n_keys || (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
+#pragma unroll
+        for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int key = k0 + nk * 8 + 2 * t + (e & 1);
+                bool hidden = needs_mask && (key >= n_keys || (causal && key > query[e / 2] + offset));
+                s[nk][e] = hidden ? NEG_INF : s[nk][e] * scale_log2;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {  // online softmax, rows g (r = 0) and g + 8 (r = 1)
+            float tile_max = NEG_INF;
+#pragma unroll
+            for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) tile_max = fmaxf(tile_max, fmaxf(s[nk][2 * r], s[nk][2 * r + 1]));
+            float new_max = fmaxf(row_max[r], quad_max(tile_max));
+            float safe_max = new_max == NEG_INF ? 0.f : new_max;
+            float rescale = exp2f(row_max[r] - safe_max);
+            row_sum[r] *= rescale;
+#pragma unroll
+            for (int nd = 0; nd < HEAD_DIM / 8; ++nd) { acc[nd][2 * r] *= rescale; acc[nd][2 * r + 1] *= rescale; }
+#pragma unroll
+            for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+                s[nk][2 * r] = exp2f(s[nk][2 * r] - safe_max);
+                s[nk][2 * r + 1] = exp2f(s[nk][2 * r + 1] - safe_max);
+                row_sum[r] += s[nk][2 * r] + s[nk][2 * r + 1];
+            }
+            row_max[r] = new_max;
+        }
+#pragma unroll
+        for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {  // acc += P V, 16 keys at a time
+            unsigned p_frag[4];
+            c_pair_to_a(p_frag, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
+                unsigned b[4];
+                load_b_pair(b, v_tile + kk * 16 * ROW + nd * 8, lane);
+                mma_16x8x16(acc[nd], p_frag, b);
+                mma_16x8x16(acc[nd + 1], p_frag, b + 2);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float total = quad_sum(row_sum[r]);
+        float inv = total > 0.f ? 1.f / total : 0.f;
+        if (query[r] >= n_queries) continue;
+#pragma unroll
+        for (int nd = 0; nd < HEAD_DIM / 8; ++nd)
+            *(unsigned*)(out + (index_t)query[r] * HEAD_DIM + nd * 8 + 2 * t) =
+                pack_half2(acc[nd][2 * r] * inv, acc[nd][2 * r + 1] * inv);
+        if (t == 0) lse[query[r]] = total > 0.f ? row_max[r] * LN2 + logf(total) : NEG_INF;
+    }
+}
+
+// Backward.  Block = TC_BLOCK_K keys, warp w owns keys 16w..16w+15 and accumulates their
+// dK, dV in registers while the block walks query tiles of TC_BWD_BLOCK_Q.  Per tile each
+// warp forms the transposed products Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys × 32 queries), so
+// Pᵀ and dSᵀ come out as A fragments for dV += Pᵀ dO and dK += dSᵀ Q.  dS is written to
+// shared memory once, and dQ += dS K · scale is a block-wide product added to the fp32 dq
+// buffer with atomics (warp w: queries 16(w%2).., head-dim half w/2).
+// Shared memory: k_tile, v_tile [TC_BLOCK_K][ROW], q_tile, do_tile [TC_BWD_BLOCK_Q][ROW],
+// ds_tile [TC_BWD_BLOCK_Q][DS_ROW] (halves); lse_tile (log2 units), delta_tile [TC_BWD_BLOCK_Q] (floats).
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+                   const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
+                   const float* __restrict__ lse, const float* __restrict__ delta,
+                   float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
+                   int n_queries, int n_keys, int causal, float scale) {
+    extern __shared__ uint4 smem_tc[];
+    half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BLOCK_K * ROW;
+    half_bits *q_tile = v_tile + TC_BLOCK_K * ROW, *do_tile = q_tile + TC_BWD_BLOCK_Q * ROW;
+    half_bits* ds_tile = do_tile + TC_BWD_BLOCK_Q * ROW;
+    float* lse_tile = (float*)(ds_tile + TC_BWD_BLOCK_Q * DS_ROW);
+    float* delta_tile = lse_tile + TC_BWD_BLOCK_Q;
+    const index_t head = blockIdx.y;
+    q += head * n_queries * HEAD_DIM;  grad_out += head * n_queries * HEAD_DIM;  dq += head * n_queries * HEAD_DIM;
+    lse += head * n_queries;  delta += head * n_queries;
+    k += head * n_keys * HEAD_DIM;  v += head * n_keys * HEAD_DIM;
+    dk += head * n_keys * HEAD_DIM;  dv += head * n_keys * HEAD_DIM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int k0 = blockIdx.x * TC_BLOCK_K, offset = n_keys - n_queries;
+    const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's two key rows
+    const float scale_log2 = scale * LOG2E;
+
+    load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
+    load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
+    float dk_acc[HEAD_DIM / 8][4] = {}, dv_acc[HEAD_DIM / 8][4] = {};
+    const int first_q = causal ? max(0, k0 - offset) / TC_BWD_BLOCK_Q * TC_BWD_BLOCK_Q : 0;
+    for (int q0 = first_q; q0 < n_queries; q0 += TC_BWD_BLOCK_Q) {
+        __syncthreads();  // the previous q/dO/dS tiles are no longer read
+        load_tile(q_tile, q, q0, TC_BWD_BLOCK_Q, n_queries);
+        load_tile(do_tile, grad_out, q0, TC_BWD_BLOCK_Q, n_queries);
+        for (int i = threadIdx.x; i < TC_BWD_BLOCK_Q; i += blockDim.x) {
+            bool inside = q0 + i < n_queries;
+            float l = inside ? lse[q0 + i] : 0.f;
+            lse_tile[i] = l == NEG_INF ? 0.f : l * LOG2E;  // such rows are fully hidden anyway
+            delta_tile[i] = inside ? delta[q0 + i] : 0.f;
+        }
+        __syncthreads();
+
+        float s[TC_BWD_BLOCK_Q / 8][4] = {}, dp[TC_BWD_BLOCK_Q / 8][4] = {};  // Sᵀ, dPᵀ
+#pragma unroll
+        for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
+            unsigned k_frag[4], v_frag[4];
+            load_a(k_frag, k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+            load_a(v_frag, v_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+#pragma unroll
+            for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
+                unsigned b[2];
+                load_b_transposed(b, q_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                mma_16x8x16(s[nq], k_frag, b);
+                load_b_transposed(b, do_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                mma_16x8x16(dp[nq], v_frag, b);
+            }
+        }
+        const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BLOCK_K > n_keys ||
+                                (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
+#pragma unroll
+        for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int col = nq * 8 + 2 * t + (e & 1), query = q0 + col, row_key = key[e / 2];
+                bool hidden = needs_mask && (query >= n_queries || row_key >= n_keys ||
+                                             (causal && row_key > query + offset));
+                float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
+                s[nq][e] = p;
+                dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
+                ds_tile[col * DS_ROW + warp * 16 + g + (e / 2) * 8] = float_to_half(dp[nq][e]);
+            }
+        }
+#pragma unroll
+        for (int kq = 0; kq < TC_BWD_BLOCK_Q / 16; ++kq) {  // dV += Pᵀ dO, dK += dSᵀ Q
+            unsigned p_frag[4], ds_frag[4];
+            c_pair_to_a(p_frag, s[2 * kq], s[2 * kq + 1]);
+            c_pair_to_a(ds_frag, dp[2 * kq], dp[2 * kq + 1]);
+#pragma unroll
+            for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
+                unsigned b[4];
+                load_b_pair(b, do_tile + kq * 16 * ROW + nd * 8, lane);
+                mma_16x8x16(dv_acc[nd], p_frag, b);
+                mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
+                load_b_pair(b, q_tile + kq * 16 * ROW + nd * 8, lane);
+                mma_16x8x16(dk_acc[nd], ds_frag, b);
+                mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
+            }
+        }
+        __syncthreads();  // ds_tile complete
+
+        const int dq_row0 = (warp % 2) * 16, dq_col0 = (warp / 2) * (HEAD_DIM / 2);
+        float dq_part[HEAD_DIM / 16][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
+            unsigned ds_frag[4];
+            load_a(ds_frag, ds_tile + dq_row0 * DS_ROW + kk * 16, DS_ROW, g, t);
+#pragma unroll
+            for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
+                unsigned b[4];
+                load_b_pair(b, k_tile + kk * 16 * ROW + dq_col0 + nd * 8, lane);
+                mma_16x8x16(dq_part[nd], ds_frag, b);
+                mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
+            }
+        }
+#pragma unroll
+        for (int nd = 0; nd < HEAD_DIM / 16; ++nd) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int query = q0 + dq_row0 + g + (e / 2) * 8, col = dq_col0 + nd * 8 + 2 * t + (e & 1);
+                if (query < n_queries) atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (key[r] >= n_keys) continue;
+#pragma unroll
+        for (int nd = 0; nd < HEAD_DIM / 8; ++nd) {
+            index_t at = (index_t)key[r] * HEAD_DIM + nd * 8 + 2 * t;
+            *(unsigned*)(dk + at) = pack_half2(dk_acc[nd][2 * r] * scale, dk_acc[nd][2 * r + 1] * scale);
+            *(unsigned*)(dv + at) = pack_half2(dv_acc[nd][2 * r], dv_acc[nd][2 * r + 1]);
+        }
+    }
+}

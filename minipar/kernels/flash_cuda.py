@@ -1,0 +1,137 @@
+"""Launching the CUDA flash-attention kernels from CuPy.
+
+The CUDA C lives beside this file: ``flash_attention.cu`` (fp32, one thread per row,
+the reference line for line) and ``flash_attention_f16.cu`` (fp16 on tensor cores, with
+its PTX helpers in ``flash_mma.cuh``).
+Each is compiled once per head dimension by ``cupy.RawModule`` with ``-DHEAD_DIM=d``
+(NVRTC; CuPy caches the binary on disk).  This module only allocates, picks the
+kernel, computes the grid and the dynamic shared memory, and launches:
+
+    grid  = (ceil(N / rows per block), B·H),  one block per tile of rows of one head
+    dq    = fp32 zeros, accumulated by atomics from every key block, cast at the end
+    D     = rowsum(dO ∘ O), computed here with array ops before the backward kernel
+
+The tile sizes below must equal the ``#define``s of the .cu/.cuh files.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent
+SOURCES = {"f32": KERNEL_DIR / "flash_attention.cu", "f16": KERNEL_DIR / "flash_attention_f16.cu"}
+
+F32_BLOCK_Q, F32_BLOCK_K, F32_BWD_BLOCK = 64, 32, 32
+TC_THREADS, TC_BLOCK_Q, TC_BLOCK_K, TC_BWD_BLOCK_Q = 128, 64, 64, 32
+TENSOR_CORE_HEAD_DIMS = (32, 64, 96, 128)
+FP32_MAX_HEAD_DIM = 128
+
+
+def supports(dtype, head_dim):
+    """Whether a kernel exists for this dtype and head dim (else the array reference runs)."""
+    name = str(dtype)
+    if name == "float16":
+        return head_dim in TENSOR_CORE_HEAD_DIMS
+    if name == "float32":
+        return 1 <= head_dim <= FP32_MAX_HEAD_DIM
+    return False
+
+
+def shared_memory_bytes(kernel, head_dim):
+    """Dynamic shared memory of each kernel, mirroring the layouts documented in the .cu files."""
+    d = head_dim
+    if kernel == "flash_forward_f32":
+        return 4 * (F32_BLOCK_Q * (d + 1) + 2 * F32_BLOCK_K * d + F32_BLOCK_Q * (F32_BLOCK_K + 1))
+    if kernel == "flash_backward_f32":
+        b = F32_BWD_BLOCK
+        return 4 * (4 * b * (d + 1) + 2 * b * d + b * (b + 1) + 2 * b)
+    row = d + 8  # halves per shared-memory row
+    if kernel == "flash_forward_f16":
+        return 2 * (2 * TC_BLOCK_K * row)
+    if kernel == "flash_backward_f16":
+        halves = (2 * TC_BLOCK_K + 2 * TC_BWD_BLOCK_Q) * row + TC_BWD_BLOCK_Q * (TC_BLOCK_K + 8)
+        return 2 * halves + 4 * 2 * TC_BWD_BLOCK_Q
+    raise ValueError(kernel)
+
+
+def kernel_source(kind):
+    """The .cu text with local ``#include "x.cuh"`` lines replaced by the header itself, so
+    NVRTC needs no include path and CuPy's cache key (the source text) covers the header."""
+    lines = []
+    for line in SOURCES[kind].read_text().splitlines():
+        included = re.fullmatch(r'#include "(\w+\.cuh)"', line.strip())
+        lines.append((KERNEL_DIR / included.group(1)).read_text() if included else line)
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def _module(kind, head_dim):
+    import cupy
+    return cupy.RawModule(code=kernel_source(kind), options=(f"-DHEAD_DIM={head_dim}",))
+
+
+@functools.lru_cache(maxsize=None)
+def get_kernel(name, head_dim):
+    """The compiled kernel, allowed the dynamic shared memory it needs (some need > 48 KiB)."""
+    kernel = _module(name.rsplit("_", 1)[1], head_dim).get_function(name)
+    kernel.max_dynamic_shared_size_bytes = shared_memory_bytes(name, head_dim)
+    return kernel
+
+
+def _launch(name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
+    """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars."""
+    import cupy
+    scalars = (cupy.int32(n_queries), cupy.int32(n_keys), cupy.int32(bool(causal)),
+               cupy.float32(1.0 / math.sqrt(head_dim)))
+    get_kernel(name, head_dim)(grid, (threads,), tuple(arrays) + scalars,
+                               shared_mem=shared_memory_bytes(name, head_dim))
+
+
+def _prepared(a):
+    """C-contiguous and 16-byte aligned, as the kernels' vector loads require."""
+    import cupy
+    a = cupy.ascontiguousarray(a)
+    return a if a.data.ptr % 16 == 0 else a.copy()
+
+
+def _suffix(dtype):
+    return "f16" if str(dtype) == "float16" else "f32"
+
+
+def forward(q, k, v, causal=True):
+    """(out, lse): out like q, lse (B, H, Nq) fp32."""
+    import cupy
+    q, k, v = (_prepared(a) for a in (q, k, v))
+    batch, heads, n_queries, head_dim = q.shape
+    n_keys = k.shape[2]
+    out = cupy.zeros_like(q)
+    lse = cupy.full((batch, heads, n_queries), -cupy.inf, dtype=cupy.float32)
+    if out.size == 0 or n_keys == 0:
+        return out, lse
+    name = "flash_forward_" + _suffix(q.dtype)
+    rows, threads = (TC_BLOCK_Q, TC_THREADS) if name.endswith("f16") else (F32_BLOCK_Q, F32_BLOCK_Q)
+    grid = ((n_queries + rows - 1) // rows, batch * heads)
+    _launch(name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal)
+    return out, lse
+
+
+def backward(q, k, v, out, lse, grad_out, causal=True):
+    """(dq, dk, dv) in q's dtype; dq goes through an fp32 buffer of atomic adds."""
+    import cupy
+    q, k, v, out, grad_out = (_prepared(a) for a in (q, k, v, out, grad_out))
+    lse = _prepared(lse.astype(cupy.float32, copy=False))
+    batch, heads, n_queries, head_dim = q.shape
+    n_keys = k.shape[2]
+    delta = (grad_out.astype(cupy.float32) * out.astype(cupy.float32)).sum(axis=-1)
+    dq = cupy.zeros(q.shape, dtype=cupy.float32)
+    dk, dv = cupy.zeros_like(k), cupy.zeros_like(v)
+    if q.size == 0 or k.size == 0:
+        return dq.astype(q.dtype), dk, dv
+    name = "flash_backward_" + _suffix(q.dtype)
+    keys, threads = (TC_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
+    grid = ((n_keys + keys - 1) // keys, batch * heads)
+    _launch(name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
+            n_queries, n_keys, causal)
+    return dq.astype(q.dtype, copy=False), dk, dv

@@ -1,0 +1,164 @@
+"""FlashAttention-2, tile by tile, in array code: the reference the CUDA kernels mirror.
+
+Attention is ``O = softmax(S) V`` with ``S = Q Kᵀ · scale`` and ``scale = 1/sqrt(d)``.
+Materialising S costs N² numbers per head; FlashAttention never does.  It walks
+query tiles of ``block_q`` rows (outer loop) and key tiles of ``block_k`` keys
+(inner loop) and keeps, per query row, three running quantities:
+
+    m   the largest score seen so far             m' = max(m, rowmax(S_ij))
+    l   the sum of exp(score - m) so far           l' = e^(m - m')·l + rowsum(P_ij)
+    acc the unnormalised output Σ exp(s - m)·v     acc' = e^(m - m')·acc + P_ij V_j
+
+with ``P_ij = exp(S_ij - m')``.  Rescaling by ``e^(m - m')`` whenever the maximum grows
+is the *online softmax*: after the last tile ``O = acc / l`` exactly, and the
+log-sum-exp ``L = m + log l`` is all backward needs to rebuild any tile of P:
+``P_ij = exp(S_ij - L_i)``.  Backward (outer loop over key tiles, as the kernel does)
+with ``D_i = rowsum(dO_i ∘ O_i)``:
+
+    dV_j += P_ijᵀ dO_i        dP_ij = dO_i V_jᵀ        dS_ij = P_ij ∘ (dP_ij - D_i)
+    dQ_i += dS_ij K_j · scale                          dK_j += dS_ijᵀ Q_i · scale
+
+Memory is O(N·d) plus one ``block_q × block_k`` tile — never N×N.
+
+Conventions.  q is (B, H, Nq, d); k and v are (B, H, Nk, d).  Causal masking is
+aligned to the bottom-right corner (as FlashAttention ≥ 2.1 and a KV cache do):
+query i sees key j iff ``j <= i + (Nk - Nq)``; with Nq == Nk that is plain ``j <= i``.
+Key tiles wholly above that diagonal are skipped, not masked.  A query row that
+sees no key at all (causal with Nq > Nk: the first Nq - Nk rows) gets output 0,
+log-sum-exp -inf and zero gradients — never NaN.  Inputs in float64 are computed in
+float64; anything else is accumulated in float32 and the output cast back.
+"""
+from __future__ import annotations
+
+import math
+
+from minipar.backend import xp
+
+
+def accumulation_dtype(dtype):
+    """float64 stays float64 (the ~1e-12 parity tests); everything else accumulates in fp32."""
+    return xp.float64 if xp.dtype(dtype) == xp.float64 else xp.float32
+
+
+def causal_offset(n_queries, n_keys):
+    """Query i sees key j iff j <= i + offset (bottom-right aligned causal mask)."""
+    return n_keys - n_queries
+
+
+def _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset):
+    """S = Q_i K_jᵀ · scale for one tile pair, with -inf where the causal mask hides a key."""
+    scores = q_tile @ k_tile.swapaxes(-1, -2) * scale
+    rows, cols = q_tile.shape[-2], k_tile.shape[-2]
+    if causal and k0 + cols - 1 > q0 + offset:  # the tile crosses the diagonal
+        query_pos = xp.arange(q0, q0 + rows)[:, None]
+        key_pos = xp.arange(k0, k0 + cols)[None, :]
+        scores = xp.where(key_pos > query_pos + offset, -xp.inf, scores)
+    return scores
+
+
+def _last_visible_key_end(q1, n_keys, causal, offset):
+    """One past the last key any query row < q1 can see: where the inner loop stops."""
+    return min(n_keys, q1 + offset) if causal else n_keys
+
+
+def flash_forward_reference(q, k, v, causal=True, block_q=64, block_k=64):
+    """Tiled forward pass. Returns ``(out, lse)``: out like q, lse (B, H, Nq) in the accumulation dtype."""
+    batch_heads, n_queries, head_dim = q.shape[:-2], q.shape[-2], q.shape[-1]
+    n_keys = k.shape[-2]
+    acc_dtype = accumulation_dtype(q.dtype)
+    scale = 1.0 / math.sqrt(head_dim)
+    offset = causal_offset(n_queries, n_keys)
+    out = xp.empty(q.shape, dtype=q.dtype)
+    lse = xp.empty(batch_heads + (n_queries,), dtype=acc_dtype)
+
+    for q0 in range(0, n_queries, block_q):
+        q1 = min(q0 + block_q, n_queries)
+        q_tile = q[..., q0:q1, :].astype(acc_dtype)
+        row_max = xp.full(batch_heads + (q1 - q0,), -xp.inf, dtype=acc_dtype)
+        row_sum = xp.zeros(batch_heads + (q1 - q0,), dtype=acc_dtype)
+        acc = xp.zeros(batch_heads + (q1 - q0, head_dim), dtype=acc_dtype)
+
+        for k0 in range(0, _last_visible_key_end(q1, n_keys, causal, offset), block_k):
+            k1 = min(k0 + block_k, n_keys)
+            k_tile = k[..., k0:k1, :].astype(acc_dtype)
+            v_tile = v[..., k0:k1, :].astype(acc_dtype)
+            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset)
+            new_max = xp.maximum(row_max, scores.max(axis=-1))
+            # A row with nothing visible yet has max -inf; exponentiate against 0 instead
+            # so that exp(-inf - (-inf)) = NaN never happens.
+            safe_max = xp.where(new_max == -xp.inf, 0.0, new_max)
+            probs = xp.exp(scores - safe_max[..., None])
+            rescale = xp.exp(row_max - safe_max)
+            row_sum = rescale * row_sum + probs.sum(axis=-1)
+            acc = rescale[..., None] * acc + probs @ v_tile
+            row_max = new_max
+
+        seen = row_sum > 0
+        out[..., q0:q1, :] = (acc / xp.where(seen, row_sum, 1.0)[..., None]).astype(q.dtype)
+        lse[..., q0:q1] = xp.where(seen, row_max + xp.log(xp.where(seen, row_sum, 1.0)), -xp.inf)
+    return out, lse
+
+
+def flash_backward_reference(q, k, v, out, lse, grad_out, causal=True, block_q=64, block_k=64):
+    """Tiled backward from the saved log-sum-exp. Returns ``(dq, dk, dv)`` in q's dtype."""
+    n_queries, head_dim = q.shape[-2], q.shape[-1]
+    n_keys = k.shape[-2]
+    acc_dtype = accumulation_dtype(q.dtype)
+    scale = 1.0 / math.sqrt(head_dim)
+    offset = causal_offset(n_queries, n_keys)
+    # D_i = rowsum(dO_i ∘ O_i) equals Σ_j P_ij dP_ij: the softmax Jacobian's correction term.
+    delta = (grad_out.astype(acc_dtype) * out.astype(acc_dtype)).sum(axis=-1)
+    # Rows that see nothing have lse = -inf; every score in them is masked (-inf), so
+    # any finite stand-in gives P = exp(-inf - 0) = 0 there.
+    safe_lse = xp.where(lse == -xp.inf, 0.0, lse).astype(acc_dtype)
+    dq = xp.zeros(q.shape, dtype=acc_dtype)
+    dk = xp.empty(k.shape, dtype=q.dtype)
+    dv = xp.empty(v.shape, dtype=q.dtype)
+
+    for k0 in range(0, n_keys, block_k):
+        k1 = min(k0 + block_k, n_keys)
+        k_tile = k[..., k0:k1, :].astype(acc_dtype)
+        v_tile = v[..., k0:k1, :].astype(acc_dtype)
+        dk_acc = xp.zeros(k_tile.shape, dtype=acc_dtype)
+        dv_acc = xp.zeros(v_tile.shape, dtype=acc_dtype)
+        # The first query that sees key k0 is k0 - offset; tiles before it are skipped.
+        first_q = max(0, k0 - offset) // block_q * block_q if causal else 0
+        for q0 in range(first_q, n_queries, block_q):
+            q1 = min(q0 + block_q, n_queries)
+            q_tile = q[..., q0:q1, :].astype(acc_dtype)
+            do_tile = grad_out[..., q0:q1, :].astype(acc_dtype)
+            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset)
+            probs = xp.exp(scores - safe_lse[..., q0:q1, None])
+            dv_acc += probs.swapaxes(-1, -2) @ do_tile
+            dprobs = do_tile @ v_tile.swapaxes(-1, -2)
+            dscores = probs * (dprobs - delta[..., q0:q1, None])
+            dq[..., q0:q1, :] += dscores @ k_tile * scale
+            dk_acc += dscores.swapaxes(-1, -2) @ q_tile * scale
+        dk[..., k0:k1, :] = dk_acc.astype(q.dtype)
+        dv[..., k0:k1, :] = dv_acc.astype(q.dtype)
+    return dq.astype(q.dtype), dk, dv
+
+
+def attention_mask(n_queries, n_keys, causal):
+    """Boolean (Nq, Nk) array, True where query i may see key j (None when nothing is hidden)."""
+    if not causal:
+        return None
+    offset = causal_offset(n_queries, n_keys)
+    return xp.arange(n_keys)[None, :] <= xp.arange(n_queries)[:, None] + offset
+
+
+def dense_attention(q, k, v, causal=True):
+    """softmax(Q Kᵀ/sqrt(d)) V with the whole (B, H, Nq, Nk) matrix in memory: the baseline.
+
+    Same conventions as the tiled version (bottom-right causal mask, rows that see
+    nothing give 0).  Computed in the input's dtype.
+    """
+    scores = q @ k.swapaxes(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+    visible = attention_mask(q.shape[-2], k.shape[-2], causal)
+    if visible is not None:
+        scores = xp.where(visible, scores, -xp.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    probs = xp.exp(scores - xp.where(row_max == -xp.inf, 0.0, row_max))
+    row_sum = probs.sum(axis=-1, keepdims=True)
+    probs = probs / xp.where(row_sum > 0, row_sum, 1.0)
+    return (probs @ v).astype(q.dtype)

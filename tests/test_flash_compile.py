@@ -1,0 +1,58 @@
+"""The CUDA sources compile: ``nvcc -cubin`` for Ampere (sm_80) and Hopper (sm_90).
+
+Runs where nvcc exists, GPU or not (skipped elsewhere).  The kernels are compiled the
+way ``flash_cuda`` has NVRTC compile them — one build per head dim, ``-DHEAD_DIM=d`` —
+with warnings as errors, and ptxas must not spill registers to local memory.  The f16
+source is compiled as NVRTC receives it (``kernel_source``: its header pasted in).
+All builds run at once, so the check takes a few seconds of wall time.
+"""
+import itertools
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from minipar.kernels.flash_cuda import kernel_source
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+BUILDS = list(itertools.product(["f32", "f16"], ["sm_80", "sm_90"], [64, 128]))
+
+
+def nvcc_cubin(source_path, arch, head_dim, out_path):
+    return subprocess.Popen(
+        [NVCC, f"-arch={arch}", "-cubin", f"-DHEAD_DIM={head_dim}", "-Werror", "all-warnings",
+         "-Xptxas", "-v", "-o", str(out_path), str(source_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cubin")
+    sources = {}
+    for kind in ("f32", "f16"):
+        sources[kind] = tmp / f"flash_{kind}.cu"
+        sources[kind].write_text(kernel_source(kind))
+    running = {b: nvcc_cubin(sources[b[0]], b[1], b[2], tmp / ("%s_%s_%d.cubin" % b)) for b in BUILDS}
+    results = {}
+    for build, proc in running.items():
+        output, _ = proc.communicate(timeout=120)
+        results[build] = (proc.returncode, output, tmp / ("%s_%s_%d.cubin" % build))
+    return results
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=lambda b: "%s-%s-d%d" % b)
+def test_kernels_compile_without_spills(builds, build):
+    returncode, output, cubin = builds[build]
+    assert returncode == 0, output
+    assert cubin.stat().st_size > 0
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", output)]
+    assert spills and not any(spills), output
+
+
+def test_tensor_core_kernel_rejects_unsupported_head_dim(tmp_path):
+    source = tmp_path / "f16.cu"
+    source.write_text(kernel_source("f16"))
+    output, _ = nvcc_cubin(source, "sm_90", 16, tmp_path / "x.cubin").communicate(timeout=120)
+    assert "HEAD_DIM must be" in output
