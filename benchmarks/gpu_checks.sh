@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every flash-attention check that needs a GPU, in one go (the CPU tests run anywhere):
+# Every check that needs a GPU, in one go (the CPU tests run anywhere):
 #   1. the CUDA compile check (nvcc, if present) and the kernels vs the float64 reference
 #      (tests/test_flash_gpu.py, CuPy backend);
 #   2. the attention benchmark: flash kernels vs naive CuPy vs PyTorch flash SDPA.
@@ -23,8 +23,9 @@ python -c "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0" \
     >"$OUT_DIR/environment.txt" 2>&1
 
 status=0
-echo "== pytest: GPU kernels vs reference, compile check" | tee "$OUT_DIR/pytest_gpu.txt"
-timeout 300 python -m pytest -q -rs tests/test_flash_gpu.py tests/test_flash_compile.py 2>&1 \
+echo "== pytest: GPU kernels vs reference, compile check, the GPT and train on CuPy" | tee "$OUT_DIR/pytest_gpu.txt"
+timeout 300 python -m pytest -q -rs tests/test_flash_gpu.py tests/test_flash_compile.py \
+    tests/test_gpu_backend.py 2>&1 \
     | tee -a "$OUT_DIR/pytest_gpu.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
