@@ -57,7 +57,7 @@ case = st.tuples(st.integers(0, 300), st.sampled_from(["float16", "float32", "fl
 
 @pytest.mark.parametrize("nprocs", [3, 4])
 @settings(max_examples=2, deadline=None, derandomize=True)
-@given(cases=st.lists(case, min_size=20, max_size=40))
+@given(cases=st.lists(case, min_size=10, max_size=25))
 def test_generated_cases_on_mpi(nprocs, cases):
     # many generated cases, one launch: keeps hypothesis affordable on 2 cores
     proc = run_mpi(nprocs, ["tests/scripts/comm_cases.py", json.dumps(cases)], timeout=90,

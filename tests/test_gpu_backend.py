@@ -41,7 +41,7 @@ def test_gpt_forward_backward_matches_numpy(cupy_fp64):
 def test_train_cli_on_cupy_matches_numpy(tmp_path):
     flags = ["-m", "minipar", "train", "--model", "tiny", "--steps", "3", "--precision", "fp64",
              "--quiet", "--eval-batches", "0", "--batch-size", "8"]
-    run_mpi(1, flags + ["--log-json", tmp_path / "cpu.json"])
+    run_mpi(1, flags + ["--backend", "numpy", "--log-json", tmp_path / "cpu.json"])
     run_mpi(2, flags + ["--backend", "cupy", "--dp", "2", "--log-json", tmp_path / "gpu.json"])
     cpu = [json.loads(line)["loss"] for line in open(tmp_path / "cpu.json")]
     gpu = [json.loads(line)["loss"] for line in open(tmp_path / "gpu.json")]
