@@ -33,6 +33,8 @@ def add_train_flags(p):
                                  "hierarchical"])
     num = p.add_argument_group("numerics")
     num.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
+    num.add_argument("--initial-loss-scale", type=float, default=2.0 ** 16,
+                     help="fp16: the dynamic loss scale to start from")
     num.add_argument("--recompute", default="none", choices=["none", "full", "selective"])
     num.add_argument("--attention", default="naive", choices=["naive", "flash"])
     num.add_argument("--backend", default=None, choices=["numpy", "cupy"],

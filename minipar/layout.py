@@ -32,8 +32,8 @@ class Layout:
 
 # flag -> (is it set to something not built yet?, what to say)
 NOT_BUILT = {
-    "--precision": (lambda a: a.precision in ("fp16", "bf16"), "fp16/bf16 mixed precision"),
-    "--recompute": (lambda a: a.recompute != "none", "activation recomputation"),
+    "--zero": (lambda a: a.zero != 0 and a.precision in ("fp16", "bf16"),
+               "ZeRO with fp16/bf16 (sharded fp32 masters)"),
 }
 
 

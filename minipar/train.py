@@ -21,8 +21,9 @@ from minipar.layout import LayoutError, validate_layout, model_config
 from minipar.nn import GPT
 
 
-def build_optimizer(module, grid, args, tp_model=None):
-    """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise; one interface for the loop."""
+def build_optimizer(module, grid, args, tp_model=None, amp=None):
+    """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise, AdamW on fp32 masters with a
+    loss scaler for fp16/bf16; one interface for the loop."""
     from minipar.parallel.data import DataParallel, DataParallelAdamW
     from minipar.parallel.norm import GlobalNorm
     from minipar.parallel.zero import ZeroOptimizer
@@ -34,6 +35,14 @@ def build_optimizer(module, grid, args, tp_model=None):
         prepare = tp_model.reduce_replicated_grads
     norm = GlobalNorm([grid.tp_comm, grid.pp_comm], weight)
     bucket_bytes = int(args.bucket_mb * 2**20)
+    if amp is not None:
+        from minipar.amp import AmpAdamW, make_scaler
+        ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
+                           algorithm=args.comm_algorithm, overlap=not args.no_overlap)
+        scaler = make_scaler(args.precision, comm=grid.world, init_scale=args.initial_loss_scale)
+        return AmpAdamW(amp, scaler, ddp=ddp,
+                        norm_fn=lambda named: norm.total(norm.local_sq(named)),
+                        prepare_grads=prepare, **adam)
     if args.zero == 0:
         ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
                            algorithm=args.comm_algorithm, overlap=not args.no_overlap)
@@ -55,6 +64,9 @@ def build_model(args, layout, grid, cfg, params):
     if layout.tp > 1:
         from minipar.parallel.tensor import to_tensor_parallel, vocab_parallel_cross_entropy
         model = tp_model = to_tensor_parallel(model, grid, args.sequence_parallel)
+    if args.recompute != "none":
+        from minipar.recompute import apply_recompute
+        apply_recompute(model, args.recompute)
     if layout.pp == 1 and layout.chunks == 1:
         return model, model, None, tp_model
     from minipar.parallel.pipeline.engine import PipelineEngine
@@ -67,7 +79,8 @@ def build_model(args, layout, grid, cfg, params):
         if args.sequence_parallel:
             act_shape = lambda rows, n: (rows, n // layout.tp, cfg.d_model)  # noqa: E731
     engine = PipelineEngine(module, grid.pp_comm, args.schedule, layout.microbatches,
-                            layout.chunks, loss_fn=loss_fn, activation_shape=act_shape)
+                            layout.chunks, loss_fn=loss_fn, activation_shape=act_shape,
+                            dtype=backend.dtype_of(args.precision))
     return model, module, engine, tp_model
 
 
@@ -94,7 +107,8 @@ def forward_backward(model, optimizer, x, y, grad_accum):
         with quiet:
             xs, ys = x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows]
             _, loss = model(backend.to_device(xs), backend.to_device(ys))
-            (loss * (1.0 / grad_accum)).backward()
+            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+            (scaled * (1.0 / grad_accum)).backward()
         loss_sum += loss.item()
     return loss_sum / grad_accum
 
@@ -102,8 +116,9 @@ def forward_backward(model, optimizer, x, y, grad_accum):
 def pipeline_forward_backward(engine, optimizer, x, y):
     """The schedule over M micro-batches; DP sync waits until after the last backward."""
     ddp = getattr(optimizer, "ddp", None)
+    scale = optimizer.scaler.scale if hasattr(optimizer, "scaler") else 1.0
     with (ddp.no_sync() if ddp is not None else contextlib.nullcontext()):
-        loss = engine.run(x, y)
+        loss = engine.run(x, y, loss_scale=scale)
     return 0.0 if loss is None else loss
 
 
@@ -124,6 +139,8 @@ def save_checkpoint(args, cfg, optimizer, grid, step, tp_model=None):
                      "v": {k: v for _, s in parts for k, v in s["v"].items()}}
     if grid.rank == 0:
         meta = {"model": cfg.to_dict(), "step": step, "seed": args.seed, "precision": args.precision}
+        if hasattr(optimizer, "scaler"):
+            meta["loss_scaler"] = optimizer.scaler.state_dict()
         checkpoint.save(args.save, params, state, meta)
 
 
@@ -133,7 +150,8 @@ def train(args):
     from minipar.parallel.grid import ProcessGrid
     if layout.world_size > 1:
         abort_on_exception()
-    backend.set_default_dtype(backend.dtype_of(args.precision))
+    half = args.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)
+    backend.set_default_dtype(backend.dtype_of("fp32" if half else args.precision))
     cfg = model_config(args)
     resume = None
     if args.resume:                           # a missing, corrupt or foreign file stops
@@ -146,7 +164,11 @@ def train(args):
     grid = ProcessGrid(Communicator(), dp=layout.dp, tp=layout.tp, pp=layout.pp)
     model, module, engine, tp_model = build_model(args, layout, grid, cfg,
                                                   resume[0] if resume else None)
-    optimizer = build_optimizer(module, grid, args, tp_model)
+    amp = None
+    if half:
+        from minipar.amp import MixedPrecision
+        amp = MixedPrecision(module, args.precision)
+    optimizer = build_optimizer(module, grid, args, tp_model, amp)
     start = 0
     if resume:
         _, state, meta = resume
@@ -154,6 +176,8 @@ def train(args):
             state = dict(state, m=tp_model.shard_full_arrays(state["m"]),
                          v=tp_model.shard_full_arrays(state["v"]))
         optimizer.load_state_dict(state)
+        if "loss_scaler" in meta and hasattr(optimizer, "scaler"):
+            optimizer.scaler.load_state_dict(meta["loss_scaler"])
         start = int(meta["step"])
     from minipar.train_loop import run_steps
     run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start, tp_model)

@@ -66,6 +66,9 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
                   "comm_time_s": optimizer.exposed_comm_s + (t1 - t_loss),
                   "peak_mem_bytes": backend.memory.peak,
                   "model_state_bytes": optimizer.memory_bytes()}
+        if hasattr(optimizer, "scaler") and optimizer.scaler.enabled:
+            record["loss_scale"] = optimizer.last_scale
+            record["skipped"] = optimizer.last_skipped
         if args.peak_tflops:
             record["mfu"] = flops_per_step / dt / (args.peak_tflops * 1e12 * layout.world_size)
         if engine is not None and args.trace and step == end - 1:

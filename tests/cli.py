@@ -7,14 +7,15 @@ from minipar import checkpoint
 from tests.mpirun import run_mpi
 
 SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
-COMMON = ["--precision", "fp64", "--seed", "0", "--quiet", "--eval-batches", "0"]
+COMMON = ["--seed", "0", "--quiet", "--eval-batches", "0"]
 
 
 def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=True, model=SMALL):
     """Run train; returns (losses, params, optimizer state), or the CompletedProcess
     when check=False."""
     log, ckpt = tmp_path / f"{name}.json", tmp_path / name
-    args = ["-m", "minipar", "train", *model, *COMMON, "--steps", str(steps),
+    precision = [] if "--precision" in flags else ["--precision", "fp64"]
+    args = ["-m", "minipar", "train", *model, *COMMON, *precision, "--steps", str(steps),
             "--batch-size", str(batch), "--log-json", log, "--save", ckpt, *flags]
     proc = run_mpi(nprocs, args, timeout=timeout, check=check)
     if not check:

@@ -10,10 +10,11 @@ def amp_optimizer_step(amp, optimizer, scaler, grad_clip=0.0, norm_fn=None):
 
     Unscale the fp32 master gradients, agree on found-inf, then either (clean) clip
     by the norm of the unscaled gradients, step the optimizer on the masters and
-    round them into the half parameters, or (overflow) skip.  ``norm_fn(grads)``
-    gives the global norm when gradients are sharded (tensor/pipeline parallel);
-    default ``global_grad_norm``.  Returns (grad_norm or None when skipped,
-    skipped, the scale S this step used).
+    round them into the half parameters, or (overflow) skip.  ``norm_fn`` maps
+    [(name, grad)] to the global norm when gradients are sharded (tensor/pipeline
+    parallel, e.g. ``lambda ng: g.total(g.local_sq(ng))`` with a
+    ``parallel.norm.GlobalNorm`` g); default ``global_grad_norm``.
+    Returns (grad_norm or None when skipped, skipped, the scale S this step used).
     """
     scale = scaler.scale
     grads = amp.master_grads()
@@ -21,7 +22,7 @@ def amp_optimizer_step(amp, optimizer, scaler, grad_clip=0.0, norm_fn=None):
     skipped = scaler.found_inf(grads)
     norm = None
     if not skipped:
-        norm = (norm_fn or global_grad_norm)(grads)
+        norm = norm_fn(list(zip(amp.names, grads))) if norm_fn else global_grad_norm(grads)
         clip_grad_norm(amp.masters, grad_clip, norm=norm)
         optimizer.step()
         amp.masters_to_model()
@@ -33,7 +34,7 @@ def amp_optimizer_step(amp, optimizer, scaler, grad_clip=0.0, norm_fn=None):
 
 def amp_train_step(model, amp, optimizer, scaler, x, y, grad_accum=1, grad_clip=0.0,
                    norm_fn=None):
-    """``train.train_step`` in mixed precision: K micro-batches of (loss·S/K).backward(),
+    """A whole step in mixed precision: K micro-batches of (loss·S/K).backward(),
     fp32 accumulation in the masters, then ``amp_optimizer_step``.
 
     Returns (mean loss, grad_norm or None if skipped, skipped, loss scale used).
@@ -65,9 +66,10 @@ class AmpAdamW:
 
     stage = 0
 
-    def __init__(self, amp, scaler, ddp=None, norm_fn=None, **adam):
+    def __init__(self, amp, scaler, ddp=None, norm_fn=None, prepare_grads=None, **adam):
         from minipar.optim import AdamW
         self.amp, self.scaler, self.ddp, self.norm_fn = amp, scaler, ddp, norm_fn
+        self.prepare_grads = prepare_grads   # after the dp sync (tensor parallel replicas)
         self.adam = AdamW(amp.named_masters(), **adam)
         self.last_skipped, self.last_scale = False, scaler.scale
 
@@ -79,6 +81,8 @@ class AmpAdamW:
     def step(self, max_norm=None):
         if self.ddp is not None:
             self.ddp.finish_gradient_sync()
+        if self.prepare_grads:
+            self.prepare_grads()
         self.amp.grads_to_masters()
         norm, self.last_skipped, self.last_scale = amp_optimizer_step(
             self.amp, self.adam, self.scaler, max_norm, self.norm_fn)
@@ -98,6 +102,11 @@ class AmpAdamW:
         master = sum(m.data.nbytes for m in self.amp.masters)
         states = sum(s["m"].nbytes + s["v"].nbytes for s in self.adam.state.values())
         return {"params": half + master, "grads": half + master, "optimizer": states}
+
+    def model_state_dict(self):
+        """The fp32 masters by name: what a checkpoint keeps."""
+        from minipar.backend import to_host
+        return {name: to_host(m.data).copy() for name, m in self.amp.named_masters()}
 
     def state_dict(self):
         return self.adam.state_dict()

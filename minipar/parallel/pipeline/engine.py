@@ -29,7 +29,7 @@ from minipar.parallel.pipeline.timeline import Span
 
 class PipelineEngine:
     def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1, loss_fn=None,
-                 activation_shape=None):
+                 activation_shape=None, dtype=None):
         """``loss_fn(logits, targets)``: the last stage's loss (default cross-entropy;
         tensor parallelism passes its vocab-parallel one).  ``activation_shape(rows,
         seq_len)``: the shape of what stages exchange (default (rows, seq_len, d_model);
@@ -38,6 +38,7 @@ class PipelineEngine:
         d_model = self.stages[0].model.config.d_model
         self.loss_fn = loss_fn or ops.cross_entropy
         self.activation_shape = activation_shape or (lambda rows, seq: (rows, seq, d_model))
+        self.dtype = dtype    # of the activations exchanged (default: the default dtype)
         self.comm = pp_comm
         self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
         self.S = self.pp * chunks
@@ -72,16 +73,17 @@ class PipelineEngine:
         return time.perf_counter() - self.t0
 
     # ------------------------------------------------------------ one step
-    def run(self, inputs, targets, t0=None):
+    def run(self, inputs, targets, t0=None, loss_scale=1.0):
         """Forward and backward of M micro-batches (row slices of inputs/targets).
         Returns the sum over micro-batches of loss_m/M on the last stage, else None.
-        Gradients are left accumulated in the parameters."""
+        Gradients are left accumulated in the parameters; with ``loss_scale`` S (fp16)
+        the last stage back-propagates S·loss, so every gradient is S times larger."""
         rows = inputs.shape[0] // self.M
         self.t0 = time.perf_counter() if t0 is None else t0
         self.spans, self.local, self.pending_sends = [], {}, []
         saved, deferred, loss_total = {}, {}, 0.0
         act_shape = self.activation_shape(rows, inputs.shape[1])
-        dtype = backend.default_dtype()
+        dtype = self.dtype or backend.default_dtype()
         for action in self.actions:
             c, mb = action.chunk, action.microbatch
             s = virtual_stage(self.rank, c, self.pp)
@@ -102,8 +104,11 @@ class PipelineEngine:
                 saved[(mb, c)] = (x, out)
             elif action.kind == "B":
                 x, out = saved.pop((mb, c))
-                grad = None if s == self.S - 1 else self._recv("grad", mb, s, s + 1, out.shape, out.dtype)
-                start = self._now() if grad is not None else start
+                if s == self.S - 1:
+                    grad = xp.full(out.shape, loss_scale, dtype=out.dtype)
+                else:
+                    grad = self._recv("grad", mb, s, s + 1, out.shape, out.dtype)
+                    start = self._now()
                 if self.split:
                     with WeightGradDeferral() as d:
                         out.backward(grad)

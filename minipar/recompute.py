@@ -1,0 +1,171 @@
+"""Activation recomputation (checkpointing): trade compute for activation memory.
+
+Backward needs the activations its ops saved in forward.  For a transformer layer
+Korthikanti et al. (2022, "Reducing Activation Recomputation in Large Transformer
+Models") count, with s = sequence, b = batch, h = hidden, a = heads, 2-byte
+activations and 1-byte dropout masks,
+
+    activation bytes per layer ≈ s·b·h·(34 + 5·a·s/h)
+
+where 5·a·s/h is the attention core (scores, softmax, its dropout mask: a·s²·b
+numbers, quadratic in s) and 34 the rest (linear inputs, layer norms, GELU, masks).
+
+``checkpoint(fn, *inputs)`` runs ``fn`` without recording a graph and keeps only its
+inputs; backward runs ``fn`` again, with gradients on, and back-propagates through
+that fresh copy.  Memory per layer falls to its input (2·s·b·h bytes), one layer's
+activations live at a time during backward, and the price is one extra forward
+(about +33% compute: forward 1 unit, backward 2).
+
+- ``"full"``: each Block's forward is checkpointed;
+- ``"selective"``: only the attention core q, k, v → y (the 5·a·s/h term, cheap to
+  recompute: no weight matmuls), the rest is kept.
+
+Bit-identical results: the re-run sees the same inputs and, for dropout, the same
+random numbers — the generator's state is saved before the forward and restored
+for the re-run (then put back where backward found it).  On NumPy the state is
+``generator.bit_generator.state``; CuPy's ``cupy.random.Generator`` does not expose
+its state in every version: ``rng_state`` then raises, so checkpoint with dropout > 0
+on CuPy needs a generator with ``get_state``/``set_state`` (e.g. ``RandomState``).
+"""
+from __future__ import annotations
+
+import types
+
+from minipar.autograd import Function, Tensor, set_grad_enabled
+
+
+def rng_state(generator):
+    """A snapshot of ``generator``'s state (NumPy Generator, RandomState, or anything
+    with ``bit_generator.state`` or ``get_state``)."""
+    bit = getattr(generator, "bit_generator", None)
+    if bit is not None and hasattr(bit, "state"):
+        return bit.state
+    if hasattr(generator, "get_state"):
+        return generator.get_state()
+    raise RuntimeError(f"cannot save the state of {type(generator).__name__}: recomputation "
+                       "with dropout needs a generator exposing bit_generator.state or get_state()")
+
+
+def set_rng_state(generator, state):
+    bit = getattr(generator, "bit_generator", None)
+    if bit is not None and hasattr(bit, "state"):
+        bit.state = state
+    else:
+        generator.set_state(state)
+
+
+class Checkpoint(Function):
+    """out = fn(*inputs), keeping only the inputs (and the RNG state) for backward."""
+
+    @staticmethod
+    def forward(ctx, fn, generator, *arrays):
+        ctx.run, ctx.generator = fn, generator   # (ctx.fn is the node's Function)
+        ctx.rng = rng_state(generator) if generator is not None else None
+        ctx.save_for_backward(*arrays)
+        with set_grad_enabled(False):
+            out = fn(*[Tensor(a) for a in arrays])
+        return out.data
+
+    @staticmethod
+    def backward(ctx, g):
+        needs = ctx.needs_input_grad[2:]
+        inputs = [Tensor(a, requires_grad=n) for a, n in zip(ctx.saved, needs)]
+        if ctx.rng is not None:
+            now = rng_state(ctx.generator)
+            set_rng_state(ctx.generator, ctx.rng)
+        with set_grad_enabled(True):
+            out = ctx.run(*inputs)
+        if ctx.rng is not None:
+            set_rng_state(ctx.generator, now)
+        if out.requires_grad:      # parameter gradients land in their .grad here
+            out.backward(g)
+        return (None, None) + tuple(t.grad if n else None for t, n in zip(inputs, needs))
+
+
+def checkpoint(fn, *inputs, generator=None):
+    """``fn(*inputs)`` (one Tensor out) without keeping its activations.
+
+    ``generator``: the random generator ``fn`` draws from (dropout), restored for the
+    re-run.  As in PyTorch's reentrant checkpoint, at least one input must require a
+    gradient (else no graph is recorded and parameters inside ``fn`` get none).
+    """
+    return Checkpoint.apply(fn, generator, *inputs)
+
+
+# ---------------------------------------------------------------- applying it to a GPT
+def _checkpointed(forward, generator):
+    def run(x):
+        return checkpoint(forward, x, generator=generator)
+    return run
+
+
+def _selective_attention_forward(self, x):
+    """``CausalSelfAttention.forward`` with its core wrapped in ``checkpoint``.
+    Mirrors minipar/nn/attention.py line for line (the bit-identity test guards it)."""
+    from minipar.nn.attention import attention_core
+    q, k, v = self.split_heads(self.qkv(x))
+    kind = self.attention
+    y = checkpoint(lambda q_, k_, v_: attention_core(q_, k_, v_, kind), q, k, v,
+                   generator=self._recompute_generator)
+    b, h, n, d = y.shape
+    y = y.transpose(0, 2, 1, 3).reshape(b, n, h * d)
+    return self.drop(self.proj(y))
+
+
+def apply_recompute(model, mode="full"):
+    """Switch recomputation on ``model``'s blocks: "none" | "full" | "selective".
+
+    The model's classes are not touched: per instance, ``block.forward`` (full) or
+    ``block.attn.forward`` / ``block.attn.core`` (selective) is shadowed by an
+    instance attribute that calls ``checkpoint``; "none" deletes those attributes,
+    restoring the class methods.  Call it again to switch modes.  If the attention
+    module has a ``core(q, k, v)`` method, selective wraps just that.  Apply it to the
+    final model (after tensor-parallel conversion or pipeline partitioning): a deep
+    copy would keep wrappers that point at the original blocks.
+    """
+    if mode not in ("none", "full", "selective"):
+        raise ValueError(f"--recompute must be none, full or selective, got {mode!r}")
+    generator = getattr(model, "dropout_rng", None)
+    for block in model.blocks:
+        attn = block.attn
+        for owner, name in ((block, "forward"), (attn, "forward"), (attn, "core")):
+            if getattr(owner, "_recompute_" + name, False):
+                delattr(owner, name)
+                delattr(owner, "_recompute_" + name)
+        if mode == "full":
+            block.forward = _checkpointed(block.forward, generator)
+            block._recompute_forward = True
+        elif mode == "selective":
+            if callable(getattr(type(attn), "core", None)):
+                core = attn.core
+                attn.core = lambda q, k, v, core=core: checkpoint(core, q, k, v, generator=generator)
+                attn._recompute_core = True
+            else:
+                from minipar.nn.attention import CausalSelfAttention
+                if type(attn).forward is not CausalSelfAttention.forward:
+                    raise TypeError(f"selective recomputation needs {type(attn).__name__} to "
+                                    "define core(q, k, v) (its forward is not the one mirrored here)")
+                attn._recompute_generator = generator
+                attn.forward = types.MethodType(_selective_attention_forward, attn)
+                attn._recompute_forward = True
+    return model
+
+
+def peak_activation_bytes(step):
+    """Run ``step()`` (forward + backward) and return (result, peak − live at start):
+    the most bytes of activations (and gradients) held at once, from the backend's
+    counter of tracked arrays.  Garbage is collected first and the collector paused
+    during ``step``, so freeing older garbage cannot make the figure drift."""
+    import gc
+    from minipar.backend import memory
+    gc.collect()
+    start = memory.live
+    memory.reset_peak()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = step()
+    finally:
+        if enabled:
+            gc.enable()
+    return result, memory.peak - start
