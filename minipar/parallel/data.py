@@ -82,8 +82,8 @@ class DataParallel:
     def _launch(self, bucket):
         flat = bucket.pack_grads()
         flat *= 1.0 / self.comm.size
-        bucket.handle = all_reduce_async(self.comm, flat, algorithm=self.algorithm)
         bucket.submitted = time.perf_counter()
+        bucket.handle = all_reduce_async(self.comm, flat, algorithm=self.algorithm)
         bucket.flat = flat
 
     def finish_gradient_sync(self):
