@@ -7,7 +7,8 @@ Both run the same architecture in float32 on the CPU in the same process, with t
 thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
 the N×N scores (PyTorch: the same explicit matmul + mask + softmax, and separately its
 fused ``scaled_dot_product_attention``), tanh-GELU MLP, untied head, AdamW.  It prints
-the median step time of each and the ratio minipar / PyTorch.  Without PyTorch installed,
+the median step time of each (steps of the three run in turn) and the ratio minipar /
+PyTorch.  Without PyTorch installed,
 only minipar's time is printed.  ``--profile`` shows where minipar's time goes, by op.
 """
 from __future__ import annotations
@@ -96,15 +97,19 @@ def torch_step_fn(args, fused_attention):
     return step
 
 
-def median_time(step, steps, warmup=2):
+def interleaved_medians(steps, rounds, warmup=2):
+    """Median seconds per step of each step function, run in turn round after round so
+    that a load change on the machine touches all of them alike."""
     for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for step in steps.values():
+            step()
+    times = {label: [] for label in steps}
+    for _ in range(rounds):
+        for label, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[label].append(time.perf_counter() - t0)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def main(argv=None):
@@ -133,19 +138,19 @@ def main(argv=None):
         step()
         cProfile.runctx("for _ in range(3): step()", globals(), {"step": step}, "/tmp/minipar.prof")
         pstats.Stats("/tmp/minipar.prof").sort_stats("tottime").print_stats(15)
-    t_mini = median_time(step, args.steps)
-    print(f"minipar                      {t_mini * 1e3:8.1f} ms/step")
+    steps = {"minipar": step}
     try:
         import torch
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        steps["PyTorch eager (same attention)"] = torch_step_fn(args, fused_attention=False)
+        steps["PyTorch eager + SDPA"] = torch_step_fn(args, fused_attention=True)
     except ImportError:
         print("PyTorch not installed: no baseline in this run (pip install torch)")
-        return
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    for fused, label in ((False, "PyTorch eager (same attention)"), (True, "PyTorch eager + SDPA")):
-        t_torch = median_time(torch_step_fn(args, fused), args.steps)
-        print(f"{label:28s} {t_torch * 1e3:8.1f} ms/step   minipar / PyTorch = {t_mini / t_torch:.2f}x")
-
+    times = interleaved_medians(steps, args.steps)
+    for label, t in times.items():
+        ratio = "" if label == "minipar" else f"   minipar / PyTorch = {times['minipar'] / t:.2f}x"
+        print(f"{label:32s} {t * 1e3:8.1f} ms/step{ratio}")
 
 if __name__ == "__main__":
     main()

@@ -154,21 +154,33 @@ class Dropout(Function):
         return g * ctx.saved[0] * ctx.scale, None, None
 
 
+_causal_bias = {}
+
+
+def causal_bias(nq, nk, dtype):
+    """(nq, nk) array: 0 where query i may see key j (j <= i + nk - nq), -inf above.
+    Cached: every layer of every step uses the same one."""
+    key = (nq, nk, str(dtype), type(xp.zeros(0)).__module__)
+    if key not in _causal_bias:
+        hidden = xp.triu(xp.ones((nq, nk), dtype=bool), k=nk - nq + 1)
+        _causal_bias[key] = xp.where(hidden, -xp.inf, 0.0).astype(dtype)
+    return _causal_bias[key]
+
+
 class AttentionSoftmax(Function):
     """P = softmax(scale·S + M) over the last axis, M = -inf above the diagonal when
     causal (key j > query i + offset, offset = Nk - Nq).  dS = scale · P ∘ (dP - Σ dP∘P).
-    One fused op instead of scale, mask and softmax: one pass, one saved array."""
+    One fused op instead of scale, mask and softmax, updating one array in place."""
 
     @staticmethod
     def forward(ctx, scores, scale, causal=True):
         z = _wide(scores) * scale
         if causal:
-            nq, nk = z.shape[-2:]
-            hidden = xp.triu(xp.ones((nq, nk), dtype=bool), k=nk - nq + 1)
-            z = xp.where(hidden, -xp.inf, z)
-        z = xp.exp(z - z.max(axis=-1, keepdims=True))
+            z += causal_bias(*z.shape[-2:], z.dtype)
+        z -= z.max(axis=-1, keepdims=True)
+        xp.exp(z, out=z)
         z /= z.sum(axis=-1, keepdims=True)
-        p = z.astype(scores.dtype)
+        p = z.astype(scores.dtype, copy=False)
         ctx.save_for_backward(p)
         ctx.scale = scale
         return p
@@ -176,4 +188,8 @@ class AttentionSoftmax(Function):
     @staticmethod
     def backward(ctx, g):
         (p,) = ctx.saved
-        return (p * (g - (g * p).sum(axis=-1, keepdims=True))) * ctx.scale, None, None
+        r = g * p
+        r = g - r.sum(axis=-1, keepdims=True)
+        r *= p
+        r *= ctx.scale
+        return r, None, None

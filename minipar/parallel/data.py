@@ -20,6 +20,7 @@ accumulate locally, the K-th triggers the buckets with the summed gradients.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 
 from minipar.backend import xp
@@ -55,6 +56,7 @@ class DataParallel:
         self.sync = True
         self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
         self.events = []             # (bucket index, submitted, started, finished) of the last sync
+        self._saved_switch = None
 
     def __call__(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -79,7 +81,16 @@ class DataParallel:
         if bucket.ready == len(bucket.params) and self.overlap:
             self._launch(bucket)
 
+    # While an all-reduce runs on the communication thread, the main thread is busy in
+    # backward and holds Python's GIL; the thread needs it between two messages of the
+    # ring and by default waits up to 5 ms for it.  A shorter switch interval while
+    # buckets are in flight lets the thread move on after each message.
+    SWITCH_INTERVAL_S = 1e-4
+
     def _launch(self, bucket):
+        if self._saved_switch is None:
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(self.SWITCH_INTERVAL_S)
         flat = bucket.pack_grads()
         flat *= 1.0 / self.comm.size
         bucket.submitted = time.perf_counter()
@@ -108,6 +119,9 @@ class DataParallel:
                 p.grad = view
             bucket.handle, bucket.ready = None, 0
             bucket.flat = None
+        if self._saved_switch is not None:
+            sys.setswitchinterval(self._saved_switch)
+            self._saved_switch = None
         self.exposed_comm_s = time.perf_counter() - start
         return self.exposed_comm_s
 
