@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from minipar import backend
-from minipar.comm import all_reduce
+from minipar.comm import all_gather, all_reduce
 from minipar.data import shard_rows
 from minipar.optim import lr_at
 
@@ -49,6 +49,7 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         backend.memory.reset_peak()
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
+        tp_comm_before = getattr(grid.tp_comm, "blocking_comm_s", 0.0)
         t0 = time.perf_counter()
         if engine is not None:
             local_loss = pipeline_forward_backward(engine, optimizer, x, y)
@@ -61,11 +62,18 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         backend.sync()
         t1 = time.perf_counter()
         dt = t1 - t0
+        comm = (optimizer.exposed_comm_s + (t1 - t_loss)    # dp sync not hidden, loss
+                + getattr(grid.tp_comm, "blocking_comm_s", 0.0) - tp_comm_before)  # tp
+        peaks = all_gather(grid.world, np.array([backend.memory.peak], dtype=np.int64),
+                           sizes=[1] * layout.world_size)
         record = {"step": step, "loss": loss, "lr": optimizer.lr, "grad_norm": norm,
                   "tokens_per_s": tokens_per_step / dt, "step_time_s": dt,
-                  "comm_time_s": optimizer.exposed_comm_s + (t1 - t_loss),
-                  "peak_mem_bytes": backend.memory.peak,
+                  "comm_time_s": comm, "comm_share": comm / dt,
+                  "peak_mem_bytes": int(peaks.max()),
+                  "peak_mem_bytes_per_rank": [int(p) for p in peaks],
                   "model_state_bytes": optimizer.memory_bytes()}
+        if engine is not None:   # waiting for other stages: the bubble plus the transfers
+            record["pipeline_wait_s"] = engine.comm_wait_s
         if hasattr(optimizer, "scaler") and optimizer.scaler.enabled:
             record["loss_scale"] = optimizer.last_scale
             record["skipped"] = optimizer.last_skipped

@@ -57,7 +57,9 @@ class PipelineEngine:
             self.local[(kind, mb, to_stage)] = array
             return
         buf = xp.ascontiguousarray(array)
+        t0 = self._now()
         self.pending_sends.append((self.comm.isend(buf, rank, tag=self._tag(kind, mb, to_stage)), buf))
+        self.spans.append(Span("send", mb, 0, t0, self._now()))
 
     def _recv(self, kind, mb, my_stage, from_stage, shape, dtype):
         rank, _ = stage_location(from_stage, self.pp)
@@ -120,7 +122,11 @@ class PipelineEngine:
             else:
                 deferred.pop((mb, c)).run()
             self.spans.append(Span(action.kind, mb, c, start, self._now()))
+        t0 = self._now()
         for request, _ in self.pending_sends:
             request.wait()
         self.pending_sends = []
+        drain = self._now() - t0          # waiting for the last sends to be received
+        self.comm_wait_s = drain + sum(s.end - s.start for s in self.spans
+                                       if s.kind in ("send", "recv"))
         return loss_total if self.stages[-1].is_last else None

@@ -33,6 +33,7 @@ gradient array may be shared by several branches of the graph.
 from __future__ import annotations
 
 import math
+import time
 
 from minipar.backend import xp
 from minipar.autograd.function import Function
@@ -55,6 +56,16 @@ def split_along(comm, x, axis):
     return xp.ascontiguousarray(x[tuple(index)])
 
 
+def timed(comm, collective, *args, **kwargs):
+    """Run a collective and add its seconds to ``comm.blocking_comm_s``: tensor-parallel
+    communication blocks the computation, so this is time the training log counts as
+    communication."""
+    start = time.perf_counter()
+    result = collective(comm, *args, **kwargs)
+    comm.blocking_comm_s = getattr(comm, "blocking_comm_s", 0.0) + time.perf_counter() - start
+    return result
+
+
 def gather_along(comm, x, axis, full_len=None):
     """Concatenate every rank's ``x`` along ``axis`` (rank order).  ``full_len`` (the
     gathered length) lets ranks with uneven parts agree on the sizes without a message."""
@@ -65,7 +76,7 @@ def gather_along(comm, x, axis, full_len=None):
     n = full_len if full_len is not None else x.shape[axis] * comm.size
     b = chunk_bounds(n, comm.size)
     sizes = [(b[r + 1] - b[r]) * math.prod(rest) for r in range(comm.size)]
-    full = all_gather(comm, first, sizes=sizes).reshape((n,) + rest)
+    full = timed(comm, all_gather, first, sizes=sizes).reshape((n,) + rest)
     return xp.ascontiguousarray(xp.moveaxis(full, 0, axis))
 
 
@@ -78,14 +89,14 @@ def reduce_scatter_along(comm, x, axis):
         raise ValueError(f"reduce-scatter along an axis of {n} over {comm.size} ranks: "
                          f"the length must be divisible by the tensor-parallel size")
     first = _axis_first(x, axis)
-    shard = reduce_scatter(comm, first, inplace=True).reshape((n // comm.size,) + first.shape[1:])
+    shard = timed(comm, reduce_scatter, first, inplace=True).reshape((n // comm.size,) + first.shape[1:])
     return xp.ascontiguousarray(xp.moveaxis(shard, 0, axis))
 
 
 def all_reduce_inplace(comm, x, op="sum"):
     """op over ranks into ``x`` itself (a buffer of our own); no message when t = 1."""
     if comm.size > 1:
-        all_reduce(comm, x, op=op, algorithm=ALGORITHM)
+        timed(comm, all_reduce, x, op=op, algorithm=ALGORITHM)
     return x
 
 
@@ -93,7 +104,7 @@ def all_reduce_copy(comm, x):
     """Σ_ranks x into a new array (``x`` untouched)."""
     if comm.size == 1:
         return x
-    return all_reduce(comm, x, algorithm=ALGORITHM, out=xp.empty_like(x))
+    return timed(comm, all_reduce, x, algorithm=ALGORITHM, out=xp.empty_like(x))
 
 
 # ---------------------------------------------------------------- the Functions
