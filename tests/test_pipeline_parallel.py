@@ -39,15 +39,27 @@ def test_pipeline_one_rank_many_chunks(tmp_path, single):
     assert_same_run(run, single)
 
 
-def test_traced_bubble_matches_simulator(tmp_path):
-    """pp=2 on 2 ranks, AFAB with 4 micro-batches: the trace's bubble is within 10
-    percentage points of the simulator's for the measured mean F and B times."""
+def test_trace_is_a_timeline_with_its_bubble_and_the_simulators(tmp_path):
+    """pp=2 on 2 ranks, AFAB with 4 micro-batches: the trace holds every F and B of both
+    ranks with the recvs between them, the logged bubble is the trace's own, and the
+    simulator's prediction for the measured op times sits beside it.  (How close the two
+    are is a timing, measured by benchmarks/pipeline_bubble.py, never asserted here.)"""
+    from minipar.parallel.pipeline import bubble_fraction
     trace = tmp_path / "trace.json"
     model = ["--model", "tiny", "--n-layer", "4", "--d-model", "64", "--seq-len", "64"]
     train(tmp_path, "traced", 2, "--pp", "2", "--schedule", "afab", "--microbatches", "4",
           "--trace", trace, model=model, batch=8, steps=3)
     data = json.load(open(trace))
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    for rank in (0, 1):
+        kinds = sorted(e["cat"] for e in events if e["tid"] == rank and e["cat"] in "FB")
+        assert kinds == ["B"] * 4 + ["F"] * 4
+    assert any(e["cat"] == "recv" for e in events)
+    timelines = {}
+    for e in events:
+        a = e["args"]
+        timelines.setdefault(e["tid"], []).append(
+            (e["cat"], a["microbatch"], a["chunk"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6))
     summary = data["metadata"]
-    assert {e["tid"] for e in data["traceEvents"] if e.get("ph") == "X"} == {0, 1}
-    assert 0.05 < summary["simulated_bubble"] < 0.6
-    assert abs(summary["measured_bubble"] - summary["simulated_bubble"]) < 0.10, summary
+    assert abs(bubble_fraction(timelines) - summary["measured_bubble"]) < 1e-6
+    assert 0.0 < summary["measured_bubble"] < 1.0 and 0.0 < summary["simulated_bubble"] < 1.0
