@@ -51,7 +51,7 @@ def add_train_flags(p):
     run.add_argument("--steps", type=int, default=200, help="total steps (the LR schedule spans them)")
     run.add_argument("--stop-at", type=int, default=None,
                      help="end this run at that step (saving with --save); resume later")
-    run.add_argument("--batch-size", type=int, default=16, help="global batch, in sequences")
+    run.add_argument("--batch-size", type=int, default=32, help="global batch, in sequences")
     run.add_argument("--lr", type=float, default=3e-3)
     run.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/10)")
     run.add_argument("--weight-decay", type=float, default=0.1)

@@ -49,20 +49,35 @@ def _real(newrank, rem):
     return newrank * 2 + 1 if newrank < rem else newrank + rem
 
 
+def _layout(comm):
+    """(p', rem, my new rank or -1, my partners in doubling order), cached per communicator.
+
+    Pure rank arithmetic, the same for every call on ``comm``: computed once so the
+    per-call Python work of a small all-reduce is just its messages and reductions.
+    """
+    lay = comm.cache.get("doubling")
+    if lay is None:
+        p2 = pow2_floor(comm.size)
+        rem, r = comm.size - p2, comm.rank
+        newrank = (r // 2 if r % 2 else -1) if r < 2 * rem else r - rem
+        partners = () if newrank < 0 else tuple(
+            _real(newrank ^ (1 << k), rem) for k in range(p2.bit_length() - 1))
+        lay = comm.cache["doubling"] = (p2, rem, newrank, partners)
+    return lay
+
+
 def recursive_doubling_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES):
     """All-reduce in place by whole-buffer swaps with partners at distance 1, 2, 4, ..."""
     if comm.size == 1:
         return buf
-    p2 = pow2_floor(comm.size)
-    newrank, rem = _fold_in(comm, buf, reduce)
-    if newrank >= 0:
-        nseg = segments(buf.size, segment_bytes // buf.itemsize)
-        mask = 1
-        while mask < p2:
-            partner = _real(newrank ^ mask, rem)
-            exchange_reduce(comm, buf, partner, buf, partner, reduce, nseg)
-            mask <<= 1
-    _fold_out(comm, buf, rem)
+    _, rem, _, partners = _layout(comm)
+    if rem:
+        _fold_in(comm, buf, reduce)
+    nseg = segments(buf.size, segment_bytes // buf.itemsize) if buf.nbytes > segment_bytes else 1
+    for partner in partners:  # empty for a rank that sits out
+        exchange_reduce(comm, buf, partner, buf, partner, reduce, nseg)
+    if rem:
+        _fold_out(comm, buf, rem)
     return buf
 
 

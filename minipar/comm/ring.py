@@ -33,6 +33,22 @@ def _place(comm, order):
     return pos, order[(pos + 1) % p], order[(pos - 1) % p]
 
 
+def _steps(p, pos, b, shift):
+    """[(send lo, send hi, recv lo, recv hi)] for steps s = 0..p-2: send chunk
+    (pos-s-shift), receive chunk (pos-s-shift-1) — shift 1 for reduce-scatter, 0 for
+    all-gather."""
+    out = []
+    for s in range(p - 1):
+        si, ri = (pos - s - shift) % p, (pos - s - shift - 1) % p
+        out.append((b[si], b[si + 1], b[ri], b[ri + 1]))
+    return out
+
+
+def _nseg(b, p, segment_bytes, itemsize):
+    """Pipeline segments per step, from the largest chunk (the same on every rank)."""
+    return segments(max(b[i + 1] - b[i] for i in range(p)), segment_bytes // itemsize)
+
+
 def ring_reduce_scatter(comm, buf, reduce, bounds=None, order=None, segment_bytes=SEGMENT_BYTES):
     """In place on the 1-D ``buf``: afterwards ring position i holds chunk i reduced."""
     p = comm.size
@@ -40,12 +56,9 @@ def ring_reduce_scatter(comm, buf, reduce, bounds=None, order=None, segment_byte
         return buf
     b = chunk_bounds(buf.size, p) if bounds is None else bounds
     pos, right, left = _place(comm, order)
-    biggest = max(b[i + 1] - b[i] for i in range(p)) if bounds is not None else b[1]
-    nseg = segments(biggest, segment_bytes // buf.itemsize)
-    for s in range(p - 1):
-        si, ri = (pos - s - 1) % p, (pos - s - 2) % p
-        exchange_reduce(comm, buf[b[si]:b[si + 1]], right, buf[b[ri]:b[ri + 1]], left,
-                        reduce, nseg)
+    nseg = _nseg(b, p, segment_bytes, buf.itemsize)
+    for slo, shi, rlo, rhi in _steps(p, pos, b, 1):
+        exchange_reduce(comm, buf[slo:shi], right, buf[rlo:rhi], left, reduce, nseg)
     return buf
 
 
@@ -56,13 +69,34 @@ def ring_all_gather(comm, buf, bounds=None, order=None):
         return buf
     b = chunk_bounds(buf.size, p) if bounds is None else bounds
     pos, right, left = _place(comm, order)
-    for s in range(p - 1):
-        si, ri = (pos - s) % p, (pos - s - 1) % p
-        comm.sendrecv(buf[b[si]:b[si + 1]], right, buf[b[ri]:b[ri + 1]], left, COLL_TAG)
+    for slo, shi, rlo, rhi in _steps(p, pos, b, 0):
+        comm.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left, COLL_TAG)
     return buf
 
 
+def _plan(comm, n, itemsize, segment_bytes):
+    """Everything ring_all_reduce needs for ``n`` elements, computed once per
+    (communicator, n, itemsize, segment size) and cached: neighbours, segments per
+    step and the slice bounds of every step.  Rank arithmetic only — no buffers."""
+    key = ("ring", n, itemsize, segment_bytes)
+    plan = comm.cache.get(key)
+    if plan is None:
+        p = comm.size
+        b = chunk_bounds(n, p)
+        pos, right, left = _place(comm, None)
+        plan = comm.cache[key] = (right, left, _nseg(b, p, segment_bytes, itemsize),
+                                  _steps(p, pos, b, 1), _steps(p, pos, b, 0))
+    return plan
+
+
 def ring_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES):
-    """Ring all-reduce in place: reduce-scatter, then all-gather of the reduced chunks."""
-    ring_reduce_scatter(comm, buf, reduce, segment_bytes=segment_bytes)
-    return ring_all_gather(comm, buf)
+    """Ring all-reduce in place: reduce-scatter, then all-gather of the reduced chunks
+    (the same steps as the two functions above, from a cached plan)."""
+    if comm.size == 1:
+        return buf
+    right, left, nseg, rs_steps, ag_steps = _plan(comm, buf.size, buf.itemsize, segment_bytes)
+    for slo, shi, rlo, rhi in rs_steps:
+        exchange_reduce(comm, buf[slo:shi], right, buf[rlo:rhi], left, reduce, nseg)
+    for slo, shi, rlo, rhi in ag_steps:
+        comm.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left, COLL_TAG)
+    return buf
