@@ -44,11 +44,15 @@ def fmt_size(n: int) -> str:
     return f"{n}B"
 
 
-def _time_interleaved(comm, fns, budget, max_iters):
+def _time_interleaved(comm, fns, budget, max_iters, refill=None):
     """Median (and min) over rounds of the slowest rank's time, for each of ``fns``.
 
     Each round times every function once, in turn, so a load burst on a shared machine
-    hits all of them alike instead of whichever was running at the time.
+    hits all of them alike instead of whichever was running at the time.  ``refill``
+    (untimed, before each call) rewrites the buffer, so every contender starts from the
+    same cache state — the one of a training step, whose gradients were just written by
+    backward — rather than from whatever its predecessor in the round left (at 64 KiB
+    on 2 ranks that alone moved a ring all-reduce between 23 and 42 µs).
     """
     for fn in fns:  # warm-up: connections, workspaces, page faults, the cost model
         fn()
@@ -62,6 +66,8 @@ def _time_interleaved(comm, fns, budget, max_iters):
     times = xp.zeros((len(fns), rounds), dtype=xp.float64)
     for i in range(rounds):
         for k, fn in enumerate(fns):
+            if refill is not None:
+                refill()
             comm.mpi.Barrier()
             t0 = time.perf_counter()
             fn()
@@ -89,7 +95,8 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
         for alg in algorithms:
             names.append(alg)
             fns.append(lambda a=alg: all_reduce(comm, buf, "sum", a))
-        timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters)))
+        timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters,
+                                                  refill=lambda: buf.fill(1))))
         t_mpi = timed.get("mpi", (float("nan"),))[0]
         for alg in names:
             t, t_min = timed[alg]

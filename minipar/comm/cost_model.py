@@ -14,8 +14,9 @@ into k segments costs k·α instead of α.  Latency terms dominate small S (recu
 doubling wins), bandwidth terms large S (ring / Rabenseifner win).
 
 ``calibrate(comm)`` measures α, β (ping-pong between ranks 0 and 1 through the
-minipar transport, so Python overhead is part of α) and γ (a local ``add``), and
-broadcasts them from rank 0: every rank must make the same ``auto`` choice.
+minipar transport, so Python overhead is part of α) and γ (the reduction inside a real
+exchange step, see ``_gamma``), and broadcasts them from rank 0: every rank must make
+the same ``auto`` choice.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from minipar.backend import xp
 from minipar.comm.chunks import pow2_floor, segments
-from minipar.comm.exchange import SEGMENT_BYTES
+from minipar.comm.exchange import SEGMENT_BYTES, exchange, exchange_reduce
 
 ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
 
@@ -89,8 +90,34 @@ def choose(p, nbytes, c: CostParams, candidates=("ring", "recursive_doubling",
     return min(candidates, key=lambda a: predict(a, p, nbytes, c))
 
 
-def calibrate(comm, small=8, large=1 << 20, reps=20) -> CostParams:
-    """Collective: measure α, β (ping-pong 0<->1) and γ, the same values on every rank."""
+def _gamma(comm, peer, nbytes, reps=15):
+    """Seconds to reduce ``nbytes`` inside an exchange step: best exchange_reduce of a
+    buffer with itself (send is recv, as in recursive doubling) minus best plain
+    exchange, both starting from a freshly written buffer.  On 2 cores this measures
+    ~4 GB/s where an ``add`` on cached data runs at ~35 GB/s: the partner has just read
+    the buffer, so writing the sum first takes every cache line back from its core.
+    With the cached figure the model made recursive doubling (which reduces S bytes at
+    p=2, ring S/2) look cheap up to ~200 KiB; measured, ring wins from 32 KiB up."""
+    b = xp.ones(nbytes // 4, dtype=xp.float32)
+    tmp = xp.empty_like(b)
+    best = [float("inf"), float("inf")]
+    for i in range(-3, reps):
+        for k in (0, 1):
+            b.fill(1)
+            comm.sendrecv(b[:0], peer, tmp[:0], peer, 11)  # line the two ranks up
+            t0 = time.perf_counter()
+            if k == 0:
+                exchange_reduce(comm, b, peer, b, peer, xp.add, tag=11)
+            else:
+                exchange(comm, b, peer, tmp, peer, tag=11)
+            if i >= 0:
+                best[k] = min(best[k], time.perf_counter() - t0)
+    return max(best[0] - best[1], 1e-12 * nbytes)
+
+
+def calibrate(comm, small=8, large=1 << 20, mid=64 << 10, reps=20) -> CostParams:
+    """Collective: measure α, β (ping-pong 0<->1), γ (``_gamma`` at ``mid`` bytes), the
+    same values on every rank."""
     saved = comm.counters.as_dict()
     vals = xp.zeros(3, dtype=xp.float64)
     if comm.size > 1 and comm.rank < 2:
@@ -99,7 +126,7 @@ def calibrate(comm, small=8, large=1 << 20, reps=20) -> CostParams:
         for nbytes, n in ((small, reps), (large, max(3, reps // 4))):
             a = xp.zeros(nbytes, dtype=xp.uint8)
             best = float("inf")
-            for _ in range(n):
+            for i in range(-3, n):  # 3 untimed rounds first: connection setup, page faults
                 t0 = time.perf_counter()
                 if comm.rank == 0:
                     comm.send(a, peer, 11)
@@ -107,20 +134,14 @@ def calibrate(comm, small=8, large=1 << 20, reps=20) -> CostParams:
                 else:
                     comm.recv(a, peer, 11)
                     comm.send(a, peer, 11)
-                best = min(best, (time.perf_counter() - t0) / 2)
+                if i >= 0:
+                    best = min(best, (time.perf_counter() - t0) / 2)
             times.append(best)
         alpha = times[0]
         vals[0], vals[1] = alpha, max((times[1] - alpha) / large, 1e-12)
-    if comm.rank == 0:
-        x, y = xp.ones(large // 4, dtype=xp.float32), xp.ones(large // 4, dtype=xp.float32)
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            xp.add(x, y, out=x)
-            best = min(best, time.perf_counter() - t0)
-        vals[2] = best / large
-        if comm.size == 1:
-            vals[0], vals[1] = CostParams.alpha, CostParams.beta
+        vals[2] = _gamma(comm, peer, mid) / mid
+    if comm.size == 1:
+        vals[:] = CostParams.alpha, CostParams.beta, CostParams.gamma
     host = vals if not hasattr(vals, "get") else vals.get()
     comm.mpi.Bcast(host, root=0)  # setup only: every rank must hold identical constants
     for k, v in saved.items():
