@@ -11,23 +11,9 @@ from __future__ import annotations
 import os
 
 import nbformat
+from make_notebooks import build   # the same cell format and stable ids as lessons 01-03
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def build(cells):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    for text in cells:
-        text = text.strip("\n")
-        if text.startswith("%md"):
-            nb.cells.append(nbformat.v4.new_markdown_cell(text[3:].strip("\n")))
-        else:
-            nb.cells.append(nbformat.v4.new_code_cell(text))
-    for i, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating gives no spurious diff
-    return nb
 
 
 # The code every lesson uses to launch ranks: mpiexec from lessons/, minipar importable.
