@@ -310,11 +310,13 @@ print(f"N = {N} ranks, Ψ = {psi:,} parameters")
 ## 2. Measured memory against the formulas
 ''', r'''
 def formula(stage, psi, n, padded=None):
-    """(params, grads, optimizer) bytes per rank, fp32 AdamW; sharded terms use the padded Ψ."""
+    """(params, grads, optimizer) bytes per rank, fp32 AdamW; sharded terms use the padded Ψ,
+    and so do ZeRO-1/2's parameters, which live in padded flat buckets (one storage per
+    bucket, the shard a view of it)."""
     padded = psi if padded is None else padded
-    full, shard = 4 * psi, 4 * padded // n
-    return {0: (full, full, 2 * full), 1: (full, full, 2 * shard),
-            2: (full, shard, 2 * shard), 3: (shard, shard, 2 * shard)}[stage]
+    full, shard, flat = 4 * psi, 4 * padded // n, 4 * padded
+    return {0: (full, full, 2 * full), 1: (flat, full, 2 * shard),
+            2: (flat, shard, 2 * shard), 3: (shard, shard, 2 * shard)}[stage]
 
 paper = {0: lambda p, n: 16 * p, 1: lambda p, n: 8 * p + 8 * p / n,
          2: lambda p, n: 4 * p + 12 * p / n, 3: lambda p, n: 16 * p / n}

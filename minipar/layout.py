@@ -31,10 +31,7 @@ class Layout:
 
 
 # flag -> (is it set to something not built yet?, what to say)
-NOT_BUILT = {
-    "--zero": (lambda a: a.zero != 0 and a.precision in ("fp16", "bf16"),
-               "ZeRO with fp16/bf16 (sharded fp32 masters)"),
-}
+NOT_BUILT = {}   # none today; e.g. {"--flag": (lambda args: ..., "what it is")}
 
 
 def world():

@@ -22,8 +22,9 @@ from minipar.nn import GPT
 
 
 def build_optimizer(module, grid, args, tp_model=None, amp=None):
-    """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise, AdamW on fp32 masters with a
-    loss scaler for fp16/bf16; one interface for the loop."""
+    """DDP + AdamW for --zero 0, ZeRO-1/2/3 otherwise, on fp32 masters with a loss
+    scaler for fp16/bf16 (``amp`` for DDP; ZeRO shards the masters itself); one
+    interface for the loop."""
     from minipar.parallel.data import DataParallel, DataParallelAdamW
     from minipar.parallel.norm import GlobalNorm
     from minipar.parallel.zero import ZeroOptimizer
@@ -35,22 +36,23 @@ def build_optimizer(module, grid, args, tp_model=None, amp=None):
         prepare = tp_model.reduce_replicated_grads
     norm = GlobalNorm([grid.tp_comm, grid.pp_comm], weight)
     bucket_bytes = int(args.bucket_mb * 2**20)
-    if amp is not None:
-        from minipar.amp import AmpAdamW, make_scaler
-        ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
-                           algorithm=args.comm_algorithm, overlap=not args.no_overlap)
+    scaler = None
+    if args.precision in ("fp16", "bf16"):
+        from minipar.amp import make_scaler
         scaler = make_scaler(args.precision, comm=grid.world, init_scale=args.initial_loss_scale)
-        return AmpAdamW(amp, scaler, ddp=ddp,
-                        norm_fn=lambda named: norm.total(norm.local_sq(named)),
-                        prepare_grads=prepare, **adam)
     if args.zero == 0:
         ddp = DataParallel(module, grid.dp_comm, bucket_bytes=bucket_bytes,
                            algorithm=args.comm_algorithm, overlap=not args.no_overlap)
-        return DataParallelAdamW(ddp, global_norm=norm, prepare_grads=prepare, **adam)
+        if amp is None:
+            return DataParallelAdamW(ddp, global_norm=norm, prepare_grads=prepare, **adam)
+        from minipar.amp import AmpAdamW
+        return AmpAdamW(amp, scaler, ddp=ddp, norm_fn=lambda named: norm.total(norm.local_sq(named)),
+                        prepare_grads=prepare, **adam)
+    zero = dict(global_norm=norm, prepare_grads=prepare, scaler=scaler,
+                half_dtype=backend.dtype_of(args.precision) if scaler else None, **adam)
     if args.zero == 3:
-        return ZeroStage3(module, grid.dp_comm, **adam)
-    return ZeroOptimizer(module, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes,
-                         global_norm=norm, prepare_grads=prepare, **adam)
+        return ZeroStage3(module, grid.dp_comm, **zero)
+    return ZeroOptimizer(module, grid.dp_comm, stage=args.zero, bucket_bytes=bucket_bytes, **zero)
 
 
 def build_model(args, layout, grid, cfg, params):
@@ -116,7 +118,7 @@ def forward_backward(model, optimizer, x, y, grad_accum):
 def pipeline_forward_backward(engine, optimizer, x, y):
     """The schedule over M micro-batches; DP sync waits until after the last backward."""
     ddp = getattr(optimizer, "ddp", None)
-    scale = optimizer.scaler.scale if hasattr(optimizer, "scaler") else 1.0
+    scale = optimizer.scaler.scale if getattr(optimizer, "scaler", None) else 1.0
     with (ddp.no_sync() if ddp is not None else contextlib.nullcontext()):
         loss = engine.run(x, y, loss_scale=scale)
     return 0.0 if loss is None else loss
@@ -139,7 +141,7 @@ def save_checkpoint(args, cfg, optimizer, grid, step, tp_model=None):
                      "v": {k: v for _, s in parts for k, v in s["v"].items()}}
     if grid.rank == 0:
         meta = {"model": cfg.to_dict(), "step": step, "seed": args.seed, "precision": args.precision}
-        if hasattr(optimizer, "scaler"):
+        if getattr(optimizer, "scaler", None):
             meta["loss_scaler"] = optimizer.scaler.state_dict()
         checkpoint.save(args.save, params, state, meta)
 
@@ -165,7 +167,7 @@ def train(args):
     model, module, engine, tp_model = build_model(args, layout, grid, cfg,
                                                   resume[0] if resume else None)
     amp = None
-    if half:
+    if half and args.zero == 0:               # ZeRO keeps (and shards) the masters itself
         from minipar.amp import MixedPrecision
         amp = MixedPrecision(module, args.precision)
     optimizer = build_optimizer(module, grid, args, tp_model, amp)
@@ -176,7 +178,7 @@ def train(args):
             state = dict(state, m=tp_model.shard_full_arrays(state["m"]),
                          v=tp_model.shard_full_arrays(state["v"]))
         optimizer.load_state_dict(state)
-        if "loss_scaler" in meta and hasattr(optimizer, "scaler"):
+        if "loss_scaler" in meta and getattr(optimizer, "scaler", None):
             optimizer.scaler.load_state_dict(meta["loss_scaler"])
         start = int(meta["step"])
     from minipar.train_loop import run_steps

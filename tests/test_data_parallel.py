@@ -41,8 +41,9 @@ def test_broadcast_buckets_overlap_and_memory():
         padded = report.get(f"psi_padded{stage}", psi)
         assert padded - psi < n * 40                       # padding: < N elements per bucket
         full, shard = 4 * psi, 4 * padded // n
-        expected = {0: (full, full, 2 * full), 1: (full, full, 2 * shard),
-                    2: (full, shard, 2 * shard), 3: (shard, shard, 2 * shard)}[stage]
+        flat = 4 * padded             # ZeRO-1/2 parameters live in padded flat buckets
+        expected = {0: (full, full, 2 * full), 1: (flat, full, 2 * shard),
+                    2: (flat, shard, 2 * shard), 3: (shard, shard, 2 * shard)}[stage]
         mem = report[f"mem{stage}"]
         assert (mem["params"], mem["grads"], mem["optimizer"]) == expected, (stage, mem)
     # the totals, as the paper writes them: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N

@@ -57,3 +57,23 @@ def test_fp16_checkpoint_keeps_fp32_masters(tmp_path):
     run = train(tmp_path, "amp", 1, "--precision", "fp16", model=MODEL, batch=8, steps=2)
     _, params, _ = run
     assert all(v.dtype == np.float32 for v in params.values())
+
+
+def test_zero_with_fp16_shards_the_fp32_masters(tmp_path):
+    """ZeRO 1/2/3 in fp16 follow the fp16 DDP run, skip nothing at scale 2^10, and hold
+    the paper's mixed-precision bytes per rank: params 2Ψ, grads 2Ψ, optimizer (master,
+    m, v) 12Ψ/N for stage 1; grads 2Ψ/N for stage 2; params 2Ψ/N too for stage 3."""
+    fp16 = ["--precision", "fp16", "--initial-loss-scale", "1024"]
+    base = losses(tmp_path, "ddp", 2, *fp16, steps=5)
+    n = 2
+    for stage in (1, 2, 3):
+        run = losses(tmp_path, f"z{stage}", n, *fp16, "--zero", str(stage), steps=5)
+        assert not any(r["skipped"] for r in run)
+        np.testing.assert_allclose([r["loss"] for r in run], [r["loss"] for r in base], rtol=2e-3)
+        mem = run[-1]["model_state_bytes"]
+        psi = mem["optimizer"] * n // 12        # every bucket of this model divides evenly by N
+        expected = {1: (2 * psi, 2 * psi), 2: (2 * psi, 2 * psi // n),
+                    3: (2 * psi // n, 2 * psi // n)}[stage]
+        assert (mem["params"], mem["grads"]) == expected, (stage, mem)
+    ddp_bytes = base[-1]["model_state_bytes"]
+    assert psi == ddp_bytes["optimizer"] // 8        # Ψ from the unsharded run's m and v

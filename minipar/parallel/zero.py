@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 
-from minipar.backend import xp, to_host, to_device
+from minipar.backend import xp, memory, to_host, to_device
 from minipar.comm import all_gather, all_reduce, reduce_scatter_async, reduce_scatter
 from minipar.optim import adamw_update, decays
 from minipar.parallel.buckets import make_buckets
@@ -41,7 +41,10 @@ class ZeroOptimizer:
 
     def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                  weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None, global_norm=None,
-                 prepare_grads=None):
+                 prepare_grads=None, half_dtype=None, scaler=None):
+        """``half_dtype`` (fp16/bf16): the model computes in half precision while the
+        shards, and only the shards, are fp32 masters; ``scaler`` is then the loss
+        scaler (its found-inf verdict agreed over every rank)."""
         if stage not in (1, 2, 3):
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
         self.module, self.comm, self.stage = module, comm, stage
@@ -55,14 +58,28 @@ class ZeroOptimizer:
         self.params = [p for _, p in named]
         broadcast_parameters(self.params, comm)
         self.buckets = buckets or make_buckets(self.params, bucket_bytes, pad_to=comm.size)
+        self.half_dtype, self.scaler = half_dtype, scaler
+        self.last_scale, self.last_skipped = (scaler.scale if scaler else 1.0), False
         self.bucket_of = {}
         for b in self.buckets:
             lo, hi = b.shard_range(comm.rank)
-            b.param_shard = b.pack_data()[lo:hi].copy()   # this rank's slice of the weights
-            b.m = xp.zeros_like(b.param_shard)
-            b.v = xp.zeros_like(b.param_shard)
+            flat = b.pack_data()                     # fp32 (or fp64) weights, padded
             b.decay = self._mask(b, lambda n, p: self.weight_decay if decays(n, p) else 0.0)[lo:hi].copy()
             b.norm_weight = self._mask(b, lambda n, p: self.global_norm.weight(n))[lo:hi].copy()
+            if half_dtype is not None:               # fp32 master shard; the model in half
+                b.param_shard = flat[lo:hi].copy()
+                flat = flat.astype(half_dtype)
+                b.dtype = flat.dtype
+            b.flat = flat if stage < 3 else None
+            if stage < 3:                            # parameters become views of the flat
+                for p, view in b.views(flat):        # storage, so my shard is a view too
+                    p.data = memory.track(view)
+            if half_dtype is None:
+                b.param_shard = flat[lo:hi] if stage < 3 else flat[lo:hi].copy()
+            elif stage == 3:                         # what is gathered: my shard in half
+                b.half_shard = b.param_shard.astype(half_dtype)
+            b.m = xp.zeros_like(b.param_shard)
+            b.v = xp.zeros_like(b.param_shard)
             b.grad_shard = None
             for p in b.params:
                 self.bucket_of[id(p)] = b
@@ -70,9 +87,21 @@ class ZeroOptimizer:
                     p.register_hook(self._grad_ready)
         self.exposed_comm_s = 0.0
 
+    def scale_loss(self, loss):
+        return self.scaler.scale_loss(loss) if self.scaler else loss
+
+    def gather_source(self, bucket):
+        """What the weights are all-gathered from: my shard, rounded to half if the
+        model computes in half precision."""
+        if self.half_dtype is None:
+            return bucket.param_shard
+        if self.stage == 3:
+            return bucket.half_shard
+        return bucket.param_shard.astype(self.half_dtype)
+
     def _mask(self, bucket, value_of):
         """A flat per-element array over the bucket: value_of(name, param) on each param."""
-        mask = xp.zeros(bucket.padded, dtype=bucket.dtype)
+        mask = xp.zeros(bucket.padded, dtype=bucket.params[0].dtype)
         for p, view in bucket.views(mask):
             view[...] = value_of(self.names[id(p)], p)
         return mask
@@ -114,37 +143,46 @@ class ZeroOptimizer:
         return self.exposed_comm_s
 
     # ------------------------------------------------------------ update
-    def grad_norm(self):
-        """||g|| of the full averaged gradient, from the shards."""
-        local = sum(float((b.norm_weight * b.grad_shard.astype(xp.float64) ** 2).sum())
-                    for b in self.buckets if b.grad_shard is not None)
+    def grad_norm(self, grads):
+        """||g|| of the full averaged gradient, from every rank's shards ``grads``."""
+        local = sum(float((b.norm_weight * g.astype(xp.float64) ** 2).sum())
+                    for b, g in zip(self.buckets, grads))
         total = all_reduce(self.comm, xp.asarray([local], dtype=xp.float64))
         return self.global_norm.total(float(to_host(total)[0]))
 
     def step(self, max_norm=None):
         """Clip by the global norm, AdamW on my shards, all-gather the weights.
-        Returns the gradient norm before clipping."""
+        Returns the gradient norm before clipping (None for a step skipped on overflow)."""
         if self.prepare_grads:
             self.prepare_grads()
         self.finish_gradient_sync()
-        norm = self.grad_norm()
+        grads = [xp.zeros_like(b.param_shard) if b.grad_shard is None
+                 else b.grad_shard.astype(b.param_shard.dtype, copy=False) for b in self.buckets]
+        for b in self.buckets:
+            b.grad_shard = None
+        if self.scaler is not None:                  # mixed precision: unscale, agree, maybe skip
+            self.last_scale = self.scaler.scale
+            self.scaler.unscale_(grads)
+            self.last_skipped = self.scaler.found_inf(grads)
+            self.scaler.update(self.last_skipped)
+            if self.last_skipped:
+                return None
+        norm = self.grad_norm(grads)
         scale = max_norm / (norm + 1e-6) if max_norm and norm > max_norm else 1.0
         self.step_count += 1
-        for b in self.buckets:
-            g = b.grad_shard if b.grad_shard is not None else xp.zeros_like(b.param_shard)
+        for b, g in zip(self.buckets, grads):
             if scale != 1.0:
-                g = g * scale
+                g *= scale
             adamw_update(b.param_shard, g, b.m, b.v, self.step_count, self.lr,
                          self.betas[0], self.betas[1], self.eps, b.decay)
-            b.grad_shard = None
             self._publish(b)
         return norm
 
     def _publish(self, bucket):
-        """Stages 1-2 keep full weights: all-gather the updated shards into them."""
-        full = all_gather(self.comm, bucket.param_shard, sizes=[bucket.shard_size] * self.comm.size)
-        for p, view in bucket.views(full):
-            p.data[...] = view
+        """Stages 1-2 keep full weights: all-gather the updated shards into the flat
+        storage the parameters are views of."""
+        all_gather(self.comm, self.gather_source(bucket),
+                   sizes=[bucket.shard_size] * self.comm.size, out=bucket.flat)
 
     def zero_grad(self):
         for p in self.params:
@@ -152,18 +190,26 @@ class ZeroOptimizer:
 
     # ------------------------------------------------------------ accounting, checkpoints
     def memory_bytes(self):
-        """Bytes this rank holds for parameters, gradients and optimizer state."""
-        params = sum(p.data.nbytes for p in self.params)
-        if self.stage == 1:
-            grads = sum(p.size * p.dtype.itemsize for p in self.params)   # full grads live in backward
+        """Bytes this rank holds for parameters, gradients and optimizer state (the fp32
+        master shard, under mixed precision, counts as optimizer state, as in the paper)."""
+        item = self.buckets[0].dtype.itemsize     # of the weights the model computes with
+        if self.stage < 3:
+            params = sum(b.flat.nbytes for b in self.buckets)
         else:
-            grads = sum(b.shard_size * b.dtype.itemsize for b in self.buckets)
+            params = sum(b.shard_size * item for b in self.buckets)
+        if self.stage == 1:
+            grads = sum(p.size * item for p in self.params)   # full grads live in backward
+        else:
+            grads = sum(b.shard_size * item for b in self.buckets)
         states = sum(b.m.nbytes + b.v.nbytes for b in self.buckets)
+        if self.half_dtype is not None:
+            states += sum(b.param_shard.nbytes for b in self.buckets)
         return {"params": params, "grads": grads, "optimizer": states}
 
     def model_state_dict(self):
-        """Full weights by name (stages 1-2 hold them on every rank)."""
-        return self.module.state_dict()
+        """Full weights by name, gathered from the shards (fp32 masters under mixed
+        precision).  Collective."""
+        return self._gather_by_name("param_shard")
 
     def _gather_by_name(self, attr):
         out = {}
@@ -171,7 +217,7 @@ class ZeroOptimizer:
             full = all_gather(self.comm, getattr(b, attr), sizes=[b.shard_size] * self.comm.size)
             for p, view in b.views(full):
                 out[self.names[id(p)]] = to_host(view).copy()
-        return out
+        return {name: out[name] for name in self.names.values() if name in out}
 
     def state_dict(self):
         """Full (unsharded) m and v by parameter name: a layout-independent checkpoint.
@@ -184,7 +230,7 @@ class ZeroOptimizer:
         for b in self.buckets:
             lo, hi = b.shard_range(self.comm.rank)
             for attr in ("m", "v"):
-                flat = xp.zeros(b.padded, dtype=b.dtype)
+                flat = xp.zeros(b.padded, dtype=b.m.dtype)
                 for p, view in b.views(flat):
                     view[...] = to_device(state[attr][self.names[id(p)]])
                 getattr(b, attr)[...] = flat[lo:hi]

@@ -53,14 +53,14 @@ class _UnitEntry(Function):
 
 
 class ZeroStage3(ZeroOptimizer):
-    def __init__(self, model, comm, **adam):
+    def __init__(self, model, comm, **options):
         if model.config.tie_weights:
             raise ValueError("--zero 3 does not support --tie-weights (the tied weight would "
                              "belong to two units); drop one of the flags")
         units = [[model.wte.weight, model.wpe.weight], *[b.parameters() for b in model.blocks],
                  model.ln_f.parameters() + ([model.lm_head.weight] if model.lm_head else [])]
         buckets = [Bucket(u, pad_to=comm.size) for u in units]
-        super().__init__(model, comm, stage=3, buckets=buckets, **adam)
+        super().__init__(model, comm, stage=3, buckets=buckets, **options)
         self.handles = {}
         global EMPTY
         EMPTY = xp.zeros(0, dtype=buckets[0].dtype)
@@ -78,14 +78,15 @@ class ZeroStage3(ZeroOptimizer):
     def prefetch(self, i):
         if 0 <= i < len(self.buckets) and i not in self.handles and self.buckets[i].full is None:
             b = self.buckets[i]
-            self.handles[i] = all_gather_async(self.comm, b.param_shard, sizes=self._sizes(b))
+            self.handles[i] = all_gather_async(self.comm, self.gather_source(b), sizes=self._sizes(b))
 
     def gather(self, i):
         b = self.buckets[i]
         if b.full is not None:
             return
         handle = self.handles.pop(i, None)
-        b.full = handle.wait() if handle else all_gather(self.comm, b.param_shard, sizes=self._sizes(b))
+        b.full = handle.wait() if handle else all_gather(self.comm, self.gather_source(b),
+                                                         sizes=self._sizes(b))
         for p, view in b.views(b.full):
             p.data = view
 
@@ -129,19 +130,7 @@ class ZeroStage3(ZeroOptimizer):
         return super().finish_gradient_sync()
 
     def _publish(self, bucket):
-        pass   # weights stay sharded; the next forward gathers them
-
-    def memory_bytes(self):
-        shard = sum(b.shard_size * b.dtype.itemsize for b in self.buckets)
-        return {"params": shard, "grads": shard,
-                "optimizer": sum(b.m.nbytes + b.v.nbytes for b in self.buckets)}
-
-    def model_state_dict(self):
-        state = {}
-        for i, b in enumerate(self.buckets):
-            self.gather(i)
-            for p, view in b.views(b.full):
-                state[self.names[id(p)]] = view.copy()
-            self.free(i)
-        from minipar.backend import to_host
-        return {name: to_host(state[name]) for name, _ in self.module.named_parameters()}
+        """Weights stay sharded (the next forward gathers them); under mixed precision
+        the half copy of my shard is refreshed from the fp32 master shard."""
+        if self.half_dtype is not None:
+            bucket.half_shard[...] = bucket.param_shard
