@@ -89,12 +89,10 @@ def _check_tensor(args, cfg):
         check_tensor_parallel(cfg, args.tp, args.sequence_parallel)
     except ValueError as err:
         raise LayoutError(str(err)) from None
-    if args.zero == 3:
-        raise LayoutError("--zero 3 with --tp is not supported; use --zero 1 or 2")
-    if args.zero == 2 and args.sequence_parallel:
-        raise LayoutError("--zero 2 with --sequence-parallel is not supported (replicated "
-                          "LayerNorm gradients must be summed over tp before they are "
-                          "sharded); use --zero 1")
+    if args.zero >= 2 and args.sequence_parallel:
+        raise LayoutError(f"--zero {args.zero} with --sequence-parallel is not supported "
+                          "(replicated LayerNorm gradients must be summed over tp before they "
+                          "are sharded); use --zero 1")
 
 
 def validate_layout(args, rank_and_size=None) -> Layout:

@@ -26,6 +26,7 @@ def single(tmp_path_factory):
     (4, ["--tp", "4"]),
     (4, ["--tp", "4", "--sequence-parallel"]),
     (4, ["--dp", "2", "--tp", "2", "--zero", "1"]),
+    (4, ["--dp", "2", "--tp", "2", "--zero", "3"]),
     (4, ["--tp", "2", "--pp", "2", "--microbatches", "2"]),
     (4, ["--dp", "2", "--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "2"]),
     (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"]),
