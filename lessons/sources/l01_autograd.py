@@ -1,0 +1,332 @@
+"""Lesson 01: the cells of lessons/01_autograd.ipynb (``%md`` cells are markdown).
+
+Edit here, then run ``python lessons/make_notebooks.py``."""
+
+NOTEBOOK = "01_autograd.ipynb"
+
+CELLS = [r'''%md
+# 01 · Autograd from scratch
+
+Training a 100B-parameter model is, at its core, the same loop as training a toy:
+compute a loss, get **dL/dθ for every parameter**, update. Every kind of parallelism later in
+this course (data, tensor, pipeline, ZeRO) is a way of *splitting this gradient computation*
+across devices — so first we need to know exactly how it is computed.
+
+Reverse-mode automatic differentiation ("backprop") is the chain rule applied to a recorded
+graph. If $y = f(x)$ and the loss $L$ depends on $y$, then
+
+$$\frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\,\frac{\partial y}{\partial x}.$$
+
+A node that feeds several consumers **sums** the gradients coming back from each of them.
+Walking the graph once from the loss back to the inputs, in *reverse topological order* (a node
+only after everything that used it), gives every gradient for about the cost of one more forward.
+
+Plan: (1) a scalar autograd in a page; (2) the same idea on arrays with minipar's `Tensor` and
+`Function`; (3) a new op of our own, checked against finite differences; (4) broadcasting;
+(5) the two hooks distributed training is built on: leaf gradient hooks and `backward(grad)`.
+''', r'''
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+%matplotlib inline
+''', r'''%md
+## 1. A scalar autograd in one page
+
+Each `Value` holds a number, its gradient, the values it was made from, and a closure that
+pushes its gradient to those parents (the *local* chain rule):
+
+| op | forward | backward (with upstream gradient $\bar y$) |
+|---|---|---|
+| $y = a + b$ | | $\bar a \mathrel{+}= \bar y,\ \bar b \mathrel{+}= \bar y$ |
+| $y = a \cdot b$ | | $\bar a \mathrel{+}= b\,\bar y,\ \bar b \mathrel{+}= a\,\bar y$ |
+| $y = \tanh a$ | | $\bar a \mathrel{+}= (1 - y^2)\,\bar y$ |
+
+`backward()` sorts the graph topologically, seeds $\partial L/\partial L = 1$ and calls the
+closures from the loss backwards.
+''', r'''
+class Value:
+    def __init__(self, data, parents=(), op=""):
+        self.data = float(data)
+        self.grad = 0.0
+        self.parents = parents
+        self.op = op
+        self._backward = lambda: None
+
+    def __add__(self, other):
+        other = other if isinstance(other, Value) else Value(other)
+        out = Value(self.data + other.data, (self, other), "+")
+
+        def backward():
+            self.grad += out.grad
+            other.grad += out.grad
+        out._backward = backward
+        return out
+
+    def __mul__(self, other):
+        other = other if isinstance(other, Value) else Value(other)
+        out = Value(self.data * other.data, (self, other), "*")
+
+        def backward():
+            self.grad += other.data * out.grad
+            other.grad += self.data * out.grad
+        out._backward = backward
+        return out
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def tanh(self):
+        t = math.tanh(self.data)
+        out = Value(t, (self,), "tanh")
+
+        def backward():
+            self.grad += (1 - t * t) * out.grad
+        out._backward = backward
+        return out
+
+    def backward(self):
+        order, seen = [], set()
+
+        def visit(v):                      # post-order DFS = topological order
+            if id(v) not in seen:
+                seen.add(id(v))
+                for p in v.parents:
+                    visit(p)
+                order.append(v)
+        visit(self)
+        self.grad = 1.0                    # dL/dL
+        for v in reversed(order):          # every node after all of its consumers
+            v._backward()
+
+    def __repr__(self):
+        return f"Value({self.data:.4f}, grad={self.grad:.4f})"
+''', r'''%md
+A one-neuron "network" $L = \tanh(w_1 x_1 + w_2 x_2 + b)\cdot x_1$ — note $x_1$ is used twice,
+so its gradient is the sum of two paths. We check every gradient against a central finite
+difference $\frac{L(\theta+\varepsilon) - L(\theta-\varepsilon)}{2\varepsilon}$, whose error is
+$O(\varepsilon^2)$.
+''', r'''
+def neuron(x1, x2, w1, w2, b):
+    return (w1 * x1 + w2 * x2 + b).tanh() * x1
+
+inputs = dict(x1=0.7, x2=-1.3, w1=0.4, w2=0.9, b=0.2)
+vals = {k: Value(v) for k, v in inputs.items()}
+L = neuron(**vals)
+L.backward()
+
+eps = 1e-6
+for name in inputs:
+    plus = dict(inputs, **{name: inputs[name] + eps})
+    minus = dict(inputs, **{name: inputs[name] - eps})
+    numeric = (neuron(**{k: Value(v) for k, v in plus.items()}).data
+               - neuron(**{k: Value(v) for k, v in minus.items()}).data) / (2 * eps)
+    print(f"dL/d{name:2s}  autograd {vals[name].grad:+.8f}   finite diff {numeric:+.8f}")
+    assert abs(vals[name].grad - numeric) < 1e-8
+''', r'''%md
+That is all of backprop. What a real framework adds is (a) **arrays** instead of scalars — one
+graph node per *matrix* op, so Python overhead is paid per layer, not per number; (b) hand-written
+backward rules for fused ops (softmax, layer norm, cross-entropy); (c) memory management (free
+each saved activation as soon as backward has used it); and (d) hooks for distributed training.
+
+## 2. The same idea on arrays: minipar's `Tensor` and `Function`
+
+In minipar an op is a `Function` with two static methods on **raw arrays** (NumPy or CuPy):
+`forward(ctx, *arrays)` and `backward(ctx, grad)` returning one gradient per input.
+`Fn.apply(...)` runs the forward and, if any input requires a gradient, records `ctx` as the graph
+node. `Tensor.backward()` walks those nodes in reverse topological order (`minipar/autograd/engine.py`).
+
+The scalar example again, vectorised:
+''', r'''
+from minipar.autograd import Function, Tensor, ops
+from minipar.backend import xp
+
+x1 = Tensor(np.array([0.7, 0.1, -2.0]), requires_grad=True)
+x2 = Tensor(np.array([-1.3, 0.5, 0.3]), requires_grad=True)
+w1, w2, b = 0.4, 0.9, 0.2
+L = (ops.tanh(x1 * w1 + x2 * w2 + b) * x1).sum()
+L.backward()
+
+# element 0 is exactly the scalar example above
+print("dL/dx1 =", x1.grad, " scalar version:", vals["x1"].grad)
+assert np.isclose(x1.grad[0], vals["x1"].grad)
+assert np.isclose(x2.grad[0], vals["x2"].grad)
+''', r'''%md
+## 3. Writing a new op: `Sigmoid`
+
+$\sigma(x) = \frac{1}{1 + e^{-x}}$ has the convenient derivative
+$\sigma'(x) = \sigma(x)\,(1 - \sigma(x))$, so the forward saves its *output* (not its input)
+for backward — a typical choice: what you save is activation memory, and lesson 10 is about
+trading it for recomputation.
+
+We write it for the stable form: for $x<0$ use $e^{x}/(1+e^{x})$ so `exp` never overflows.
+Only `xp` is used, so the op runs unchanged on a GPU.
+''', r'''
+class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x));  dx = dy · y · (1 - y)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        e = xp.exp(-xp.abs(x))                      # in (0, 1]: never overflows
+        y = xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        return grad * y * (1 - y)
+
+
+def sigmoid(x):
+    return Sigmoid.apply(x)
+
+print(sigmoid(Tensor(np.array([-1000.0, 0.0, 1000.0]))).data)   # no overflow warnings
+''', r'''%md
+### Gradient check
+
+For a tensor-valued op we check the gradient of a random projection $s = \sum_i R_i\, f(x)_i$:
+autograd gives $\partial s/\partial x$ in one backward (`out.backward(R)`), central differences
+give it one coordinate at a time. In float64 with $\varepsilon=10^{-6}$ they agree to ~$10^{-9}$.
+This is the oracle every op in minipar is tested against (`tests/gradcheck.py`).
+''', r'''
+def finite_difference_grad(f, x, eps=1e-6):
+    """d f(x) / dx by central differences, one coordinate at a time (f: array -> float)."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        old = x[i]
+        x[i] = old + eps
+        plus = f(x)
+        x[i] = old - eps
+        minus = f(x)
+        x[i] = old
+        g[i] = (plus - minus) / (2 * eps)
+    return g
+
+
+def gradcheck(fn, x, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.array(x, dtype=np.float64)
+    R = rng.normal(size=fn(Tensor(x)).shape)
+    t = Tensor(x.copy(), requires_grad=True)
+    fn(t).backward(R)                                        # upstream gradient R
+    numeric = finite_difference_grad(lambda a: float((fn(Tensor(a)).data * R).sum()), x)
+    err = np.abs(t.grad - numeric).max()
+    return t.grad, numeric, err
+
+x = np.random.default_rng(1).normal(scale=3.0, size=(4, 5))
+_, _, err = gradcheck(sigmoid, x)
+print(f"Sigmoid: max |autograd - finite diff| = {err:.2e}")
+assert err < 1e-8
+
+# composed with minipar's own ops, the chain rule does the rest
+_, _, err = gradcheck(lambda t: ops.tanh(sigmoid(t) * t) @ Tensor(np.ones((5, 2))), x)
+print(f"tanh(sigmoid(x)·x) @ W: max error = {err:.2e}")
+assert err < 1e-8
+''', r'''%md
+A picture of the same check: the function, its autograd derivative (one backward for all points,
+since each output depends only on its own input) and finite differences.
+''', r'''
+xs = np.linspace(-6, 6, 241)
+t = Tensor(xs.copy(), requires_grad=True)
+y = sigmoid(t)
+y.backward(np.ones_like(xs))
+numeric = finite_difference_grad(lambda a: float(sigmoid(Tensor(a)).data.sum()), xs.copy())
+assert np.allclose(t.grad, numeric, atol=1e-8)
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+ax.plot(xs, y.data, label="σ(x)")
+ax.plot(xs, t.grad, label="dσ/dx  (autograd)")
+ax.plot(xs[::12], numeric[::12], "o", ms=4, label="finite differences")
+ax.set_xlabel("x"); ax.legend(); ax.grid(alpha=0.3)
+ax.set_title("Sigmoid and its derivative σ·(1−σ)")
+plt.show()
+''', r'''%md
+## 4. Broadcasting forwards = summing backwards
+
+A bias $b$ of shape $(d,)$ added to activations $X$ of shape $(B, N, d)$ is *broadcast*: each
+$b_j$ is used $B \cdot N$ times. A value used $k$ times gets the sum of its $k$ gradients, so
+
+$$\frac{\partial L}{\partial b_j} = \sum_{b,n} \frac{\partial L}{\partial Y_{b,n,j}}.$$
+
+minipar's elementwise ops do this with `unbroadcast` (sum over the axes that were added or
+stretched from size 1). Note what it means for distributed training: the bias gradient is itself
+a **reduction over the batch** — which is why data parallelism must all-reduce gradients.
+''', r'''
+from minipar.autograd.ops_math import unbroadcast
+
+X = Tensor(np.random.default_rng(2).normal(size=(2, 3, 4)), requires_grad=True)
+bias = Tensor(np.zeros(4), requires_grad=True)
+col = Tensor(np.ones((3, 1)), requires_grad=True)           # stretched along the last axis
+G = np.random.default_rng(3).normal(size=(2, 3, 4))          # an upstream gradient
+((X + bias) * col).backward(G)
+
+print("bias.grad shape", bias.grad.shape, " col.grad shape", col.grad.shape)
+assert np.allclose(bias.grad, G.sum(axis=(0, 1)))
+assert np.allclose(col.grad, (G * X.data).sum(axis=(0, 2))[:, None])
+assert np.allclose(unbroadcast(G, (3, 1)), G.sum(axis=(0, 2), keepdims=True)[0])
+''', r'''%md
+## 5. Leaf hooks: "this gradient is ready"
+
+A *leaf* is a tensor nobody computed (a parameter). When the engine accumulates a gradient into a
+leaf's `.grad` it fires the leaf's hooks. Backward visits layers **in reverse**, so the last
+layer's gradients are ready first. Data parallelism exploits this: group parameters into buckets
+and start the all-reduce of a full bucket *while backward is still computing earlier layers*
+(lesson 05). ZeRO-2 uses the same event to reduce-scatter and free gradients early (lesson 06).
+''', r'''
+from minipar.nn import Linear
+
+rng = np.random.default_rng(0)
+layers = [Linear(8, 8, rng) for _ in range(3)]
+ready = []
+for i, layer in enumerate(layers):
+    for name, p in layer.named_parameters():
+        p.register_hook(lambda p, tag=f"layer{i}.{name}": ready.append(tag))
+
+h = Tensor(rng.normal(size=(5, 8)).astype(np.float32))
+for layer in layers:
+    h = ops.tanh(layer(h))
+h.sum().backward()
+print(" -> ".join(ready))
+assert ready[0].startswith("layer2") and ready[-1].startswith("layer0")
+assert len(ready) == 6 and all(p.grad is not None for l in layers for p in l.parameters())
+''', r'''%md
+## 6. `backward(grad)`: backprop that starts in the middle
+
+A pipeline splits the model into stages on different devices. Stage 1 computes $h = f_1(x)$ and
+*sends* $h$; stage 2 treats the received $h$ as a fresh leaf, computes the loss and its backward,
+which leaves $\partial L / \partial h$ in `h.grad`; that is sent back, and stage 1 resumes
+its own backward with it: `h.backward(grad)`. By the chain rule this equals one backward
+through the whole model — which we check.
+''', r'''
+rng = np.random.default_rng(4)
+W1 = Tensor(rng.normal(size=(6, 5)), requires_grad=True)
+W2 = Tensor(rng.normal(size=(5, 1)), requires_grad=True)
+x = Tensor(rng.normal(size=(3, 6)))
+
+# the whole model in one process
+(ops.tanh(x @ W1) @ W2).sum().backward()
+full_W1, full_W2 = W1.grad.copy(), W2.grad.copy()
+W1.zero_grad(); W2.zero_grad()
+
+# stage 1 (device A)
+h = ops.tanh(x @ W1)
+# --- "send" h: stage 2 only sees its values, as a new leaf ---
+h_received = Tensor(h.data.copy(), requires_grad=True)
+(h_received @ W2).sum().backward()          # stage 2 (device B)
+# --- "send" dL/dh back ---
+h.backward(h_received.grad)                 # stage 1 resumes with the upstream gradient
+
+assert np.allclose(W1.grad, full_W1) and np.allclose(W2.grad, full_W2)
+print("pipelined backward == single backward;  |dL/dh| =", np.abs(h_received.grad).sum().round(4))
+''', r'''%md
+## Takeaways
+
+- Backward = the chain rule over a recorded graph, visited in reverse topological order; a value
+  used several times sums its gradients (broadcasting is the array version of this).
+- An op is a forward and a backward on raw arrays; what forward saves is activation memory.
+- Central finite differences in float64 are the ground truth for every backward.
+- Gradient-ready hooks and `backward(upstream_grad)` are the two entry points that data
+  parallelism and pipeline parallelism will plug into.
+''']

@@ -1,0 +1,308 @@
+"""Lesson 02: the cells of lessons/02_backends.ipynb (``%md`` cells are markdown).
+
+Edit here, then run ``python lessons/make_notebooks.py``."""
+
+NOTEBOOK = "02_backends.ipynb"
+
+CELLS = [r'''%md
+# 02 · Array backends: NumPy and CuPy, dtypes, and memory
+
+minipar never imports NumPy or CuPy for compute outside one file, `minipar/backend.py`. Everything
+else writes `xp.exp(...)`, `xp.zeros(...)`, and `xp` forwards to whichever library was selected
+with `set_backend("numpy" | "cupy")` (or `MINIPAR_BACKEND`). CuPy mirrors the NumPy API, so the
+**same model code** runs on a laptop CPU and on a GPU node.
+
+This lesson covers the three things a training framework needs around that seam:
+
+1. **where** an array lives (host vs device) and how to move it: `to_host`, `to_device`;
+2. **in what precision** it is stored: fp64 / fp32 / fp16 / bf16 and their limits;
+3. **how many bytes** are alive: the memory counter that ZeRO, recomputation and the training log
+   read, used here to measure and predict the activation memory of a GPT forward.
+''', r'''
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minipar import backend
+from minipar.backend import xp, to_host, to_device
+
+%matplotlib inline
+print("backend:", backend.backend_name(), "  xp ->", xp)
+print("CuPy + GPU available:", backend.cupy_available())
+''', r'''%md
+## 1. The seam
+
+A function written against `xp` does not know where it runs. Below: a GELU MLP block written once.
+On the NumPy backend `to_device` is a no-op that returns a NumPy array; on CuPy it copies to GPU
+memory, and `to_host` copies back (a `cudaMemcpy` — in real training such copies are kept off the
+hot path).
+''', r'''
+def mlp_block(x, w1, w2):
+    """GPT-2's tanh-GELU MLP on raw arrays, written only against xp."""
+    h = x @ w1
+    h = 0.5 * h * (1 + xp.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
+    return h @ w2
+
+rng = np.random.default_rng(0)
+x_host = rng.normal(size=(16, 32)).astype(np.float32)
+w1_host = rng.normal(scale=0.1, size=(32, 128)).astype(np.float32)
+w2_host = rng.normal(scale=0.1, size=(128, 32)).astype(np.float32)
+
+out = mlp_block(to_device(x_host), to_device(w1_host), to_device(w2_host))
+print(type(out).__module__, out.shape, out.dtype, "device array:", backend.is_device_array(out))
+
+# the reference in plain NumPy (float64)
+h = x_host.astype(np.float64) @ w1_host
+h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+reference = h @ w2_host
+assert np.allclose(to_host(out), reference, atol=1e-4)
+''', r'''%md
+## 2. Dtypes: what each precision can hold
+
+A float is sign · mantissa · 2^exponent. The exponent bits decide the **range**, the mantissa bits
+the **precision** (relative spacing ε = 2^-mantissa_bits):
+
+| name | bits | exponent | mantissa | max | ε (spacing at 1) |
+|---|---|---|---|---|---|
+| fp64 | 64 | 11 | 52 | 1.8e308 | 2.2e-16 |
+| fp32 | 32 | 8 | 23 | 3.4e38 | 1.2e-7 |
+| fp16 | 16 | 5 | 10 | **65504** | 9.8e-4 |
+| bf16 | 16 | 8 | 7 | 3.4e38 | **7.8e-3** |
+
+bf16 keeps fp32's exponent (same range, so no loss scaling needed) and gives up precision;
+fp16 keeps more precision but overflows at 65504 and underflows small gradients — which is why
+fp16 training needs dynamic loss scaling (lesson 09). minipar names them through
+`dtype_of("fp64" | "fp32" | "fp16" | "bf16")`; bf16 on NumPy comes from `ml_dtypes`.
+''', r'''
+import ml_dtypes
+
+dtypes = {p: backend.dtype_of(p) for p in ("fp64", "fp32", "fp16", "bf16")}
+print(f"{'name':5s} {'bytes':>5s} {'max':>12s} {'eps':>10s} {'smallest normal':>16s}")
+for p, dt in dtypes.items():
+    fi = ml_dtypes.finfo(dt) if p == "bf16" else np.finfo(dt)
+    print(f"{p:5s} {dt.itemsize:5d} {float(fi.max):12.4g} {float(fi.eps):10.3g} {float(fi.tiny):16.3g}")
+
+fp16, bf16 = dtypes["fp16"], dtypes["bf16"]
+assert float(np.finfo(fp16).max) == 65504.0
+assert float(ml_dtypes.finfo(bf16).eps) == 2.0 ** -7
+''', r'''%md
+The limits, concretely:
+
+- **fp16 range**: 65504 is the largest value; 65520 already rounds to `inf`. An attention logit or
+  an un-scaled sum of squares overflows easily.
+- **fp16 precision**: between 2048 and 4096 the spacing is 2, so 2048 + 1 = 2048. A weight of 1.0
+  receiving an update of 1e-4 does not change at all — which is why optimizers keep **fp32 master
+  weights** and accumulate in fp32.
+- **fp16 underflow**: 1e-8 (a typical small gradient) becomes 0.
+- **bf16**: 256 + 1 = 256 (spacing 2 at 256), but 1e-30 and 1e30 are fine.
+''', r'''
+with np.errstate(over="ignore"):
+    assert np.float16(65504) == 65504 and np.isinf(np.float16(65520))
+assert np.float16(2048) + np.float16(1) == 2048            # the +1 is rounded away
+assert np.float16(2049) == 2048 and np.float16(2050) == 2050
+assert np.float16(1.0) + np.float16(1e-4) == 1.0           # an update lost entirely
+assert np.float16(1e-8) == 0                               # underflow
+b = lambda v: np.array(v, dtype=bf16)
+assert b(256) + b(1) == b(256)
+assert float(b(1e30)) > 0.99e30 and float(b(1e-30)) > 0     # fp32's range
+print("float16(2048) + 1 =", float(np.float16(2048) + np.float16(1)),
+      "  bf16(256) + 1 =", b(256) + b(1))
+
+# accumulate 2000 updates of 2e-4 to a weight of 1.0 (each below half the spacing at 1)
+for name, dt in [("fp32", np.float32), ("fp16", fp16), ("bf16", bf16)]:
+    w = np.array(1.0, dtype=dt)
+    step = np.array(2e-4, dtype=dt)
+    for _ in range(2000):
+        w = (w + step).astype(dt)
+    print(f"{name}: 1 + 2000·2e-4 = {float(w):.4f}   (exact: 1.4)")
+    assert (float(w) == 1.0) == (name != "fp32")
+''', r'''%md
+The relative rounding error of a format is the same (≈ε/2) at every magnitude inside its normal
+range; what differs is where the range ends. Below: the spacing between neighbouring representable
+numbers, divided by the number, over 80 decades.
+''', r'''
+mags = 2.0 ** np.arange(-150, 131)          # at powers of two the gap is exactly ε·x
+
+def relative_spacing(dt, x):
+    """Gap to the next representable number, over x: 2^(e - mantissa bits) / x for normal x,
+    the fixed subnormal step below the smallest normal; NaN outside the range."""
+    fi = ml_dtypes.finfo(dt) if dt == bf16 else np.finfo(dt)
+    tiny, sub, big = float(fi.tiny), float(fi.smallest_subnormal), float(fi.max)
+    gap = np.where(x >= tiny, 2.0 ** (np.floor(np.log2(x)) - fi.nmant), sub)
+    return np.where((x >= sub) & (x <= big), gap / x, np.nan)
+
+assert np.isclose(relative_spacing(fp16, np.array(2048.0)), np.spacing(np.float16(2048)) / 2048)
+fig, ax = plt.subplots(figsize=(7, 3.4))
+for name, dt in [("fp32", np.dtype(np.float32)), ("fp16", fp16), ("bf16", bf16)]:
+    ax.loglog(mags, relative_spacing(dt, mags), label=name, lw=2 if name == "fp32" else 1.5)
+ax.axvline(65504, color="gray", ls=":", lw=1); ax.text(1e5, 1e-6, "fp16 max\n65504", fontsize=8)
+ax.set_xlabel("|x|"); ax.set_ylabel("spacing / |x|"); ax.legend(); ax.grid(alpha=0.3)
+ax.set_title("relative precision vs magnitude")
+plt.show()
+''', r'''%md
+### The same model in four precisions
+
+We build the tiny GPT in fp64, copy its weights into fp32, fp16 and bf16 models
+(`set_default_dtype` decides the dtype new parameters get), and compare logits with the fp64 ones.
+The errors follow ε: ~1e-7, ~1e-3, ~1e-2 relative. (minipar's fused softmax / layer norm /
+cross-entropy compute their statistics in fp32 even for half inputs — the mixed-precision rule.)
+''', r'''
+from minipar.nn import GPT, config_from_preset
+
+cfg = config_from_preset("tiny", seq_len=32)
+ids = np.random.default_rng(0).integers(0, 256, size=(2, 32))
+backend.set_default_dtype(np.float64)
+reference = GPT(cfg, seed=0)
+logits64 = reference(ids).numpy()
+state = reference.state_dict()
+
+errors = {}
+for p in ("fp32", "fp16", "bf16"):
+    backend.set_default_dtype(backend.dtype_of(p))
+    model = GPT(cfg, seed=0)
+    model.load_state_dict(state)
+    logits = model(ids).numpy().astype(np.float64)
+    errors[p] = np.abs(logits - logits64).max() / np.abs(logits64).max()
+    print(f"{p}: logits dtype {model(ids[:, :4]).dtype}, max relative error {errors[p]:.2e}")
+backend.set_default_dtype(np.float32)
+
+assert errors["fp32"] < 1e-5 < errors["fp16"] < 1e-2 and errors["bf16"] < 5e-2
+assert errors["fp16"] < errors["bf16"]      # 10 mantissa bits beat 7
+''', r'''%md
+## 3. Measuring activation memory
+
+Every `Tensor`'s data, every gradient and every array a `Function` saves for backward is
+registered with `backend.memory`, a counter of **live bytes** (freed arrays are subtracted via weak
+references) and their **peak**. Views share their base's memory and are not counted twice.
+
+During a training forward, every intermediate is kept alive by the graph until backward uses it.
+Counting what one transformer block keeps per token (d = model width, H heads, N sequence length,
+fp32 = 4 bytes):
+
+| what | floats per token |
+|---|---|
+| 2 LayerNorms: output, normalised x̂, 1/σ | 2·(2d + 1) |
+| qkv projection | 3d |
+| attention scores S and probabilities P (B·H·N² per block) | 2·H·N |
+| P·V, attention output projection, residual sum | 3d |
+| MLP: fc output, tanh term saved by GELU, GELU output | 3·4d = 12d |
+| MLP projection, residual sum | 2d |
+| **block total** | **24d + 2HN + 2** |
+
+Plus embeddings (token lookup + sum: 2d), the final LayerNorm (2d + 1), logits (V) and the
+softmax cross-entropy saves (V + 1), and one (N, d) position embedding shared by the batch:
+
+$$\text{bytes} \approx 4\Big(B N\big[L(24d + 2HN + 2) + 4d + 2V + 2\big] + N d\Big).$$
+
+Two lessons hide in that formula. It is **linear in batch size** — that is what data parallelism
+and micro-batching split. And the $2HN$ term is **quadratic in sequence length** — that is what
+flash attention (lesson 11) removes and what recomputation (lesson 10) trades for compute. (The
+merged-heads reshape copy, d per token, is a view of a temporary and not counted here.)
+''', r'''
+import gc
+
+from minipar.autograd import no_grad
+
+cfg = config_from_preset("tiny")
+model = GPT(cfg, seed=0)
+L, d, H, N, V = cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size
+
+def estimate(B):
+    return 4 * (B * N * (L * (24 * d + 2 * H * N + 2) + 4 * d + 2 * V + 2) + N * d)
+
+def forward_bytes(B, grad=True):
+    """Peak bytes added by one forward (graph kept alive until we drop it)."""
+    ids = np.random.default_rng(B).integers(0, V, size=(B, N))
+    gc.collect()
+    base = backend.memory.live
+    backend.memory.reset_peak()
+    if grad:
+        _, loss = model(ids, ids)
+    else:
+        with no_grad():
+            _, loss = model(ids, ids)
+    peak = backend.memory.peak - base
+    del loss
+    gc.collect()
+    return peak
+
+batches = [1, 2, 4, 8]
+measured = [forward_bytes(B) for B in batches]
+inference = [forward_bytes(B, grad=False) for B in batches]
+for B, m, i in zip(batches, measured, inference):
+    print(f"B={B:2d}  training forward {m / 2**20:6.2f} MiB   estimate {estimate(B) / 2**20:6.2f} MiB"
+          f"   ratio {m / estimate(B):.3f}   no_grad forward {i / 2**20:5.2f} MiB")
+
+params = model.num_parameters() * 4
+print(f"parameters: {params / 2**20:.2f} MiB; activations at B={batches[-1]} are {measured[-1] / params:.0f}x that")
+for B, m in zip(batches, measured):
+    assert abs(m / estimate(B) - 1) < 0.05, (B, m, estimate(B))
+slope = np.polyfit(batches, measured, 1)[0]
+assert abs(slope / (estimate(2) - estimate(1)) - 1) < 0.05      # linear in B, with our slope
+assert all(i < m / 3 for i, m in zip(inference, measured))       # no graph: little is kept
+''', r'''
+fig, ax = plt.subplots(figsize=(6, 3.4))
+ax.plot(batches, np.array(measured) / 2**20, "o-", label="measured (memory.peak)")
+ax.plot(batches, [estimate(B) / 2**20 for B in batches], "--", label="estimate 4·B·N·[L(24d+2HN+2)+…]")
+ax.plot(batches, np.array(inference) / 2**20, "s-", label="forward under no_grad")
+ax.axhline(params / 2**20, color="gray", ls=":", label="parameters (fp32)")
+ax.set_xlabel("batch size B (sequences of 64 tokens)"); ax.set_ylabel("MiB")
+ax.set_title("activation memory of the tiny GPT's forward"); ax.legend(); ax.grid(alpha=0.3)
+plt.show()
+''', r'''%md
+Even for this toy, a modest batch keeps far more bytes of activations than the model has
+parameters (see the ratio printed above). At GPT-3 scale (L=96, d=12288, N=2048, H=96) the same formula gives, per sequence,
+$2048 \cdot 96 \cdot (24 \cdot 12288 + 2 \cdot 96 \cdot 2048) \cdot 2$ bytes in fp16:
+''', r'''
+L3, d3, N3, H3 = 96, 12288, 2048, 96
+per_seq = N3 * L3 * (24 * d3 + 2 * H3 * N3) * 2
+print(f"GPT-3 activations per sequence (fp16): {per_seq / 2**30:.0f} GiB;"
+      f"  parameters alone (fp16): {12 * L3 * d3**2 * 2 / 2**30:.0f} GiB")
+''', r'''%md
+No single GPU holds either; splitting them is the rest of this course.
+
+## 4. On a GPU (runs only where CuPy and a GPU exist)
+
+The same `mlp_block` and the same GPT run on CuPy after `set_backend("cupy")`; a model must be
+built *after* switching, so that its parameters are created on the device. We compare with the
+NumPy results and time a forward (`backend.sync()` waits for the GPU, otherwise we would time only
+the kernel launches).
+''', r'''
+if backend.cupy_available():
+    backend.set_backend("cupy")
+    try:
+        out_gpu = mlp_block(to_device(x_host), to_device(w1_host), to_device(w2_host))
+        assert backend.is_device_array(out_gpu)
+        assert np.allclose(to_host(out_gpu), reference, atol=1e-4)
+
+        gpu_model = GPT(cfg, seed=0)                 # parameters created on the GPU
+        ids = np.random.default_rng(0).integers(0, V, size=(8, N))
+        logits_gpu = to_host(gpu_model(to_device(ids)).data)
+        backend.set_backend("numpy")
+        logits_cpu = GPT(cfg, seed=0)(ids).numpy()  # same seed -> same weights on both
+        backend.set_backend("cupy")
+        assert np.allclose(logits_gpu, logits_cpu, atol=1e-4)
+
+        for _ in range(2):                            # warm-up: kernels compile on first use
+            gpu_model(to_device(ids)); backend.sync()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            gpu_model(to_device(ids))
+        backend.sync()
+        print(f"GPU forward: {(time.perf_counter() - t0) / 10 * 1e3:.2f} ms; results match NumPy")
+    finally:
+        backend.set_backend("numpy")
+else:
+    print("No CuPy + GPU here: the GPU section is skipped. "
+          "On a GPU machine: pip install -e '.[gpu]' and re-run this notebook.")
+''', r'''%md
+## Takeaways
+
+- One seam (`xp`) keeps the model code identical on NumPy and CuPy; only transfers
+  (`to_device`, `to_host`) and `sync()` know the difference.
+- fp16: 65504 max, 2048 + 1 = 2048, tiny gradients vanish → loss scaling and fp32 master weights.
+  bf16: fp32's range with 3 significant digits.
+- Activation memory is ≈ 4·B·N·L·(24d + 2HN) bytes in fp32: linear in batch, quadratic in
+  sequence length, and usually larger than the parameters.
+''']

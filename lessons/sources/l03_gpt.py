@@ -1,0 +1,261 @@
+"""Lesson 03: the cells of lessons/03_gpt.ipynb (``%md`` cells are markdown).
+
+Edit here, then run ``python lessons/make_notebooks.py``."""
+
+NOTEBOOK = "03_gpt.ipynb"
+
+CELLS = [r'''%md
+# 03 · A GPT on one process
+
+This is the model every later lesson parallelises, and the **single-process run every parallel
+configuration must reproduce**. We take it apart piece by piece, check the parameter-count formula
+behind "175B", train it for a few seconds on the Python standard library's source, and sample.
+
+$$
+\begin{aligned}
+x_0 &= W_{te}[\text{ids}] + W_{pe}[0..N)                    &&\text{embedding}\\
+x &\leftarrow x + \text{Attn}(\text{LN}_1(x))                &&\text{each of } L \text{ blocks}\\
+x &\leftarrow x + \text{MLP}(\text{LN}_2(x))\\
+\text{logits} &= \text{LN}_f(x)\, W_{head}                     &&\text{head}
+\end{aligned}
+$$
+''', r'''
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minipar import backend
+from minipar.autograd import no_grad, ops
+from minipar.data import Dataset, decode, encode, load_corpus
+from minipar.nn import GPT, config_from_preset, naive_attention
+from minipar.optim import AdamW, clip_grad_norm, lr_at
+from minipar.sample import generate
+
+%matplotlib inline
+backend.set_default_dtype(np.float32)
+cfg = config_from_preset("tiny")
+model = GPT(cfg, seed=0)
+print(cfg)
+''', r'''%md
+## 1. Embedding
+
+Tokens are bytes (vocabulary V = 256, no tokenizer to train). Token $i$ at position $t$ becomes
+$W_{te}[i] + W_{pe}[t]$, a vector of width d. The embedding is a table lookup, so its backward is a
+**scatter-add**: a byte that occurs 10 times in the batch receives the sum of 10 gradients.
+''', r'''
+text = "def add(a, b):\n    return a + b\n"
+ids = encode(text)[None, :]                       # (B=1, N)
+x0 = model.embed(ids)
+print("ids", ids.shape, "->", x0.shape)
+manual = model.wte.weight.data[ids[0]] + model.wpe.weight.data[: ids.shape[1]]
+assert np.allclose(x0.data[0], manual)
+''', r'''%md
+## 2. Causal self-attention
+
+Each head projects the normalised stream to queries, keys and values
+($q = xW_q,\ k = xW_k,\ v = xW_v$, width $d_h = d/H$) and mixes values along the sequence:
+
+$$P = \text{softmax}\!\Big(\frac{qk^\top}{\sqrt{d_h}} + M\Big),\qquad
+M_{ts} = \begin{cases}0 & s \le t\\ -\infty & s > t\end{cases},\qquad y = P\,v.$$
+
+The causal mask $M$ makes position $t$ see only positions $\le t$, so one forward trains all N
+next-token predictions at once without peeking. $P$ has $H N^2$ entries per sequence — the
+quadratic memory that flash attention avoids. Below we recompute the first block's attention
+by hand from its weights and check it against the module.
+''', r'''
+block = model.blocks[0]
+h = block.ln_1(x0)
+q, k, v = block.attn.split_heads(block.attn.qkv(h))           # each (B, H, N, d_head)
+print("q, k, v:", q.shape)
+
+# by hand, in NumPy
+Q, K, Vv = q.data[0], k.data[0], v.data[0]
+S = Q @ K.transpose(0, 2, 1) / math.sqrt(Q.shape[-1])
+N = S.shape[-1]
+S = np.where(np.triu(np.ones((N, N), bool), k=1), -np.inf, S)
+P = np.exp(S - S.max(-1, keepdims=True)); P /= P.sum(-1, keepdims=True)
+assert np.allclose(naive_attention(q, k, v).data[0], P @ Vv, atol=1e-6)
+assert np.allclose(np.triu(P, k=1), 0) and np.allclose(P.sum(-1), 1)    # causal, rows sum to 1
+assert np.allclose(block.attn(h).data, block.attn.proj(
+    ops.reshape(ops.transpose(naive_attention(q, k, v), (0, 2, 1, 3)), (1, N, cfg.d_model))).data, atol=1e-6)
+''', r'''%md
+## 3. MLP, residuals and LayerNorm
+
+- **MLP**: $\text{GELU}(x W_1 + b_1) W_2 + b_2$ with a 4× wider hidden layer — two thirds of a
+  block's parameters.
+- **LayerNorm** over the feature axis: $\hat x = (x - \mu)/\sqrt{\sigma^2 + \epsilon}$, then
+  $\gamma \hat x + \beta$. GPT-2 normalises *before* each sublayer (pre-LN), so the residual stream
+  $x$ itself is never normalised: gradients flow straight through the $+$ of each residual.
+- **Initialisation**: all weights $\sim \mathcal N(0, 0.02)$, except the two projections that write
+  into the residual stream, which get $0.02/\sqrt{2L}$: the stream receives $2L$ such additions,
+  and variances add, so its variance stays $\approx 0.02^2$ instead of growing with depth.
+''', r'''
+b = model.blocks[0]
+ln = b.ln_2(x0).data                              # γ = 1, β = 0 at init
+var = x0.data.var(-1)                              # std of x̂ is sqrt(var / (var + eps)): ε matters
+assert np.allclose(ln.mean(-1), 0, atol=1e-5)      # for inputs as small as these embeddings
+assert np.allclose(ln.std(-1), np.sqrt(var / (var + 1e-5)), atol=1e-4)
+hidden = ops.gelu(b.mlp.fc(b.ln_2(x0)))
+print("MLP hidden", hidden.shape, "(4·d =", 4 * cfg.d_model, ")")
+
+stds = {name: float(p.data.std()) for name, p in model.named_parameters() if p.ndim == 2}
+for name in ("blocks.0.attn.qkv.weight", "blocks.0.mlp.fc.weight",
+             "blocks.0.attn.proj.weight", "blocks.0.mlp.proj.weight", "wte.weight"):
+    print(f"{name:28s} std {stds[name]:.4f}")
+target = 0.02 / math.sqrt(2 * cfg.n_layer)
+assert abs(stds["blocks.0.mlp.fc.weight"] - 0.02) < 0.002
+assert abs(stds["blocks.0.attn.proj.weight"] - target) < 0.1 * target
+assert abs(stds["blocks.3.mlp.proj.weight"] - target) < 0.1 * target
+
+# the variance argument: 2L random residual writes of std s add up to std s·sqrt(2L)
+rng = np.random.default_rng(0)
+for std in (0.02, target):
+    stream = sum(rng.normal(0, std, size=100_000) for _ in range(2 * cfg.n_layer))
+    print(f"per-write std {std:.4f} -> residual std after {2 * cfg.n_layer} writes {stream.std():.4f}")
+''', r'''%md
+## 4. Counting parameters
+
+Per block: attention $W_{qkv}$ ($d \times 3d$) and $W_o$ ($d\times d$) → $4d^2$; MLP $d\times 4d$ and
+$4d\times d$ → $8d^2$; biases $3d + d + 4d + d$; two LayerNorms $4d$:
+
+$$P_{block} = 12d^2 + 13d,\qquad
+P = L(12d^2 + 13d) + \underbrace{Vd + Nd}_{\text{embeddings}} + \underbrace{2d}_{LN_f} + \underbrace{dV}_{\text{head, unless tied}}.$$
+
+For large models $12Ld^2$ is everything: GPT-3 with $L=96,\ d=12288$ gives 174B of its 175B.
+''', r'''
+def param_count(c):
+    n = c.n_layer * (12 * c.d_model ** 2 + 13 * c.d_model)
+    n += c.vocab_size * c.d_model + c.seq_len * c.d_model + 2 * c.d_model
+    return n + (0 if c.tie_weights else c.d_model * c.vocab_size)
+
+print(f"tiny: formula {param_count(cfg):,}   model.num_parameters() {model.num_parameters():,}")
+assert param_count(cfg) == model.num_parameters()
+for name, overrides in [("small", {}), ("tiny", dict(tie_weights=True, n_layer=2, d_model=32, n_head=2))]:
+    c = config_from_preset(name, **overrides)
+    assert param_count(c) == GPT(c).num_parameters(), name
+print(f"gpt2 preset (byte vocabulary, untied): {param_count(config_from_preset('gpt2')) / 1e6:.1f} M")
+print(f"GPT-3: 12·L·d² = {12 * 96 * 12288 ** 2 / 1e9:.1f} B")
+''', r'''%md
+## 5. Training
+
+The loop is the same one `python -m minipar train` runs: batch → forward → cross-entropy
+$\ell = -\frac{1}{BN}\sum \log p(\text{next byte})$ → backward → clip the global gradient norm
+to 1 → AdamW with linear warm-up and cosine decay. An untrained model predicts ~uniformly over
+256 bytes, so the loss starts near $\ln 256 \approx 5.55$.
+
+AdamW: $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
+$\theta \leftarrow \theta - \eta_t\big(\hat m / (\sqrt{\hat v} + \epsilon) + \lambda\theta\big)$.
+Note the state: two more arrays the size of the parameters (plus fp32 master weights in mixed
+precision) — 12–16 bytes per parameter that ZeRO will shard.
+''', r'''
+corpus = load_corpus("stdlib")
+data = Dataset(corpus, cfg.seq_len)
+print(f"corpus: {len(corpus):,} bytes of the standard library; e.g.\n{decode(data.train[1000:1120])}")
+
+model = GPT(cfg, seed=0)
+steps, batch_size, base_lr, warmup = 50, 8, 3e-3, 5   # the CLI defaults for 50 steps
+opt = AdamW(model.named_parameters(), lr=base_lr, weight_decay=0.1)
+losses, lrs = [], []
+t0 = time.perf_counter()
+for step in range(steps):
+    opt.lr = lr_at(step, base_lr, warmup, steps)
+    x, y = data.batch(seed=0, step=step, batch_size=batch_size)
+    _, loss = model(x, y)
+    loss.backward()
+    clip_grad_norm(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item()); lrs.append(opt.lr)
+elapsed = time.perf_counter() - t0
+print(f"{steps} steps in {elapsed:.1f} s; loss {losses[0]:.3f} -> {np.mean(losses[-5:]):.3f}")
+assert abs(losses[0] - math.log(256)) < 0.3
+assert np.mean(losses[-5:]) < 0.8 * math.log(256)
+''', r'''
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+ax1.plot(losses, label="train loss")
+ax1.axhline(math.log(256), color="gray", ls=":", label="ln 256 (uniform)")
+ax1.set_xlabel("step"); ax1.set_ylabel("cross-entropy (nats/byte)"); ax1.legend(); ax1.grid(alpha=0.3)
+ax2.plot(lrs); ax2.set_xlabel("step"); ax2.set_ylabel("learning rate"); ax2.grid(alpha=0.3)
+ax2.set_title("warm-up + cosine"); ax1.set_title("tiny GPT on the stdlib")
+plt.show()
+''', r'''%md
+### What a head looks at
+
+The attention probabilities $P$ of each head of the first block, on a line of Python. Everything
+above the diagonal is exactly zero (the causal mask); each row is a distribution over the past.
+''', r'''
+snippet = "    def __init__(self, name):\n        self.name = name\n"
+ids = encode(snippet)[None, : cfg.seq_len]
+with no_grad():
+    blk = model.blocks[0]
+    q, k, v = blk.attn.split_heads(blk.attn.qkv(blk.ln_1(model.embed(ids))))
+    scores = q @ ops.transpose(k, (0, 1, 3, 2))
+    P = ops.attention_softmax(scores, 1 / math.sqrt(q.shape[-1])).numpy()[0]
+n = P.shape[-1]
+assert np.allclose(np.triu(P, k=1), 0) and np.allclose(P.sum(-1), 1, atol=1e-5)
+
+fig, axes = plt.subplots(1, cfg.n_head, figsize=(3 * cfg.n_head, 3.2))
+labels = [repr(chr(c))[1:-1] for c in ids[0]]
+for hd, ax in enumerate(axes):
+    ax.imshow(P[hd], cmap="magma", vmin=0, vmax=np.quantile(P[hd][P[hd] > 0], 0.98))
+    ax.set_title(f"block 0, head {hd}"); ax.set_xlabel("key position s")
+    ax.set_xticks(range(0, n, 8)); ax.set_yticks(range(0, n, 8))
+axes[0].set_ylabel("query position t")
+plt.tight_layout(); plt.show()
+''', r'''%md
+## 6. Sampling
+
+Generation is the forward run repeatedly: take the logits of the last position, divide by a
+temperature, keep the top-k, sample a byte, append it. After a few seconds of training the model
+has learnt spaces, indentation and common byte pairs — not yet Python.
+''', r'''
+out = generate(model, encode("def "), tokens=120, temperature=0.8, top_k=40, seed=0)
+sample = decode(out)
+print(sample)
+assert len(out) == 4 + 120 and sample.startswith("def ")
+''', r'''%md
+## 7. The same run from the command line
+
+`python -m minipar train` is this loop plus logging, checkpoints and (in later lessons) parallel
+layouts. `--log-json` writes one JSON object per step — the numbers every later lesson plots.
+With the same seed, batch size and step count it must reproduce our loop exactly: this
+"single-process oracle" is what every parallel layout is later compared against.
+''', r'''
+with tempfile.TemporaryDirectory() as tmp:
+    log_path = os.path.join(tmp, "log.jsonl")
+    cmd = [sys.executable, "-m", "minipar", "train", "--model", "tiny", "--steps", "50",
+           "--batch-size", "8", "--log-json", log_path, "--quiet", "--eval-batches", "1"]
+    print("$", " ".join(["python"] + cmd[1:]))
+    t0 = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
+    print(result.stdout.strip() or result.stderr[-2000:])
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(log_path) as f:
+        records = [json.loads(line) for line in f]
+print(f"({time.perf_counter() - t0:.1f} s)  first record:", records[0])
+cli_losses = [r["loss"] for r in records]
+assert len(records) == 50 and {"step", "loss", "lr", "tokens_per_s", "peak_mem_bytes"} <= set(records[0])
+# same seed, same data (the batch of step k is a function of (seed, k)), same schedule:
+# the CLI run reproduces the notebook's loop step for step
+assert np.allclose(cli_losses, losses, rtol=1e-4), np.abs(np.array(cli_losses) - losses).max()
+print("CLI losses == notebook losses; max difference", np.abs(np.array(cli_losses) - losses).max())
+
+plt.figure(figsize=(5, 3))
+plt.plot(cli_losses, lw=3, alpha=0.5, label="CLI --log-json"); plt.plot(losses, "--", label="notebook loop")
+plt.xlabel("step"); plt.ylabel("loss"); plt.legend(); plt.grid(alpha=0.3); plt.show()
+''', r'''%md
+## Takeaways
+
+- A GPT block is LN → attention (causal softmax over $qk^\top/\sqrt{d_h}$) → residual, LN → 4×
+  MLP → residual; GPT-2 init scales the residual writes by $1/\sqrt{2L}$.
+- $P \approx 12Ld^2$: parameter count is dominated by the blocks' matrices — that is what tensor
+  parallelism splits (lesson 07) and pipeline parallelism distributes by layer (lesson 08).
+- This single-process run is the oracle: every parallel layout must reproduce its losses.
+''']

@@ -1,0 +1,17 @@
+"""The code cell lessons 05-12 share: launching mpiexec runs from a notebook."""
+
+LAUNCH = r'''
+ROOT = os.path.abspath("..")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+BACKEND = os.environ.get("MINIPAR_BACKEND", "numpy")   # "cupy" on GPU nodes
+
+def mpirun(n, args, timeout=300):
+    """mpiexec -n N python ARGS..., from lessons/; fails loudly with the ranks' output."""
+    cmd = ["mpiexec", "-n", str(n), sys.executable, *map(str, args)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    print(f"$ mpiexec -n {n} python {' '.join(map(str, args))}   ({time.perf_counter() - t0:.1f} s)")
+    return proc
+'''
