@@ -101,10 +101,11 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
 
 
 def _trace(args, layout, grid, engine):
-    """Write the last step's pipeline trace (from dp rank 0's stages); returns its summary."""
+    """Write the last step's pipeline trace: the stages of the first replica's first
+    tensor-parallel rank (one writer); returns its summary."""
     from minipar.parallel.pipeline.trace import gather_spans, summarize, write_trace
     timelines = gather_spans(grid.pp_comm, engine.spans)
-    if timelines is None or grid.coords.dp != 0:
+    if timelines is None or grid.coords.dp != 0 or grid.coords.tp != 0:
         return {}
     summary = summarize(timelines, args.schedule, layout.pp, layout.microbatches, layout.chunks)
     write_trace(args.trace, timelines, summary)

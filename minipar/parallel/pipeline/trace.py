@@ -4,6 +4,7 @@ simulator's prediction for the measured mean op times alongside."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 from minipar.parallel.pipeline.draw import to_chrome_trace
@@ -33,5 +34,7 @@ def summarize(timelines, kind, pp, microbatches, chunks):
 def write_trace(path, timelines, summary):
     trace = to_chrome_trace(timelines)
     trace["metadata"] = summary
-    with open(path, "w") as f:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:          # written whole, then renamed: never read half-done
         json.dump(trace, f)
+    os.replace(tmp, path)
