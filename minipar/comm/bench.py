@@ -113,7 +113,8 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
 
 def print_table(rows, params, p):
     print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
-          f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s (calibrated)")
+          f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s, "
+          f"γ_shared={1 / (params.gamma_shared or params.gamma) / 1e9:.2f} GB/s (calibrated)")
     print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
           f"{'model us':>9} {'vs MPI':>7}")
     for r in rows:
@@ -153,7 +154,8 @@ def main(argv=None):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"nprocs": comm.size, "alpha": params.alpha, "beta": params.beta,
-                           "gamma": params.gamma, "rows": rows}, f, indent=1)
+                           "gamma": params.gamma,
+                           "gamma_shared": params.gamma_shared, "rows": rows}, f, indent=1)
     return 0
 
 

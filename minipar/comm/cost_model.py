@@ -1,10 +1,10 @@
-"""The α-β-γ cost model of collectives, calibrated by a ping-pong; ``auto`` picks by it.
+"""The α-β-γ cost model of collectives, calibrated by short exchanges; ``auto`` picks by it.
 
 A message of n bytes costs α + n·β (α: latency incl. software overhead, β: seconds per
 byte, 1/bandwidth); reducing n bytes costs n·γ.  For p ranks and S bytes:
 
     ring                2(p-1)·α + 2(p-1)/p·S·β + (p-1)/p·S·γ
-    recursive doubling  log2 p'·(α + S·β + S·γ)                     (+ fold)
+    recursive doubling  log2 p'·(α + S·β + S·γ_shared)              (+ fold)
     rabenseifner        2·log2 p'·α + 2(p'-1)/p'·S·β + (p'-1)/p'·S·γ (+ fold)
     tree                2⌈log2 p⌉·(α + S·β) + ⌈log2 p⌉·S·γ
     hierarchical        ring RS(q) + ring AR(m, S/q) + ring AG(q)    (m nodes of q ranks)
@@ -13,10 +13,14 @@ with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  Pipel
 into k segments costs k·α instead of α.  Latency terms dominate small S (recursive
 doubling wins), bandwidth terms large S (ring / Rabenseifner win).
 
-``calibrate(comm)`` measures α, β (ping-pong between ranks 0 and 1 through the
-minipar transport, so Python overhead is part of α) and γ (the reduction inside a real
-exchange step, see ``_gamma``), and broadcasts them from rank 0: every rank must make
-the same ``auto`` choice.
+Recursive doubling sums into the very buffer it has just sent: on one machine the
+partner's copy has just pulled those cache lines to its core, and writing them first
+takes them back, so that reduction runs far slower (γ_shared) than the others, which
+sum into chunks nobody touched (γ).
+
+``calibrate(comm)`` measures α, β (exchanges between ranks 0 and 1 through the minipar
+transport, so Python overhead is part of them), γ and γ_shared,
+and broadcasts them from rank 0: every rank must make the same ``auto`` choice.
 """
 from __future__ import annotations
 
@@ -38,6 +42,9 @@ class CostParams:
     alpha: float = 5e-6     # s per message
     beta: float = 2e-10     # s per byte moved    (5 GB/s)
     gamma: float = 2e-10    # s per byte reduced  (5 GB/s)
+    # s per byte reduced into a buffer the partner has just read (recursive doubling sends
+    # the very buffer it then sums into); None: the same as gamma
+    gamma_shared: float | None = None
 
 
 def _ring(p, S, c, seg=SEGMENT_BYTES):
@@ -61,7 +68,8 @@ def predict(algorithm, p, nbytes, c: CostParams, ranks_per_node=None, seg=SEGMEN
     if algorithm == "ring":
         return _ring(p, S, c, seg)
     if algorithm == "recursive_doubling":
-        return L * (segments(S, seg) * c.alpha + S * c.beta + S * c.gamma) + _fold(p, S, c)
+        g = c.gamma_shared or c.gamma
+        return L * (segments(S, seg) * c.alpha + S * c.beta + S * g) + _fold(p, S, c)
     if algorithm == "rabenseifner":
         return (L * c.alpha + sum(segments(S / 2 ** (i + 1), seg) * c.alpha for i in range(L))
                 + 2 * (p2 - 1) / p2 * S * c.beta + (p2 - 1) / p2 * S * c.gamma + _fold(p, S, c))
@@ -115,38 +123,53 @@ def _gamma(comm, peer, nbytes, reps=15):
     return max(best[0] - best[1], 1e-12 * nbytes)
 
 
-def calibrate(comm, small=8, large=1 << 20, mid=64 << 10, reps=20) -> CostParams:
-    """Collective: measure α, β (ping-pong 0<->1), γ (``_gamma`` at ``mid`` bytes), the
-    same values on every rank."""
+def calibrate(comm, small=8, large=256 << 10, mid=64 << 10, reps=20) -> CostParams:
+    """Collective: measure the constants between ranks 0 and 1, through the minipar
+    transport (so Python's overhead is in them), and give every rank the same values:
+
+    - α: one step of a collective on ``small`` bytes (send, receive, reduce, with the
+      Python around them) — what each extra message of an algorithm costs;
+    - β: one simultaneous exchange of ``large`` bytes (what a ring step does), minus α;
+    - γ: a local ``add`` of ``mid`` bytes on cached data (ring, halving and tree reduce
+      into chunks the partner has not touched);
+    - γ_shared: ``_gamma``, reducing into the buffer the partner has just read (what
+      recursive doubling does).
+    """
     saved = comm.counters.as_dict()
-    vals = xp.zeros(3, dtype=xp.float64)
+    vals = xp.zeros(4, dtype=xp.float64)
     if comm.size > 1 and comm.rank < 2:
         peer = 1 - comm.rank
-        times = []
-        for nbytes, n in ((small, reps), (large, max(3, reps // 4))):
-            a = xp.zeros(nbytes, dtype=xp.uint8)
-            best = float("inf")
-            for i in range(-3, n):  # 3 untimed rounds first: connection setup, page faults
-                t0 = time.perf_counter()
-                if comm.rank == 0:
-                    comm.send(a, peer, 11)
-                    comm.recv(a, peer, 11)
-                else:
-                    comm.recv(a, peer, 11)
-                    comm.send(a, peer, 11)
-                if i >= 0:
-                    best = min(best, (time.perf_counter() - t0) / 2)
-            times.append(best)
-        alpha = times[0]
-        vals[0], vals[1] = alpha, max((times[1] - alpha) / large, 1e-12)
-        vals[2] = _gamma(comm, peer, mid) / mid
+        a = xp.zeros(max(small // 4, 1), dtype=xp.float32)
+        alpha = float("inf")
+        for i in range(-3, reps):  # 3 untimed rounds first: connection setup, page faults
+            comm.sendrecv(a[:0], peer, a[:0], peer, 11)       # line the two ranks up
+            t0 = time.perf_counter()
+            exchange_reduce(comm, a, peer, a, peer, xp.add, tag=11)
+            if i >= 0:
+                alpha = min(alpha, time.perf_counter() - t0)
+        send, recv = xp.ones(large, dtype=xp.uint8), xp.zeros(large, dtype=xp.uint8)
+        best = float("inf")
+        for i in range(-3, max(3, reps // 2)):
+            comm.sendrecv(send[:0], peer, recv[:0], peer, 11)   # line the two ranks up
+            t0 = time.perf_counter()
+            exchange(comm, send, peer, recv, peer, tag=11)
+            if i >= 0:
+                best = min(best, time.perf_counter() - t0)
+        x, y = xp.ones(mid // 4, dtype=xp.float32), xp.ones(mid // 4, dtype=xp.float32)
+        add = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            xp.add(x, y, out=x)
+            add = min(add, time.perf_counter() - t0)
+        vals[:] = (alpha, max((best - alpha) / large, 1e-12), max(add / mid, 1e-13),
+                   _gamma(comm, peer, mid) / mid)
     if comm.size == 1:
-        vals[:] = CostParams.alpha, CostParams.beta, CostParams.gamma
+        vals[:] = CostParams.alpha, CostParams.beta, CostParams.gamma, CostParams.gamma
     host = vals if not hasattr(vals, "get") else vals.get()
     comm.mpi.Bcast(host, root=0)  # setup only: every rank must hold identical constants
     for k, v in saved.items():
         setattr(comm.counters, k, v)
-    return CostParams(float(host[0]), float(host[1]), float(host[2]))
+    return CostParams(*(float(v) for v in host))
 
 
 def params(comm) -> CostParams:
