@@ -1,4 +1,5 @@
-"""The training loop behind ``python -m minipar train``.
+"""``python -m minipar train``: building the model, the optimizer and the grid for a
+layout (the step loop itself is ``train_loop.py``).
 
 One optimizer step:
     batch  = the global batch of step k, a pure function of (seed, k)
