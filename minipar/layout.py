@@ -2,8 +2,8 @@
 
 Every rank runs the same checks on the same arguments, so a bad configuration
 stops all of them with the same message, and none is left waiting for a peer.
-The message says what to change.  Features not built yet are refused here, by
-name, instead of being silently ignored.
+The message says what to change.  Combinations that are not supported are refused
+here, by name, instead of being silently ignored.
 """
 from __future__ import annotations
 
@@ -28,10 +28,6 @@ class Layout:
     pp: int
     chunks: int
     microbatches: int
-
-
-# flag -> (is it set to something not built yet?, what to say)
-NOT_BUILT = {}   # none today; e.g. {"--flag": (lambda args: ..., "what it is")}
 
 
 def world():
@@ -97,10 +93,6 @@ def _check_tensor(args, cfg):
 
 def validate_layout(args, rank_and_size=None) -> Layout:
     rank, size = rank_and_size or world()
-    for flag, (is_set, feature) in NOT_BUILT.items():
-        if is_set(args):
-            raise LayoutError(f"{flag}: {feature} is not built yet in this version of minipar; "
-                              "leave the flag out")
     for name in ("tp", "pp", "chunks", "steps", "batch_size", "grad_accum"):
         if getattr(args, name) < 1:
             raise LayoutError(f"--{name.replace('_', '-')} must be >= 1")

@@ -16,8 +16,8 @@ from minipar.nn import GPT, GPTConfig
 
 def load_model(directory):
     params, _, meta = checkpoint.load(directory)
-    backend.set_default_dtype(backend.dtype_of(meta.get("precision", "fp32")
-                                               if meta.get("precision") in ("fp32", "fp64") else "fp32"))
+    # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
+    backend.set_default_dtype(backend.dtype_of("fp64" if meta.get("precision") == "fp64" else "fp32"))
     model = GPT(GPTConfig(**meta["model"]))
     model.load_state_dict(params)
     return model.eval()

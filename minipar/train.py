@@ -17,7 +17,7 @@ import contextlib
 
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
-from minipar.data import Dataset, load_corpus, shard_rows
+from minipar.data import Dataset, load_corpus
 from minipar.layout import LayoutError, validate_layout, model_config
 from minipar.nn import GPT
 
@@ -65,7 +65,7 @@ def build_model(args, layout, grid, cfg, params):
         model.load_state_dict(params)
     tp_model = None
     if layout.tp > 1:
-        from minipar.parallel.tensor import to_tensor_parallel, vocab_parallel_cross_entropy
+        from minipar.parallel.tensor import to_tensor_parallel
         model = tp_model = to_tensor_parallel(model, grid, args.sequence_parallel)
     if args.recompute != "none":
         from minipar.recompute import apply_recompute
@@ -75,14 +75,11 @@ def build_model(args, layout, grid, cfg, params):
     from minipar.parallel.pipeline.engine import PipelineEngine
     from minipar.parallel.pipeline.stage import RankStages
     module = RankStages(model, grid.coords.pp, layout.pp, layout.chunks)
-    loss_fn, act_shape = None, None
-    if tp_model is not None:
-        start = tp_model.vocab_bounds[grid.tp_comm.rank]
-        loss_fn = lambda z, y: vocab_parallel_cross_entropy(z, y, grid.tp_comm, start)  # noqa: E731
-        if args.sequence_parallel:
-            act_shape = lambda rows, n: (rows, n // layout.tp, cfg.d_model)  # noqa: E731
+    act_shape = None
+    if args.sequence_parallel:   # stages exchange their s/tp tokens of the sequence
+        act_shape = lambda rows, n: (rows, n // layout.tp, cfg.d_model)  # noqa: E731
     engine = PipelineEngine(module, grid.pp_comm, args.schedule, layout.microbatches,
-                            layout.chunks, loss_fn=loss_fn, activation_shape=act_shape,
+                            layout.chunks, activation_shape=act_shape,
                             dtype=backend.dtype_of(args.precision))
     return model, module, engine, tp_model
 
@@ -102,7 +99,7 @@ def evaluate(model, dataset, args, batches):
 def forward_backward(model, optimizer, x, y, grad_accum):
     """K micro-batches of this replica's rows; returns the mean local loss."""
     rows = x.shape[0] // grad_accum
-    ddp = getattr(optimizer, "ddp", None)
+    ddp = optimizer.ddp
     loss_sum = 0.0
     for i in range(grad_accum):
         last = i == grad_accum - 1
@@ -110,16 +107,15 @@ def forward_backward(model, optimizer, x, y, grad_accum):
         with quiet:
             xs, ys = x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows]
             _, loss = model(backend.to_device(xs), backend.to_device(ys))
-            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
-            (scaled * (1.0 / grad_accum)).backward()
+            (optimizer.scale_loss(loss) * (1.0 / grad_accum)).backward()
         loss_sum += loss.item()
     return loss_sum / grad_accum
 
 
 def pipeline_forward_backward(engine, optimizer, x, y):
     """The schedule over M micro-batches; DP sync waits until after the last backward."""
-    ddp = getattr(optimizer, "ddp", None)
-    scale = optimizer.scaler.scale if getattr(optimizer, "scaler", None) else 1.0
+    ddp = optimizer.ddp
+    scale = optimizer.scaler.scale if optimizer.scaler else 1.0
     with (ddp.no_sync() if ddp is not None else contextlib.nullcontext()):
         loss = engine.run(x, y, loss_scale=scale)
     return 0.0 if loss is None else loss
@@ -142,7 +138,7 @@ def save_checkpoint(args, cfg, optimizer, grid, step, tp_model=None):
                      "v": {k: v for _, s in parts for k, v in s["v"].items()}}
     if grid.rank == 0:
         meta = {"model": cfg.to_dict(), "step": step, "seed": args.seed, "precision": args.precision}
-        if getattr(optimizer, "scaler", None):
+        if optimizer.scaler:
             meta["loss_scaler"] = optimizer.scaler.state_dict()
         checkpoint.save(args.save, params, state, meta)
 
@@ -179,7 +175,7 @@ def train(args):
             state = dict(state, m=tp_model.shard_full_arrays(state["m"]),
                          v=tp_model.shard_full_arrays(state["v"]))
         optimizer.load_state_dict(state)
-        if "loss_scaler" in meta and getattr(optimizer, "scaler", None):
+        if "loss_scaler" in meta and optimizer.scaler:
             optimizer.scaler.load_state_dict(meta["loss_scaler"])
         start = int(meta["step"])
     from minipar.train_loop import run_steps

@@ -74,7 +74,7 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
                   "model_state_bytes": optimizer.memory_bytes()}
         if engine is not None:   # waiting for other stages: the bubble plus the transfers
             record["pipeline_wait_s"] = engine.comm_wait_s
-        if getattr(optimizer, "scaler", None) and optimizer.scaler.enabled:
+        if optimizer.scaler and optimizer.scaler.enabled:
             record["loss_scale"] = optimizer.last_scale
             record["skipped"] = optimizer.last_skipped
         if args.peak_tflops:

@@ -23,8 +23,8 @@ def test_half_precision_tracks_fp32_and_logs_the_scale(tmp_path):
     bf16 = losses(tmp_path, "bf16", 1, "--precision", "bf16")
     final = lambda run: np.mean([r["loss"] for r in run[-3:]])  # noqa: E731
     assert fp32[-1]["loss"] < fp32[0]["loss"] - 0.5                  # it trains
-    assert abs(final(fp16) / final(fp32) - 1) < 0.02
-    assert abs(final(bf16) / final(fp32) - 1) < 0.03
+    assert abs(final(fp16) / final(fp32) - 1) < 0.005   # observed ~1e-4
+    assert abs(final(bf16) / final(fp32) - 1) < 0.01    # observed ~1e-3: 8 mantissa bits
     assert all(r["loss_scale"] == 2.0 ** 16 for r in fp16)          # fp16 logs its scale
     assert "loss_scale" not in bf16[0]                               # bf16 needs none
 

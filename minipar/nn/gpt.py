@@ -107,15 +107,19 @@ class GPT(Module):
             return ops.linear(x, ops.transpose(self.wte.weight))
         return self.lm_head(x)
 
+    def loss(self, logits, targets):
+        """Mean cross-entropy of the logits against the next tokens."""
+        return ops.cross_entropy(logits, targets)
+
     def forward(self, ids, targets=None):
-        """Logits (B, N, V); with targets also the mean cross-entropy loss."""
+        """Logits (B, N, V); with targets also ``self.loss`` of them."""
         x = self.embed(ids)
         for block in self.blocks:
             x = block(x)
         logits = self.head(x)
         if targets is None:
             return logits
-        return logits, ops.cross_entropy(logits, targets)
+        return logits, self.loss(logits, targets)
 
     def flops_per_token(self):
         """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention)."""

@@ -23,7 +23,6 @@ import contextlib
 import sys
 import time
 
-from minipar.backend import xp
 from minipar.comm import all_reduce, all_reduce_async, broadcast
 from minipar.parallel.buckets import make_buckets
 
@@ -133,6 +132,7 @@ class DataParallelAdamW:
     ``memory_bytes``), so the training loop treats every stage alike."""
 
     stage = 0
+    scaler = None    # no loss scaling in fp32/fp64 (mixed precision: amp.AmpAdamW)
 
     def __init__(self, ddp, global_norm=None, prepare_grads=None, **adam):
         """``global_norm``: a ``norm.GlobalNorm`` when other ranks hold other parts of
@@ -146,6 +146,9 @@ class DataParallelAdamW:
         self.adam = AdamW(ddp.module.named_parameters(), **adam)
 
     lr = property(lambda self: self.adam.lr, lambda self, v: setattr(self.adam, "lr", v))
+
+    def scale_loss(self, loss):
+        return loss
 
     def step(self, max_norm=None):
         from minipar.optim import clip_grad_norm

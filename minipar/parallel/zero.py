@@ -39,6 +39,8 @@ from minipar.parallel.data import broadcast_parameters
 class ZeroOptimizer:
     """AdamW with ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
+    ddp = None   # no DataParallel wrapper: gradients reach the shards through this class
+
     def __init__(self, module, comm, stage=1, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                  weight_decay=0.1, bucket_bytes=25 * 2**20, buckets=None, global_norm=None,
                  prepare_grads=None, half_dtype=None, scaler=None):

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from minipar.backend import xp
 from minipar.autograd import Function, Tensor, is_grad_enabled
-from minipar.comm import all_gather, all_gather_async, reduce_scatter, reduce_scatter_async
+from minipar.comm import all_gather, all_gather_async
 from minipar.parallel.buckets import Bucket
 from minipar.parallel.zero import ZeroOptimizer
-
-EMPTY = None   # set on first use: a zero-size array standing for freed storage
-
 
 class _UnitExit(Function):
     @staticmethod
@@ -48,7 +45,7 @@ class _UnitEntry(Function):
 
     @staticmethod
     def backward(ctx, g):
-        ctx.owner.release_unit(ctx.index, reduce_grads=True)
+        ctx.owner.release_unit(ctx.index)
         return g, None, None
 
 
@@ -62,8 +59,7 @@ class ZeroStage3(ZeroOptimizer):
         buckets = [Bucket(u, pad_to=comm.size) for u in units]
         super().__init__(model, comm, stage=3, buckets=buckets, **options)
         self.handles = {}
-        global EMPTY
-        EMPTY = xp.zeros(0, dtype=buckets[0].dtype)
+        self.empty = xp.zeros(0, dtype=buckets[0].dtype)   # what a freed parameter holds
         for i in range(len(buckets)):
             self.free(i)
         model.embed = self._wrap(model.embed, 0)
@@ -94,17 +90,13 @@ class ZeroStage3(ZeroOptimizer):
         b = self.buckets[i]
         b.full = None
         for p in b.params:
-            p.data = EMPTY
+            p.data = self.empty
 
-    def release_unit(self, i, reduce_grads):
+    def release_unit(self, i):
         """The unit's backward is over: hand its gradients to the reduce-scatter, free it."""
         b = self.buckets[i]
-        if reduce_grads and any(p.grad is not None for p in b.params):
-            flat = b.pack_grads()
-            for p in b.params:
-                p.grad = None
-            flat *= 1.0 / self.comm.size
-            b.pending = getattr(b, "pending", []) + [reduce_scatter_async(self.comm, flat)]
+        if any(p.grad is not None for p in b.params):
+            self._reduce_scatter(b, asynchronous=True)   # ZeRO-2's: frees the full grads
         self.free(i)
 
     def _wrap(self, fn, i):
@@ -121,9 +113,8 @@ class ZeroStage3(ZeroOptimizer):
 
     # ------------------------------------------------------------ the ZeRO-1/2 machinery
     def finish_gradient_sync(self):
-        for i, b in enumerate(self.buckets):     # units with no grad input (the embeddings)
-            if any(p.grad is not None for p in b.params):
-                self.release_unit(i, reduce_grads=True)
+        for i in range(len(self.buckets)):   # units no backward left (the embeddings: ids
+            self.release_unit(i)             # need no gradient, so no _UnitEntry ran)
         for h in self.handles.values():          # prefetches nobody used
             h.wait()
         self.handles.clear()

@@ -22,21 +22,21 @@ import time
 
 from minipar import backend
 from minipar.backend import xp
-from minipar.autograd import Tensor, ops, WeightGradDeferral
+from minipar.autograd import Tensor, WeightGradDeferral
 from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
 from minipar.parallel.pipeline.timeline import Span
 
 
 class PipelineEngine:
-    def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1, loss_fn=None,
+    def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1,
                  activation_shape=None, dtype=None):
-        """``loss_fn(logits, targets)``: the last stage's loss (default cross-entropy;
-        tensor parallelism passes its vocab-parallel one).  ``activation_shape(rows,
+        """The last stage's loss is the model's own ``loss`` (cross-entropy; the
+        tensor-parallel model's is vocab-parallel).  ``activation_shape(rows,
         seq_len)``: the shape of what stages exchange (default (rows, seq_len, d_model);
         sequence parallelism holds seq_len/tp tokens)."""
         self.stages = rank_stages.stages
         d_model = self.stages[0].model.config.d_model
-        self.loss_fn = loss_fn or ops.cross_entropy
+        self.loss_fn = self.stages[0].model.loss
         self.activation_shape = activation_shape or (lambda rows, seq: (rows, seq, d_model))
         self.dtype = dtype    # of the activations exchanged (default: the default dtype)
         self.comm = pp_comm

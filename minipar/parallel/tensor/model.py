@@ -26,6 +26,7 @@ import numpy as np
 from minipar.backend import to_device, to_host
 from minipar.autograd import ops
 from minipar.comm import chunk_bounds
+from minipar.nn.gpt import GPT
 from minipar.nn.module import Module
 from minipar.parallel.tensor.cross_entropy import vocab_parallel_cross_entropy
 from minipar.parallel.tensor.grads import reduce_replicated_grads
@@ -93,17 +94,14 @@ class TensorParallelGPT(Module):
             x = copy_to_tp_region(x, self.comm)
         return ops.linear(x, ops.transpose(self.wte.weight))
 
-    def forward(self, ids, targets=None):
-        """Logits shard (B, N, V_r); with targets also the full-model mean cross-entropy
-        (the same value on every tp rank, equal to the single-process loss)."""
-        x = self.embed(ids)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(x)
-        if targets is None:
-            return logits
+    def loss(self, logits, targets):
+        """The full-model mean cross-entropy from my vocabulary shard of the logits (the
+        same value on every tp rank, equal to the single-process loss)."""
         start = self.vocab_bounds[self.comm.rank]
-        return logits, vocab_parallel_cross_entropy(logits, targets, self.comm, start)
+        return vocab_parallel_cross_entropy(logits, targets, self.comm, start)
+
+    # embed -> blocks -> head -> loss, exactly as the plain model (logits: my shard)
+    forward = GPT.forward
 
     def gather_logits(self, logits):
         """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""
