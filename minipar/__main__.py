@@ -21,11 +21,12 @@ def add_train_flags(p):
     layout.add_argument("--sequence-parallel", action="store_true")
     layout.add_argument("--pp", type=int, default=1, help="pipeline stages")
     layout.add_argument("--chunks", type=int, default=1, help="model chunks per pipeline rank")
-    layout.add_argument("--schedule", default="1f1b", choices=["afab", "1f1b", "interleaved", "zb-h1"])
+    layout.add_argument("--schedule", choices=["afab", "1f1b", "interleaved", "zb-h1"],
+                        help="pipeline schedule (default 1f1b; needs --pp or --chunks)")
     layout.add_argument("--microbatches", type=int, default=None)
     layout.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
     layout.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    layout.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size (MiB)")
+    layout.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB (default 25)")
     layout.add_argument("--no-overlap", action="store_true",
                         help="all-reduce after backward instead of from gradient hooks")
     layout.add_argument("--comm-algorithm", default="auto",
@@ -33,8 +34,8 @@ def add_train_flags(p):
                                  "hierarchical"])
     num = p.add_argument_group("numerics")
     num.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
-    num.add_argument("--initial-loss-scale", type=float, default=2.0 ** 16,
-                     help="fp16: the dynamic loss scale to start from")
+    num.add_argument("--initial-loss-scale", type=float,
+                     help="fp16: the dynamic loss scale to start from (default 2^16)")
     num.add_argument("--recompute", default="none", choices=["none", "full", "selective"])
     num.add_argument("--attention", default="naive", choices=["naive", "flash"])
     num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
@@ -58,7 +59,8 @@ def add_train_flags(p):
     run.add_argument("--grad-clip", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
-    run.add_argument("--eval-batches", type=int, default=4)
+    run.add_argument("--eval-batches", type=int,
+                     help="validation batches after training (default 4; 0 to skip)")
     out = p.add_argument_group("output")
     out.add_argument("--log-json", help="write one JSON object per step to this file")
     out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")

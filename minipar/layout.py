@@ -91,6 +91,28 @@ def _check_tensor(args, cfg):
                           "are sharded); use --zero 1")
 
 
+def _check_flags_have_effect(args, pipeline):
+    """A flag that would change nothing under this layout is refused, not ignored; then
+    the defaults that depend on the layout are filled in."""
+    if args.schedule is not None and not pipeline:
+        raise LayoutError("--schedule belongs to pipeline parallelism; add --pp P or leave it out")
+    if args.zero > 0 and (args.comm_algorithm != "auto" or args.no_overlap):
+        raise LayoutError("--comm-algorithm and --no-overlap set data parallelism's all-reduce "
+                          "(--zero 0); ZeRO reduce-scatters (ring) from the gradient hooks")
+    if args.zero == 3 and args.bucket_mb is not None:
+        raise LayoutError("--bucket-mb does not apply to --zero 3, whose units are the layers")
+    if args.initial_loss_scale is not None and args.precision != "fp16":
+        raise LayoutError("--initial-loss-scale needs --precision fp16 (the only one scaled)")
+    if args.save_every and not args.save:
+        raise LayoutError("--save-every needs --save DIR")
+    if args.eval_batches and pipeline:
+        raise LayoutError("--eval-batches: the final evaluation runs on unpipelined models only")
+    args.schedule = args.schedule or "1f1b"
+    args.bucket_mb = 25.0 if args.bucket_mb is None else args.bucket_mb
+    args.initial_loss_scale = args.initial_loss_scale or 2.0 ** 16
+    args.eval_batches = (0 if pipeline else 4) if args.eval_batches is None else args.eval_batches
+
+
 def validate_layout(args, rank_and_size=None) -> Layout:
     rank, size = rank_and_size or world()
     for name in ("tp", "pp", "chunks", "steps", "batch_size", "grad_accum"):
@@ -106,6 +128,7 @@ def validate_layout(args, rank_and_size=None) -> Layout:
         cfg = model_config(args)
     except ValueError as err:
         raise LayoutError(str(err)) from None
+    _check_flags_have_effect(args, pipeline=args.pp > 1 or args.chunks > 1)
     m = _check_pipeline(args, cfg, dp)
     _check_tensor(args, cfg)
     if args.batch_size % (dp * args.grad_accum):

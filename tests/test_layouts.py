@@ -80,6 +80,13 @@ BAD = [  # (world size, flags, what the message must say)
     (2, ["--tp", "2", "--sequence-parallel", "--zero", "2"], "--zero 2 with --sequence-parallel"),
     (1, ["--resume", "/nonexistent/ckpt"], "no checkpoint there"),
     (2, ["--pp", "2", "--tie-weights"], "--tie-weights"),
+    # flags that would change nothing under the layout
+    (2, ["--schedule", "afab"], "--schedule belongs to pipeline parallelism"),
+    (2, ["--zero", "1", "--comm-algorithm", "tree"], "ZeRO reduce-scatters"),
+    (2, ["--zero", "3", "--bucket-mb", "1"], "--bucket-mb does not apply to --zero 3"),
+    (1, ["--initial-loss-scale", "1024"], "--initial-loss-scale needs --precision fp16"),
+    (1, ["--save-every", "5"], "--save-every needs --save"),
+    (2, ["--pp", "2", "--eval-batches", "2"], "--eval-batches"),
 ]
 
 
