@@ -56,14 +56,19 @@ def shared_memory_bytes(kernel, head_dim):
     raise ValueError(kernel)
 
 
-def kernel_source(kind):
-    """The .cu text with local ``#include "x.cuh"`` lines replaced by the header itself, so
+def paste_includes(cuda_source):
+    """``#include "x.cuh"`` lines replaced by the header itself (from this folder), so
     NVRTC needs no include path and CuPy's cache key (the source text) covers the header."""
     lines = []
-    for line in SOURCES[kind].read_text().splitlines():
+    for line in cuda_source.splitlines():
         included = re.fullmatch(r'#include "(\w+\.cuh)"', line.strip())
         lines.append((KERNEL_DIR / included.group(1)).read_text() if included else line)
     return "\n".join(lines) + "\n"
+
+
+def kernel_source(kind):
+    """The source of ``kind`` ("f32" or "f16") as NVRTC compiles it."""
+    return paste_includes(SOURCES[kind].read_text())
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,58 +85,77 @@ def get_kernel(name, head_dim):
     return kernel
 
 
-def _launch(name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
+class CupyKernels:
+    """The real thing: CuPy arrays, kernels compiled by NVRTC.  ``cpu_emulator.EmulatedKernels``
+    has the same three members and runs the same .cu source on the CPU."""
+
+    @property
+    def xp(self):
+        import cupy
+        return cupy
+
+    @staticmethod
+    def get(name, head_dim):
+        return get_kernel(name, head_dim)
+
+    @staticmethod
+    def address(array):
+        return array.data.ptr
+
+
+def _launch(kernels, name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
     """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars."""
-    import cupy
-    scalars = (cupy.int32(n_queries), cupy.int32(n_keys), cupy.int32(bool(causal)),
-               cupy.float32(1.0 / math.sqrt(head_dim)))
-    get_kernel(name, head_dim)(grid, (threads,), tuple(arrays) + scalars,
-                               shared_mem=shared_memory_bytes(name, head_dim))
+    xp = kernels.xp
+    scalars = (xp.int32(n_queries), xp.int32(n_keys), xp.int32(bool(causal)),
+               xp.float32(1.0 / math.sqrt(head_dim)))
+    kernels.get(name, head_dim)(grid, (threads,), tuple(arrays) + scalars,
+                                shared_mem=shared_memory_bytes(name, head_dim))
 
 
-def _prepared(a):
+def _prepared(kernels, a):
     """C-contiguous and 16-byte aligned, as the kernels' vector loads require."""
-    import cupy
-    a = cupy.ascontiguousarray(a)
-    return a if a.data.ptr % 16 == 0 else a.copy()
+    a = kernels.xp.ascontiguousarray(a)
+    return a if kernels.address(a) % 16 == 0 else a.copy()
 
 
 def _suffix(dtype):
     return "f16" if str(dtype) == "float16" else "f32"
 
 
-def forward(q, k, v, causal=True):
-    """(out, lse): out like q, lse (B, H, Nq) fp32."""
-    import cupy
-    q, k, v = (_prepared(a) for a in (q, k, v))
+def forward(q, k, v, causal=True, kernels=None):
+    """(out, lse): out like q, lse (B, H, Nq) fp32.  ``kernels``: default ``CupyKernels()``."""
+    kernels = kernels or CupyKernels()
+    xp = kernels.xp
+    q, k, v = (_prepared(kernels, a) for a in (q, k, v))
     batch, heads, n_queries, head_dim = q.shape
     n_keys = k.shape[2]
-    out = cupy.zeros_like(q)
-    lse = cupy.full((batch, heads, n_queries), -cupy.inf, dtype=cupy.float32)
+    out = xp.zeros_like(q)
+    lse = xp.full((batch, heads, n_queries), -xp.inf, dtype=xp.float32)
     if out.size == 0 or n_keys == 0:
         return out, lse
     name = "flash_forward_" + _suffix(q.dtype)
     rows, threads = (TC_BLOCK_Q, TC_THREADS) if name.endswith("f16") else (F32_BLOCK_Q, F32_BLOCK_Q)
     grid = ((n_queries + rows - 1) // rows, batch * heads)
-    _launch(name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal)
+    _launch(kernels, name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal)
     return out, lse
 
 
-def backward(q, k, v, out, lse, grad_out, causal=True):
+def backward(q, k, v, out, lse, grad_out, causal=True, kernels=None):
     """(dq, dk, dv) in q's dtype; dq goes through an fp32 buffer of atomic adds."""
-    import cupy
-    q, k, v, out, grad_out = (_prepared(a) for a in (q, k, v, out, grad_out))
-    lse = _prepared(lse.astype(cupy.float32, copy=False))
+    kernels = kernels or CupyKernels()
+    xp = kernels.xp
+    q, k, v, out, grad_out = (_prepared(kernels, a) for a in (q, k, v, out, grad_out))
+    lse = _prepared(kernels, lse.astype(xp.float32, copy=False))
     batch, heads, n_queries, head_dim = q.shape
     n_keys = k.shape[2]
-    delta = (grad_out.astype(cupy.float32) * out.astype(cupy.float32)).sum(axis=-1)
-    dq = cupy.zeros(q.shape, dtype=cupy.float32)
-    dk, dv = cupy.zeros_like(k), cupy.zeros_like(v)
+    delta = (grad_out.astype(xp.float32) * out.astype(xp.float32)).sum(axis=-1)
+    dq = xp.zeros(q.shape, dtype=xp.float32)
+    dk, dv = xp.zeros_like(k), xp.zeros_like(v)
     if q.size == 0 or k.size == 0:
         return dq.astype(q.dtype), dk, dv
     name = "flash_backward_" + _suffix(q.dtype)
     keys, threads = (TC_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
     grid = ((n_keys + keys - 1) // keys, batch * heads)
-    _launch(name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
+    _launch(kernels, name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
             n_queries, n_keys, causal)
     return dq.astype(q.dtype, copy=False), dk, dv
