@@ -232,3 +232,27 @@ def test_wrong_operand_order_gives_wrong_results(broken_builds):
     forward_error, _ = errors(run(q, k, v, grad_out, True, EmulatedKernels(0, SWAPPED_HALVES)),
                               reference(q, k, v, grad_out, True))
     assert forward_error > 0.1
+
+
+def test_gpt_with_flash_attention_runs_the_emulated_kernels(monkeypatch):
+    """The whole path a GPU run takes — GPT, the autograd Function, flash_cuda's launches —
+    with the kernels emulated: loss and every gradient equal the array reference's."""
+    from minipar.kernels import flash_attention as module
+    from minipar.nn.gpt import GPT, GPTConfig
+    config = GPTConfig(vocab_size=32, seq_len=40, n_layer=2, d_model=48, n_head=2, attention="flash")
+    ids = np.random.default_rng(0).integers(0, 32, (2, 41))
+    calls = []
+    real_forward = flash_cuda.forward
+    monkeypatch.setattr(flash_cuda, "forward", lambda *a, **kw: calls.append(kw["kernels"]) or real_forward(*a, **kw))
+    results = {}
+    for implementation in ("reference", "emulated"):
+        monkeypatch.setattr(module, "ATTENTION_IMPLEMENTATION", implementation)
+        model = GPT(config, seed=0)
+        _, loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        results[implementation] = (loss.data, {n: p.grad for n, p in model.named_parameters()})
+    assert len(calls) == 2 and all(isinstance(k, EmulatedKernels) for k in calls)  # one per layer
+    (ref_loss, ref_grads), (emu_loss, emu_grads) = results["reference"], results["emulated"]
+    np.testing.assert_allclose(emu_loss, ref_loss, rtol=1e-5)
+    for name, grad in ref_grads.items():
+        np.testing.assert_allclose(emu_grads[name], grad, rtol=1e-4, atol=1e-5 * np.abs(grad).max(), err_msg=name)

@@ -1,6 +1,7 @@
-"""The CUDA sources compile: ``nvcc -cubin`` for Ampere (sm_80) and Hopper (sm_90).
+"""The CUDA sources compile: ``nvcc -cubin`` for Ampere (sm_80) and Hopper (sm_90), and
+NVRTC — the compiler CuPy actually uses — with CuPy's options.
 
-Runs where nvcc exists, GPU or not (skipped elsewhere).  The kernels are compiled the
+Runs where nvcc (or CuPy's NVRTC) exists, GPU or not (skipped elsewhere).  The kernels are compiled the
 way ``flash_cuda`` has NVRTC compile them — one build per head dim, ``-DHEAD_DIM=d`` —
 with warnings as errors, and ptxas must not spill registers to local memory.  The f16
 source is compiled as NVRTC receives it (``kernel_source``: its header pasted in).
@@ -16,7 +17,7 @@ import pytest
 from minipar.kernels.flash_cuda import kernel_source
 
 NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 BUILDS = list(itertools.product(["f32", "f16"], ["sm_80", "sm_90"], [64, 128]))
 
 
@@ -42,6 +43,7 @@ def builds(tmp_path_factory):
     return results
 
 
+@needs_nvcc
 @pytest.mark.parametrize("build", BUILDS, ids=lambda b: "%s-%s-d%d" % b)
 def test_kernels_compile_without_spills(builds, build):
     returncode, output, cubin = builds[build]
@@ -51,8 +53,36 @@ def test_kernels_compile_without_spills(builds, build):
     assert spills and not any(spills), output
 
 
+@needs_nvcc
 def test_tensor_core_kernel_rejects_unsupported_head_dim(tmp_path):
     source = tmp_path / "f16.cu"
     source.write_text(kernel_source("f16"))
     output, _ = nvcc_cubin(source, "sm_90", 16, tmp_path / "x.cubin").communicate(timeout=120)
     assert "HEAD_DIM must be" in output
+
+
+def nvrtc_or_none():
+    """CuPy's binding of NVRTC (needs cupy and the NVRTC library, not a GPU)."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        nvrtc.getVersion()
+        return nvrtc
+    except Exception:  # cupy missing, or its NVRTC library missing
+        return None
+
+
+@pytest.mark.skipif(nvrtc_or_none() is None, reason="CuPy's NVRTC not available")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+@pytest.mark.parametrize("kind", ["f32", "f16"])
+def test_kernels_compile_with_nvrtc_as_cupy_does(kind, head_dim, arch):
+    """The source as ``cupy.RawModule`` hands it to NVRTC: no include path, CuPy's
+    ``--device-as-default-execution-space``, one build per head dim."""
+    nvrtc = nvrtc_or_none()
+    program = nvrtc.createProgram(kernel_source(kind), "kern.cu", [], [])
+    try:
+        nvrtc.compileProgram(program, [f"-DHEAD_DIM={head_dim}", f"-arch={arch}",
+                                       "--device-as-default-execution-space"])
+    except Exception as error:
+        raise AssertionError(nvrtc.getProgramLog(program)) from error
+    assert len(nvrtc.getCUBIN(program)) > 0

@@ -93,7 +93,7 @@ def test_autograd_function_uses_the_kernels(monkeypatch):
     from minipar.kernels import flash_cuda
     calls = []
     real_forward = flash_cuda.forward
-    monkeypatch.setattr(flash_cuda, "forward", lambda *a: calls.append(a) or real_forward(*a))
+    monkeypatch.setattr(flash_cuda, "forward", lambda *a, **kw: calls.append(a) or real_forward(*a, **kw))
     q, k, v, grad_out = inputs(2, 2, 130, 130, 64, "float16")
     tensors = [Tensor(a, requires_grad=True) for a in (q, k, v)]
     out = module.flash_attention(*tensors, causal=True)

@@ -14,7 +14,8 @@ runs is decided per call:
   otherwise the same array reference running on the GPU through ``xp``.
 
 ``ATTENTION_IMPLEMENTATION`` may be set to ``"reference"`` to force the array code on
-either backend (the GPU tests compare the two that way).
+either backend (the GPU tests compare the two that way), or to ``"emulated"`` to run the
+CUDA kernels on NumPy arrays through ``cpu_emulator`` (slow; for testing without a GPU).
 """
 from __future__ import annotations
 
@@ -22,15 +23,22 @@ from minipar.autograd import Function
 from minipar.backend import backend_name
 from minipar.kernels import flash_reference
 
-# None: choose by backend; "reference": always the array code.
+# None: choose by backend; "reference": always the array code; "emulated": the CUDA
+# kernels run on the CPU (NumPy backend).
 ATTENTION_IMPLEMENTATION = None
 
 
-def _use_cuda_kernels(q):
-    if ATTENTION_IMPLEMENTATION == "reference" or backend_name() != "cupy":
-        return False
+def _cuda_kernels(q):
+    """What launches the CUDA kernels for this call (see module doc), or None."""
     from minipar.kernels import flash_cuda
-    return flash_cuda.supports(q.dtype, q.shape[-1])
+    if not flash_cuda.supports(q.dtype, q.shape[-1]):
+        return None
+    if ATTENTION_IMPLEMENTATION == "emulated" and backend_name() == "numpy":
+        from minipar.kernels.cpu_emulator import EmulatedKernels
+        return EmulatedKernels()
+    if ATTENTION_IMPLEMENTATION is None and backend_name() == "cupy":
+        return flash_cuda.CupyKernels()
+    return None
 
 
 def _check_shapes(q, k, v):
@@ -44,17 +52,19 @@ def _check_shapes(q, k, v):
 def flash_forward(q, k, v, causal=True):
     """Arrays in; ``(out, lse)`` out, from the kernel or the reference (see module doc)."""
     _check_shapes(q, k, v)
-    if _use_cuda_kernels(q):
+    kernels = _cuda_kernels(q)
+    if kernels is not None:
         from minipar.kernels import flash_cuda
-        return flash_cuda.forward(q, k, v, causal)
+        return flash_cuda.forward(q, k, v, causal, kernels=kernels)
     return flash_reference.flash_forward_reference(q, k, v, causal)
 
 
 def flash_backward(q, k, v, out, lse, grad_out, causal=True):
     """Arrays in; ``(dq, dk, dv)`` out."""
-    if _use_cuda_kernels(q):
+    kernels = _cuda_kernels(q)
+    if kernels is not None:
         from minipar.kernels import flash_cuda
-        return flash_cuda.backward(q, k, v, out, lse, grad_out, causal)
+        return flash_cuda.backward(q, k, v, out, lse, grad_out, causal, kernels=kernels)
     return flash_reference.flash_backward_reference(q, k, v, out, lse, grad_out, causal)
 
 
