@@ -4,28 +4,29 @@ A GPU is not always at hand, and a kernel that compiles can still index the wron
 fragment, forget a ``__syncthreads`` or read past a tile.  This module runs the .cu
 source itself on the CPU:
 
-1. ``emulated_source`` rewrites the few things g++ cannot compile: each inline-PTX
-   ``asm(...)`` statement becomes ``emu::ptx("template", {operands})`` (same text, same
-   operand numbering) and each ``extern __shared__`` array a pointer to the block's
-   shared memory.  Everything else is the kernel's code as NVRTC sees it.
+1. ``cpu_emulator_source`` rewrites the two things g++ cannot compile (inline PTX and
+   ``extern __shared__``); everything else is the kernel's code as NVRTC sees it.
 2. ``cpu_emulator.h`` supplies the hardware: one fiber per CUDA thread, ``__syncthreads``
    and warp-wide instructions as barriers (``mma.sync``, ``ldmatrix``, ``shfl`` computed
-   from all 32 lanes' operands, by the PTX ISA's fragment layouts), see its header comment.
-3. The program is built with g++ under AddressSanitizer and UBSan: buffers are exactly
-   as large as the launch says, so any out-of-bounds or misaligned access stops the run.
-4. ``EmulatedKernels`` has the calling convention of a ``cupy.RawKernel``, so
-   ``flash_cuda.forward(q, k, v, kernels=EmulatedKernels())`` runs the launch code of
-   ``flash_cuda`` unchanged, on NumPy arrays.
+   from all 32 lanes' operands by the PTX ISA's fragment layouts), the launch limits.
+3. g++ builds it under one of two checks:
+   ``"memory"`` (AddressSanitizer + UBSan): buffers are exactly as large as the launch
+   says, so an out-of-bounds or misaligned access stops the run;
+   ``"race"`` (ThreadSanitizer): only what CUDA orders is ordered — __syncthreads within
+   a block, nothing between blocks — so a missing barrier or a missing atomicAdd is
+   reported, whichever order the threads happened to run in.
+4. ``EmulatedKernels`` has the calling convention of ``cupy.RawKernel``, so
+   ``flash_cuda.forward(q, k, v, kernels=EmulatedKernels())`` runs ``flash_cuda``'s own
+   launch code, on NumPy arrays.
 
-What it cannot show: speed, the GPU's memory model (fibers never run at the same time),
-and the exact rounding of the hardware's exp/log and tensor-core accumulation order.
-It is slow (~10^5 emulated warp instructions per second): tests use small shapes.
+What it cannot show: speed, and the hardware's exact rounding of exp/log and of a
+tensor core's accumulation.  It is slow (about 10^5 warp instructions per second), so
+tests use small shapes.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -33,11 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
+from minipar.kernels.cpu_emulator_source import emulated_source
 from minipar.kernels.flash_cuda import KERNEL_DIR, kernel_source
 
-HEADERS = ("cpu_emulator.h", "cpu_emulator_ptx.h")
-FLAGS = ["-std=c++17", "-O1", "-g", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
-         "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+HEADERS = ("cpu_emulator.h", "cpu_emulator_threads.h", "cpu_emulator_ptx.h", "cpu_emulator_main.h")
+COMMON_FLAGS = ["-std=c++17", "-O0", "-g", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
+                "-fno-omit-frame-pointer"]
+CHECKS = {"memory": ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+          "race": ["-fsanitize=thread"]}
+SCHEDULES = ("lockstep", "greedy", "shuffled")
+DEFAULT_SHARED_LIMIT = 48 * 1024  # bytes of dynamic shared memory without opting in
+RUN_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0"}
 
 
 class EmulatorError(RuntimeError):
@@ -49,149 +56,70 @@ def compiler():
     return shutil.which(os.environ.get("CXX", "g++"))
 
 
-def _closing(text, start, open_char="(", close_char=")"):
-    """Index of the bracket closing the one at ``start``, skipping string literals."""
-    depth, i = 0, start
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            i = text.index('"', i + 1)
-        elif ch == open_char:
-            depth += 1
-        elif ch == close_char:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ValueError(f"unbalanced {open_char!r} at {start}")
-
-
-def _split_top(text, sep):
-    """Split at ``sep`` outside parentheses and string literals."""
-    parts, depth, current, in_string = [], 0, "", False
-    for ch in text:
-        in_string ^= ch == '"'
-        if not in_string:
-            depth += (ch == "(") - (ch == ")")
-        if ch == sep and depth == 0 and not in_string:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return parts + [current]
-
-
-def _operand(spec):
-    """``"+f"(c[0])`` -> ``emu::inout('f', &(c[0]))``."""
-    match = re.fullmatch(r'\s*"([=+]?)(\w)"\s*\((.*)\)\s*', spec, re.S)
-    if not match:
-        raise ValueError(f"asm operand not understood: {spec!r}")
-    mode, kind, expr = match.groups()
-    if mode == "=":
-        return f"emu::out('{kind}', &({expr}))"
-    if mode == "+":
-        return f"emu::inout('{kind}', &({expr}))"
-    return f"emu::in('{kind}', ({expr}))"
-
-
-def _rewrite_asm(source):
-    out, pos = [], 0
-    for match in re.finditer(r"\basm\s*(?:volatile\s*)?\(", source):
-        if match.start() < pos:
-            continue
-        end = _closing(source, match.end() - 1)
-        sections = _split_top(source[match.end():end], ":")
-        template = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', sections[0]))
-        outputs = [s for s in _split_top(sections[1], ",") if s.strip()] if len(sections) > 1 else []
-        inputs = [s for s in _split_top(sections[2], ",") if s.strip()] if len(sections) > 2 else []
-        operands = ", ".join(_operand(s) for s in outputs + inputs)
-        out.append(source[pos:match.start()] + f'emu::ptx("{template}", {{{operands}}})')
-        pos = end + 1
-    return "".join(out) + source[pos:]
-
-
-def _kernels(source):
-    """[(name, [(type, name), ...])] of every ``extern "C" __global__`` function."""
-    found = []
-    for match in re.finditer(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(',
-                             source):
-        params = source[match.end():_closing(source, match.end() - 1)]
-        parsed = []
-        for param in _split_top(params, ","):
-            ptype, name = re.fullmatch(r"\s*(.*?)\s*(\w+)\s*", param, re.S).groups()
-            parsed.append((" ".join(ptype.replace("__restrict__", "").split()), name))
-        found.append((match.group(1), parsed))
-    return found
-
-
-def _launcher(kernels):
-    """C++ that calls each kernel with arguments unpacked from ``void* args[]``."""
-    lines, table = [], []
-    for name, params in kernels:
-        unpacked = []
-        for i, (ptype, _) in enumerate(params):
-            if "*" in ptype:
-                unpacked.append(f"({ptype})(*(void**)a[{i}])")
-            elif ptype in ("int", "float", "unsigned", "long long"):
-                unpacked.append(f"*({ptype}*)a[{i}]")
-            else:
-                raise ValueError(f"{name}: parameter type {ptype!r} is not supported")
-        lines.append(f"static void run_{name}(void** a) {{ {name}({', '.join(unpacked)}); }}")
-        table.append(f'{{"{name}", run_{name}, "{"".join("p" if "*" in t else t[0] for t, _ in params)}"}}')
-    lines.append("#include \"cpu_emulator_main.h\"")
-    lines.append("const emu::Entry emu::entries[] = {" + ", ".join(table) + ", {nullptr, nullptr, nullptr}};")
-    return "\n".join(lines) + "\n"
-
-
-def emulated_source(cuda_source):
-    """CUDA C (its local includes pasted in, as ``flash_cuda.kernel_source`` gives it) as
-    C++ for the emulator, with a launcher for every ``extern "C" __global__`` kernel."""
-    source = re.sub(r"extern\s+__shared__\s+([\w ]+?)\s+(\w+)\s*\[\s*\]\s*;",
-                    r"\1* \2 = (\1*)emu::dynamic_shared();", cuda_source)
-    if "__shared__" in source:
-        raise ValueError("static __shared__ arrays are not modelled; use dynamic shared memory")
-    source = _rewrite_asm(source)
-    return '#include "cpu_emulator.h"\n' + source + "\n" + _launcher(_kernels(source))
-
-
 def cache_dir():
     root = os.environ.get("MINIPAR_CACHE") or os.path.join(Path.home(), ".cache", "minipar")
     return Path(root) / "cpu_emulator"
 
 
-def build(cuda_source, head_dim, label="kernels"):
-    """Path of the emulator program for this CUDA source and ``-DHEAD_DIM`` (built once,
-    cached by a hash of everything that goes into it)."""
+def build(cuda_source, head_dim, label="kernels", check="memory"):
+    """Path of the emulator program for this CUDA source, ``-DHEAD_DIM`` and check (built
+    once, cached by a hash of everything that goes into it, the compiler included)."""
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {sorted(CHECKS)}, got {check!r}")
+    cxx = compiler() or "g++"
     source = emulated_source(cuda_source)
-    key = hashlib.sha256("\0".join([source, *FLAGS, str(head_dim)] +
-                                   [(KERNEL_DIR / h).read_text() for h in HEADERS + ("cpu_emulator_main.h",)])
+    flags = COMMON_FLAGS + CHECKS[check] + [f"-DHEAD_DIM={head_dim}", f"-I{KERNEL_DIR}"]
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([source, version, *flags] + [(KERNEL_DIR / h).read_text() for h in HEADERS])
                          .encode()).hexdigest()[:16]
-    exe = cache_dir() / f"{label}_d{head_dim}_{key}"
+    exe = cache_dir() / f"{label}_{check}_d{head_dim}_{key}"
     if exe.exists():
         return exe
     exe.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=exe.parent) as tmp:
         cpp = Path(tmp) / f"{label}.cpp"
         cpp.write_text(source)
-        result = subprocess.run([compiler() or "g++", *FLAGS, f"-DHEAD_DIM={head_dim}", f"-I{KERNEL_DIR}",
-                                 str(cpp), "-o", str(Path(tmp) / "a.out")], capture_output=True, text=True)
+        result = subprocess.run([cxx, *flags, str(cpp), "-o", str(Path(tmp) / "a.out")],
+                                capture_output=True, text=True, cwd=KERNEL_DIR)  # reports name the real files
         if result.returncode != 0:
             raise EmulatorError(f"g++ failed on the emulated {label} source:\n{result.stderr[-4000:]}")
+        os.replace(cpp, exe.with_suffix(".cpp"))  # kept beside the program, to read with its reports
         os.replace(Path(tmp) / "a.out", exe)  # atomic: concurrent builds never see half a file
     return exe
 
 
-class EmulatedKernel:
-    """Callable like ``cupy.RawKernel``: ``kernel(grid, block, args, shared_mem=bytes)``."""
+def _scalar_line(name, i, arg):
+    """CuPy passes numpy.int32/float32 as 4-byte int/float, but a Python int as a long long
+    and a Python float as a double: a kernel taking ``int``/``float`` would read garbage.
+    So only the 4-byte numpy types are accepted."""
+    if isinstance(arg, np.int32):
+        return f"arg int32 {int(arg)}"
+    if isinstance(arg, np.float32):
+        return f"arg float32 {arg.view(np.uint32)}"
+    raise TypeError(f"{name}: argument {i} is {type(arg).__name__}; pass numpy.int32 or numpy.float32 "
+                    "(CuPy would pass it as a 64-bit value)")
 
-    def __init__(self, executable, name, order=0):
-        self.executable, self.name, self.order = executable, name, order
+
+class EmulatedKernel:
+    """Callable like ``cupy.RawKernel``: ``kernel(grid, block, args, shared_mem=bytes)``.
+
+    Like a CUDA function, it refuses more than 48 KiB of dynamic shared memory unless
+    ``max_dynamic_shared_size_bytes`` was raised first.
+    """
+
+    def __init__(self, executable, name, schedule="lockstep", seed=0, fill=0xFF, timeout=300):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self.executable, self.name, self.timeout = executable, name, timeout
+        self.schedule, self.seed, self.fill = schedule, seed, fill
+        self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT
 
     def __call__(self, grid, block, args, shared_mem=0):
         grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
         with tempfile.TemporaryDirectory() as tmp:
             spec = [f"kernel {self.name}", "grid %d %d %d" % grid, "block %d %d %d" % block,
-                    f"shared {int(shared_mem)}", f"order {self.order}"]
+                    f"shared {int(shared_mem)}", f"shared_limit {int(self.max_dynamic_shared_size_bytes)}",
+                    f"schedule {self.schedule} {int(self.seed)}", f"fill {int(self.fill)}"]
             arrays = []
             for i, arg in enumerate(args):
                 if isinstance(arg, np.ndarray):
@@ -201,21 +129,15 @@ class EmulatedKernel:
                     arg.tofile(path)
                     arrays.append((arg, path))
                     spec.append(f"arg pointer {path} {arg.nbytes}")
-                elif isinstance(arg, (np.integer, int)):
-                    spec.append(f"arg int {int(arg)}")
-                elif isinstance(arg, (np.floating, float)):
-                    spec.append(f"arg float {np.float32(arg).view(np.uint32)}")
                 else:
-                    raise TypeError(f"{self.name}: argument {i} of type {type(arg).__name__}")
+                    spec.append(_scalar_line(self.name, i, arg))
             (Path(tmp) / "launch.txt").write_text("\n".join(spec) + "\n")
-            env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0")
-            result = subprocess.run([str(self.executable), str(Path(tmp) / "launch.txt")],
-                                    capture_output=True, text=True, timeout=600, env=env)
+            result = subprocess.run([str(self.executable), str(Path(tmp) / "launch.txt")], capture_output=True,
+                                    text=True, timeout=self.timeout, env={**os.environ, **RUN_ENV})
             if result.returncode != 0:
                 report = [line for line in (result.stderr + result.stdout).splitlines()
                           if "doesn't fully support makecontext" not in line]  # ASan's notice
-                raise EmulatorError(f"{self.name} failed (exit {result.returncode}):\n" +
-                                    "\n".join(report)[-6000:])
+                raise EmulatorError(f"{self.name} failed (exit {result.returncode}):\n" + "\n".join(report)[-6000:])
             for array, path in arrays:
                 array[...] = np.fromfile(path, dtype=array.dtype).reshape(array.shape)
 
@@ -223,20 +145,23 @@ class EmulatedKernel:
 class EmulatedKernels:
     """What ``flash_cuda`` launches through: NumPy arrays, kernels run by the emulator.
 
-    ``order`` picks the schedule of the threads (0 lockstep, 1 greedy from the last warp,
-    2+ random, see ``cpu_emulator.h``): a race between warps shows up as results that
-    depend on it.  ``sources`` maps "f32"/"f16" to CUDA text to run instead of the
-    package's files (tests run deliberately broken kernels through it).
+    ``check``: "memory" (ASan/UBSan) or "race" (TSan).  ``schedule``: the order threads
+    run in between barriers — "lockstep" (all warps together), "greedy" (the last warp
+    first, each to the next __syncthreads), "shuffled" (warps in an order drawn from
+    ``seed`` at every __syncthreads).  ``fill``: the byte fresh shared memory holds.
+    ``sources`` maps "f32"/"f16" to CUDA text to run instead of the package's files
+    (tests run deliberately broken kernels through it).
     """
     xp = np
 
-    def __init__(self, order=0, sources=None):
-        self.order, self.sources = order, dict(sources or {})
+    def __init__(self, check="memory", schedule="lockstep", seed=0, fill=0xFF, sources=None):
+        self.check, self.sources = check, dict(sources or {})
+        self.options = dict(schedule=schedule, seed=seed, fill=fill)
 
     def get(self, name, head_dim):
         kind = name.rsplit("_", 1)[1]
         source = self.sources.get(kind) or kernel_source(kind)
-        return EmulatedKernel(build(source, head_dim, f"flash_{kind}"), name, self.order)
+        return EmulatedKernel(build(source, head_dim, f"flash_{kind}", self.check), name, **self.options)
 
     @staticmethod
     def address(array):

@@ -12,9 +12,12 @@
 //   A (16x16): register i, half h  ->  A[g + 8(i&1)][2t + h + 8(i>>1)]
 //   B (16x8):  register i, half h  ->  B[2t + h + 8i][g]
 //   C, D (16x8 f32): register i    ->  C[g + 8(i>>1)][2t + (i&1)]
-// ldmatrix.m8n8.x4: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j; lane
-// 4g + t receives M_j[g][2t..2t+1] in register j, or with .trans M_j[2t..2t+1][g].
+// ldmatrix.m8n8.x4.trans: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j;
+// lane 4g + t receives M_j[2t..2t+1][g] in register j.
+// In the race build the interpreter's bookkeeping is hidden from ThreadSanitizer; only
+// ldmatrix's read of shared memory is the kernel's own access, and is checked.
 #pragma once
+#include <deque>
 
 namespace emu {
 
@@ -77,7 +80,7 @@ struct DecodedMma { const Deposit* lanes = nullptr; unsigned serial = 0; float A
 
 // d = a·b + c for the warp: each lane deposits its fragments and computes its own d.
 EMU_UNCHECKED inline void mma_m16n8k16(uint32_t d[4], const uint32_t a[4], const uint32_t b[2], const uint32_t c[4]) {
-    static std::vector<DecodedMma> decoded;
+    static std::vector<DecodedMma> decoded;  // per warp of the (one) launch of this process
     uint32_t mine[10];
     memcpy(mine, a, 16); memcpy(mine + 4, b, 8); memcpy(mine + 6, c, 16);
     const Deposit* lanes = warp_exchange("mma.m16n8k16.f32.f16.f16.f32", mine, sizeof mine);
@@ -105,37 +108,40 @@ EMU_UNCHECKED inline void mma_m16n8k16(uint32_t d[4], const uint32_t a[4], const
     }
 }
 
-// ldmatrix.m8n8.x4 (.trans): each lane reads its row (16 bytes) when it executes.
-EMU_UNCHECKED inline void ldmatrix_x4(uint32_t d[4], uint64_t shared_offset, bool transpose) {
-    if (shared_offset % 16 != 0 || shared_offset + 16 > the_launch.shared_bytes)
-        fail("ldmatrix: row address " + std::to_string(shared_offset) + " is not 16-byte aligned inside " +
-             std::to_string(the_launch.shared_bytes) + " bytes of shared memory");
-    const Deposit* lanes = warp_exchange(transpose ? "ldmatrix.x4.trans" : "ldmatrix.x4",
-                                         the_launch.shared + shared_offset, 16);
+// Lane 4g + t's registers: M_j[2t][g] (low half) and M_j[2t + 1][g], j = 0..3.
+EMU_UNCHECKED inline void ldmatrix_trans_gather(uint32_t d[4], const Deposit* lanes) {
     const int g = lane_id() >> 2, t = lane_id() & 3;
     for (int j = 0; j < 4; ++j) {
         uint16_t lo, hi;
-        if (transpose) {
-            memcpy(&lo, lanes[8 * j + 2 * t].bytes + 2 * g, 2);
-            memcpy(&hi, lanes[8 * j + 2 * t + 1].bytes + 2 * g, 2);
-        } else {
-            memcpy(&lo, lanes[8 * j + g].bytes + 4 * t, 2);
-            memcpy(&hi, lanes[8 * j + g].bytes + 4 * t + 2, 2);
-        }
+        memcpy(&lo, lanes[8 * j + 2 * t].bytes + 2 * g, 2);
+        memcpy(&hi, lanes[8 * j + 2 * t + 1].bytes + 2 * g, 2);
         d[j] = (uint32_t)lo | (uint32_t)hi << 16;
     }
+}
+
+// ldmatrix.m8n8.x4.trans: each lane reads its row (16 bytes) when it executes.
+inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
+    if (shared_offset % 16 != 0 || shared_offset + 16 > the_launch.shared_bytes)
+        fail("ldmatrix: row address " + std::to_string(shared_offset) + " is not 16-byte aligned inside " +
+             std::to_string(the_launch.shared_bytes) + " bytes of shared memory");
+    unsigned char row[16];
+    EMU_RACE(__tsan_ignore_thread_end());  // this read is the kernel's: checked for races
+    memcpy(row, the_launch.shared + shared_offset, 16);
+    EMU_RACE(__tsan_ignore_thread_begin());
+    ldmatrix_trans_gather(d, warp_exchange("ldmatrix.x4.trans", row, 16));
 }
 
 // ---- the interpreter of an asm template ------------------------------------------------
 // A template is parsed once (cached by the address of its string literal) into statements
 // whose operands are register slots: %N is slot N, a `.reg` temporary a slot after them.
 
-enum Opcode { CVT_F16X2, CVT_F16, CVTA_SHARED, CVT_U32_U64, MMA_16816, LDMATRIX_X4, LDMATRIX_X4_TRANS };
-const std::pair<const char*, Opcode> OPCODES[] = {
-    {"cvt.rn.f16x2.f32", CVT_F16X2}, {"cvt.rn.f16.f32", CVT_F16}, {"cvta.to.shared.u64", CVTA_SHARED},
-    {"cvt.u32.u64", CVT_U32_U64}, {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", MMA_16816},
-    {"ldmatrix.sync.aligned.m8n8.x4.shared.b16", LDMATRIX_X4},
-    {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS}};
+enum Opcode { CVT_F16X2, CVT_F16, CVTA_SHARED, CVT_U32_U64, MMA_16816, LDMATRIX_X4_TRANS };
+struct OpcodeInfo { const char* name; Opcode op; std::vector<size_t> group_sizes; };  // registers per operand
+const OpcodeInfo OPCODES[] = {
+    {"cvt.rn.f16x2.f32", CVT_F16X2, {1, 1, 1}}, {"cvt.rn.f16.f32", CVT_F16, {1, 1}},
+    {"cvta.to.shared.u64", CVTA_SHARED, {1, 1}}, {"cvt.u32.u64", CVT_U32_U64, {1, 1}},
+    {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", MMA_16816, {4, 4, 2, 4}},
+    {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS, {4, 1}}};
 
 struct Statement { Opcode op; std::vector<std::vector<int>> args; };  // args: groups of slots
 struct Program { std::vector<Statement> statements; size_t slots = 0; };
@@ -188,9 +194,10 @@ inline Program parse(const std::string& text, size_t n_operands) {
             continue;
         }
         Statement parsed;
-        bool known = false;
-        for (const auto& entry : OPCODES) if (name == entry.first) { parsed.op = entry.second; known = true; }
-        if (!known) fail("PTX instruction not modelled: '" + statement + "'");
+        const OpcodeInfo* info = nullptr;
+        for (const OpcodeInfo& entry : OPCODES) if (name == entry.name) info = &entry;
+        if (!info) fail("PTX instruction not modelled: '" + statement + "'");
+        parsed.op = info->op;
         for (const std::string& operand : split_operands(rest)) {
             std::vector<int> group;
             if (operand.front() == '{' || operand.front() == '[') {
@@ -200,6 +207,9 @@ inline Program parse(const std::string& text, size_t n_operands) {
             }
             parsed.args.push_back(group);
         }
+        bool shape_ok = parsed.args.size() == info->group_sizes.size();
+        for (size_t i = 0; shape_ok && i < parsed.args.size(); ++i) shape_ok = parsed.args[i].size() == info->group_sizes[i];
+        if (!shape_ok) fail("wrong operands for " + name + ": '" + statement + "'");
         program.statements.push_back(parsed);
     }
     if (!trim(body.substr(start)).empty()) fail("asm text does not end with ';': '" + body + "'");
@@ -234,22 +244,26 @@ inline void execute(const Statement& s, uint64_t* r) {
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }
-        case LDMATRIX_X4: case LDMATRIX_X4_TRANS: {
+        case LDMATRIX_X4_TRANS: {
             uint32_t d[4];
-            ldmatrix_x4(d, r[x[1][0]], s.op == LDMATRIX_X4_TRANS);
+            ldmatrix_x4_trans(d, r[x[1][0]]);
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }
     }
 }
 
+// One asm statement.  Templates are parsed once per (string literal, operand count).
 EMU_UNCHECKED inline void ptx(const char* text, std::initializer_list<Operand> operands) {
-    static std::vector<std::pair<const char*, Program>> programs;  // string literals: stable addresses
+    struct Parsed { const char* text; size_t operands; Program program; };
+    static std::deque<Parsed> cache;  // a deque: references stay valid as it grows
+    EMU_RACE(__tsan_ignore_thread_begin());
     const Program* program = nullptr;
-    for (const auto& entry : programs) if (entry.first == text) program = &entry.second;
+    for (const Parsed& entry : cache)
+        if (entry.text == text && entry.operands == operands.size()) program = &entry.program;
     if (!program) {
-        programs.push_back({text, parse(text, operands.size())});
-        program = &programs.back().second;
+        cache.push_back({text, operands.size(), parse(text, operands.size())});
+        program = &cache.back().program;
     }
     uint64_t slots[64] = {};
     if (program->slots > 64) fail("asm statement with too many registers");
@@ -261,6 +275,7 @@ EMU_UNCHECKED inline void ptx(const char* text, std::initializer_list<Operand> o
         if (o.target) memcpy(o.target, &slots[n], kind_bytes(o.kind));  // little-endian: low bytes
         ++n;
     }
+    EMU_RACE(__tsan_ignore_thread_end());
 }
 
 }  // namespace emu

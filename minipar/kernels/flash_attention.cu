@@ -133,8 +133,10 @@ flash_backward_f32(const float* __restrict__ q, const float* __restrict__ k,
     }
     // The first query that sees key k0 is k0 - offset; earlier query tiles are skipped.
     const int first_q = causal ? max(0, k0 - offset) / B * B : 0;
+    // Two barriers per query tile.  The one after the loads also guards this tile's loads:
+    // the previous tile's q/dO/L/D were last read before its dS barrier, and its dS tile
+    // (read after that barrier) is rewritten only after this tile's load barrier.
     for (int q0 = first_q; q0 < n_queries; q0 += B) {
-        __syncthreads();  // previous q/dO/dS tiles are no longer read
         for (int i = threadIdx.x; i < B * HEAD_DIM; i += blockDim.x) {
             bool inside = q0 + i / HEAD_DIM < n_queries;
             q_tile[i] = inside ? q[(index_t)q0 * HEAD_DIM + i] : 0.f;
@@ -159,7 +161,7 @@ flash_backward_f32(const float* __restrict__ q, const float* __restrict__ k,
             ds_tile[i * (B + 1) + row] = ds;
             for (int c = 0; c < HEAD_DIM; ++c) dk_acc[row * P + c] += ds * q_tile[i * HEAD_DIM + c] * scale;
         }
-        __syncthreads();
+        __syncthreads();  // the dS tile is complete
         // dQ_i += dS_ij K_j · scale: now thread `row` owns query q0 + row.
         if (q0 + row < n_queries) {
             for (int c = 0; c < HEAD_DIM; ++c) {
@@ -169,7 +171,8 @@ flash_backward_f32(const float* __restrict__ q, const float* __restrict__ k,
             }
         }
     }
-    __syncthreads();
+    // dK, dV rows were last accumulated before the last dS barrier (or only zeroed, by
+    // the same thread that now writes them out): no barrier needed.
     for (int i = threadIdx.x; i < B * HEAD_DIM; i += blockDim.x) {
         int r = i / HEAD_DIM, c = i % HEAD_DIM;
         if (k0 + r < n_keys) {

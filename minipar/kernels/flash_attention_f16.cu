@@ -148,8 +148,10 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
     float dk_acc[HEAD_DIM / 8][4] = {}, dv_acc[HEAD_DIM / 8][4] = {};
     const int first_q = causal ? max(0, k0 - offset) / TC_BWD_BLOCK_Q * TC_BWD_BLOCK_Q : 0;
+    // Two barriers per query tile.  The one after the loads also guards this tile's loads:
+    // the previous tile's q/dO/L/D were last read before its dS barrier, and its dS tile
+    // (read after that barrier) is rewritten only after this tile's load barrier.
     for (int q0 = first_q; q0 < n_queries; q0 += TC_BWD_BLOCK_Q) {
-        __syncthreads();  // the previous q/dO/dS tiles are no longer read
         load_tile(q_tile, q, q0, TC_BWD_BLOCK_Q, n_queries);
         load_tile(do_tile, grad_out, q0, TC_BWD_BLOCK_Q, n_queries);
         for (int i = threadIdx.x; i < TC_BWD_BLOCK_Q; i += blockDim.x) {

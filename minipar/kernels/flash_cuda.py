@@ -56,19 +56,25 @@ def shared_memory_bytes(kernel, head_dim):
     raise ValueError(kernel)
 
 
-def paste_includes(cuda_source):
+def paste_includes(cuda_source, filename=None):
     """``#include "x.cuh"`` lines replaced by the header itself (from this folder), so
-    NVRTC needs no include path and CuPy's cache key (the source text) covers the header."""
-    lines = []
-    for line in cuda_source.splitlines():
+    NVRTC needs no include path and CuPy's cache key (the source text) covers the header.
+    With ``filename``, ``#line`` markers keep compiler messages pointing at the real files."""
+    lines = [f'#line 1 "{filename}"'] if filename else []
+    for number, line in enumerate(cuda_source.splitlines(), start=1):
         included = re.fullmatch(r'#include "(\w+\.cuh)"', line.strip())
-        lines.append((KERNEL_DIR / included.group(1)).read_text() if included else line)
+        if not included:
+            lines.append(line)
+            continue
+        header = included.group(1)
+        lines += ([f'#line 1 "{header}"'] if filename else []) + [(KERNEL_DIR / header).read_text()]
+        lines += [f'#line {number + 1} "{filename}"'] if filename else []
     return "\n".join(lines) + "\n"
 
 
 def kernel_source(kind):
     """The source of ``kind`` ("f32" or "f16") as NVRTC compiles it."""
-    return paste_includes(SOURCES[kind].read_text())
+    return paste_includes(SOURCES[kind].read_text(), SOURCES[kind].name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,10 +85,8 @@ def _module(kind, head_dim):
 
 @functools.lru_cache(maxsize=None)
 def get_kernel(name, head_dim):
-    """The compiled kernel, allowed the dynamic shared memory it needs (some need > 48 KiB)."""
-    kernel = _module(name.rsplit("_", 1)[1], head_dim).get_function(name)
-    kernel.max_dynamic_shared_size_bytes = shared_memory_bytes(name, head_dim)
-    return kernel
+    """The compiled kernel (a ``cupy.RawKernel``)."""
+    return _module(name.rsplit("_", 1)[1], head_dim).get_function(name)
 
 
 class CupyKernels:
@@ -104,12 +108,15 @@ class CupyKernels:
 
 
 def _launch(kernels, name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
-    """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars."""
+    """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars.
+    Above 48 KiB of dynamic shared memory a kernel must opt in (sm_80 and later)."""
     xp = kernels.xp
     scalars = (xp.int32(n_queries), xp.int32(n_keys), xp.int32(bool(causal)),
                xp.float32(1.0 / math.sqrt(head_dim)))
-    kernels.get(name, head_dim)(grid, (threads,), tuple(arrays) + scalars,
-                                shared_mem=shared_memory_bytes(name, head_dim))
+    kernel, shared = kernels.get(name, head_dim), shared_memory_bytes(name, head_dim)
+    if shared > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared:
+        kernel.max_dynamic_shared_size_bytes = shared
+    kernel(grid, (threads,), tuple(arrays) + scalars, shared_mem=shared)
 
 
 def _prepared(kernels, a):

@@ -1,0 +1,139 @@
+"""The CUDA flash-attention kernels against the float64 reference, on the CPU.
+
+``minipar.kernels.cpu_emulator`` runs the .cu source itself (one fiber per CUDA thread,
+warp-wide PTX modelled from the PTX ISA; see tests/test_cpu_emulator.py for the emulator's
+own checks) through ``flash_cuda``'s launch code, so everything but the silicon is what a
+GPU run executes.  Three properties, each for fp32 and the fp16 tensor-core kernels:
+
+- results: the tolerances of the GPU test (tests/test_flash_gpu.py) — fp32 1e-5 of the
+  largest value; fp16 forward 2e-3 absolute, gradients 4e-3 of the largest gradient —
+  under AddressSanitizer and UBSan (no access outside a buffer, none misaligned);
+- no data race under ThreadSanitizer, with only the ordering CUDA guarantees;
+- the same bits under every schedule and whatever fresh shared memory holds.
+Skipped where no C++ compiler is installed.
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from minipar.kernels import cpu_emulator, flash_cuda
+from minipar.kernels.cpu_emulator import EmulatedKernels, build
+from minipar.kernels.flash_reference import flash_backward_reference, flash_forward_reference
+
+pytestmark = pytest.mark.skipif(cpu_emulator.compiler() is None, reason="no C++ compiler")
+
+CASES = [  # (dtype, B, H, Nq, Nk, d)
+    ("float32", 2, 1, 77, 77, 64),     # odd N: partial tiles
+    ("float32", 1, 1, 1, 1, 64),
+    ("float32", 1, 2, 100, 37, 40),    # causal rows 0..62 see nothing; d not a power of two
+    ("float32", 1, 1, 200, 37, 64),    # causal: a whole block of queries sees no key
+    ("float32", 1, 1, 37, 150, 40),    # fewer queries than keys
+    ("float32", 1, 2, 128, 128, 128),  # whole tiles; the largest shared memory (opt-in above 48 KiB)
+    ("float16", 1, 2, 77, 77, 64),
+    ("float16", 1, 1, 1, 1, 64),
+    ("float16", 1, 2, 100, 37, 64),
+    ("float16", 1, 1, 200, 37, 64),
+    ("float16", 1, 1, 37, 150, 64),
+    ("float16", 1, 1, 130, 130, 32),
+    ("float16", 1, 1, 70, 70, 96),
+    ("float16", 1, 1, 256, 256, 128),  # whole tiles, several blocks per head
+]
+RACE_CASES = [c for c in CASES if c[-1] in (64, 128) and c[3] > 1]
+
+
+def kind(dtype):
+    return "f16" if dtype == "float16" else "f32"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_kernels():
+    """Compile every program the module needs at once (one g++ per core)."""
+    jobs = {(kind(c[0]), c[-1], "memory") for c in CASES} | {(kind(c[0]), c[-1], "race") for c in RACE_CASES}
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(lambda j: build(flash_cuda.kernel_source(j[0]), j[1], f"flash_{j[0]}", j[2]), jobs))
+
+
+def inputs(dtype, batch, heads, n_queries, n_keys, head_dim, seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(batch, heads, n_queries, head_dim), (batch, heads, n_keys, head_dim),
+              (batch, heads, n_keys, head_dim), (batch, heads, n_queries, head_dim)]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def reference(q, k, v, grad_out, causal):
+    q, k, v, grad_out = (a.astype(np.float64) for a in (q, k, v, grad_out))
+    out, lse = flash_forward_reference(q, k, v, causal)
+    return (out, lse) + flash_backward_reference(q, k, v, out, lse, grad_out, causal)
+
+
+def run(q, k, v, grad_out, causal, kernels):
+    out, lse = flash_cuda.forward(q, k, v, causal, kernels=kernels)
+    return (out, lse) + flash_cuda.backward(q, k, v, out, lse, grad_out, causal, kernels=kernels)
+
+
+def check_against_reference(got, want, dtype):
+    out, lse, *grads = got
+    want_out, want_lse, *want_grads = want
+    assert out.dtype == dtype and lse.dtype == np.float32 and all(g.dtype == dtype for g in grads)
+    assert all(np.isfinite(a).all() for a in [out, *grads])
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+    seen = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[seen], want_lse[seen], atol=1e-4)
+    forward_error = np.abs(out - want_out).max() / max(1.0, np.abs(want_out).max())
+    assert forward_error <= (1e-5 if dtype == "float32" else 2e-3), forward_error
+    for g, w in zip(grads, want_grads):
+        error = np.abs(g - w).max() / max(1.0, np.abs(w).max())
+        assert error <= (1e-5 if dtype == "float32" else 4e-3), error
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "%s-B%d-H%d-Nq%d-Nk%d-d%d" % c)
+def test_kernels_match_reference(case, causal):
+    dtype, *shape = case
+    q, k, v, grad_out = inputs(dtype, *shape)
+    check_against_reference(run(q, k, v, grad_out, causal, EmulatedKernels()), reference(q, k, v, grad_out, causal),
+                            dtype)
+
+
+@pytest.mark.parametrize("case", RACE_CASES, ids=lambda c: "%s-B%d-H%d-Nq%d-Nk%d-d%d" % c)
+def test_kernels_have_no_data_race(case):
+    """ThreadSanitizer stops the run at the first race; the results must still be right."""
+    dtype, *shape = case
+    q, k, v, grad_out = inputs(dtype, *shape, seed=1)
+    got = run(q, k, v, grad_out, True, EmulatedKernels(check="race", schedule="shuffled", seed=1))
+    check_against_reference(got, reference(q, k, v, grad_out, True), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_results_do_not_depend_on_schedule_or_shared_memory_contents(dtype):
+    q, k, v, grad_out = inputs(dtype, 1, 1, 150, 150, 64, seed=3)
+    first = run(q, k, v, grad_out, True, EmulatedKernels())
+    for options in [dict(schedule="greedy"), dict(schedule="shuffled", seed=1), dict(schedule="shuffled", seed=2),
+                    dict(fill=0x3C)]:
+        for a, b in zip(first, run(q, k, v, grad_out, True, EmulatedKernels(**options))):
+            np.testing.assert_array_equal(a, b, err_msg=str(options))
+
+
+def test_gpt_with_flash_attention_runs_the_emulated_kernels(monkeypatch):
+    """The whole path a GPU run takes — GPT, the autograd Function, flash_cuda's launches —
+    with the kernels emulated: loss and every gradient equal the array reference's."""
+    from minipar.kernels import flash_attention as module
+    from minipar.nn.gpt import GPT, GPTConfig
+    config = GPTConfig(vocab_size=32, seq_len=40, n_layer=2, d_model=48, n_head=2, attention="flash")
+    ids = np.random.default_rng(0).integers(0, 32, (2, 41))
+    calls = []
+    real_forward = flash_cuda.forward
+    monkeypatch.setattr(flash_cuda, "forward", lambda *a, **kw: calls.append(kw["kernels"]) or real_forward(*a, **kw))
+    results = {}
+    for implementation in ("reference", "emulated"):
+        monkeypatch.setattr(module, "ATTENTION_IMPLEMENTATION", implementation)
+        model = GPT(config, seed=0)
+        _, loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        results[implementation] = (loss.data, {n: p.grad for n, p in model.named_parameters()})
+    assert len(calls) == 2 and all(isinstance(k, EmulatedKernels) for k in calls)  # one per layer
+    (ref_loss, ref_grads), (emu_loss, emu_grads) = results["reference"], results["emulated"]
+    np.testing.assert_allclose(emu_loss, ref_loss, rtol=1e-5)
+    for name, grad in ref_grads.items():
+        np.testing.assert_allclose(emu_grads[name], grad, rtol=1e-4, atol=1e-5 * np.abs(grad).max(), err_msg=name)
