@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minipar.backend import backend_name
 from minipar.nn import config_from_preset
 
 
@@ -129,6 +130,9 @@ def validate_layout(args, rank_and_size=None) -> Layout:
     except ValueError as err:
         raise LayoutError(str(err)) from None
     _check_flags_have_effect(args, pipeline=args.pp > 1 or args.chunks > 1)
+    if args.recompute != "none" and cfg.dropout > 0 and backend_name() == "cupy":
+        raise LayoutError("--recompute with dropout on CuPy is not supported: replaying the "
+                          "dropout masks needs the generator's state, which CuPy does not expose")
     m = _check_pipeline(args, cfg, dp)
     _check_tensor(args, cfg)
     if args.batch_size % (dp * args.grad_accum):

@@ -37,19 +37,24 @@ from minipar.autograd import Function, Tensor, set_grad_enabled
 def rng_state(generator):
     """A snapshot of ``generator``'s state (NumPy Generator, RandomState, or anything
     with ``bit_generator.state`` or ``get_state``)."""
-    bit = getattr(generator, "bit_generator", None)
-    if bit is not None and hasattr(bit, "state"):
-        return bit.state
+    if _has_state_property(generator):
+        return generator.bit_generator.state
     if hasattr(generator, "get_state"):
         return generator.get_state()
     raise RuntimeError(f"cannot save the state of {type(generator).__name__}: recomputation "
                        "with dropout needs a generator exposing bit_generator.state or get_state()")
 
 
+def _has_state_property(generator):
+    """NumPy's ``bit_generator.state`` is a settable property (a dict); CuPy's XORWOW has a
+    ``state()`` *method* (a device pointer), which must not be taken for one."""
+    state = getattr(getattr(generator, "bit_generator", None), "state", None)
+    return state is not None and not callable(state)
+
+
 def set_rng_state(generator, state):
-    bit = getattr(generator, "bit_generator", None)
-    if bit is not None and hasattr(bit, "state"):
-        bit.state = state
+    if _has_state_property(generator):
+        generator.bit_generator.state = state
     else:
         generator.set_state(state)
 
@@ -126,6 +131,8 @@ def apply_recompute(model, mode="full"):
     if mode not in ("none", "full", "selective"):
         raise ValueError(f"--recompute must be none, full or selective, got {mode!r}")
     generator = getattr(model, "dropout_rng", None)
+    if not getattr(getattr(model, "config", None), "dropout", 1.0):
+        generator = None  # no dropout, no random numbers to replay (and CuPy's state is not saved)
     for block in model.blocks:
         attn = block.attn
         for owner, name in ((block, "forward"), (attn, "forward"), (attn, "core")):

@@ -15,10 +15,10 @@ from minipar.optim import lr_at
 
 def _global_loss(grid, local_loss):
     """The mean loss of the global batch: the last stage's value, averaged over dp."""
-    value = np.array([local_loss if grid.is_last_stage else 0.0])
+    value = backend.to_device(np.array([local_loss if grid.is_last_stage else 0.0]))
     if grid.pp > 1:
         value = all_reduce(grid.pp_comm, value)
-    return float(all_reduce(grid.dp_comm, value)[0]) / grid.dp
+    return float(backend.to_host(all_reduce(grid.dp_comm, value))[0]) / grid.dp
 
 
 def _inject_failure(step, rank):
@@ -64,8 +64,9 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         dt = t1 - t0
         comm = (optimizer.exposed_comm_s + (t1 - t_loss)    # dp sync not hidden, loss
                 + getattr(grid.tp_comm, "blocking_comm_s", 0.0) - tp_comm_before)  # tp
-        peaks = all_gather(grid.world, np.array([backend.memory.peak], dtype=np.int64),
-                           sizes=[1] * layout.world_size)
+        peaks = backend.to_host(all_gather(
+            grid.world, backend.to_device(np.array([backend.memory.peak], dtype=np.int64)),
+            sizes=[1] * layout.world_size))
         record = {"step": step, "loss": loss, "lr": optimizer.lr, "grad_norm": norm,
                   "tokens_per_s": tokens_per_step / dt, "step_time_s": dt,
                   "comm_time_s": comm, "comm_share": comm / dt,
@@ -93,9 +94,10 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         bar.close()
     if args.save:
         save_checkpoint(args, cfg, optimizer, grid, end, tp_model)
-    if args.eval_batches and is_logger and engine is None:
-        print(f"val loss {evaluate(model, dataset, args, args.eval_batches):.4f} "
-              f"after {end} steps", flush=True)
+    if args.eval_batches and engine is None:
+        val_loss = evaluate(model, dataset, args, args.eval_batches)  # on every rank: tensor-
+        if is_logger:                                                 # parallel and ZeRO-3 forwards
+            print(f"val loss {val_loss:.4f} after {end} steps", flush=True)  # are collective
     if log:
         log.close()
 

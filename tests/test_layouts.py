@@ -98,6 +98,15 @@ def test_bad_configuration_is_refused_before_any_message(size, flags, message):
         validate_layout(_args(*flags), rank_and_size=(0, size))
 
 
+def test_recompute_with_dropout_is_refused_on_cupy(monkeypatch):
+    """CuPy's generator does not expose its state, so dropout masks could not be replayed."""
+    import minipar.layout
+    monkeypatch.setattr(minipar.layout, "backend_name", lambda: "cupy")
+    validate_layout(_args("--recompute", "full"), rank_and_size=(0, 1))  # no dropout: fine
+    with pytest.raises(LayoutError, match="--recompute with dropout on CuPy"):
+        validate_layout(_args("--recompute", "full", "--dropout", "0.1"), rank_and_size=(0, 1))
+
+
 def test_bad_configurations_through_mpiexec(tmp_path):
     """The same refusals from the real command: every rank exits non-zero, quickly, with
     the message; a mismatched or corrupt checkpoint and an unknown flag too."""
@@ -120,3 +129,19 @@ def test_bad_configurations_through_mpiexec(tmp_path):
         assert message in proc.stderr, (flags, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert time.time() - start < 30
+
+
+def val_loss(nprocs, *flags):
+    proc = run_mpi(nprocs, ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--precision", "fp64",
+                            "--steps", "2", "--batch-size", "8", "--eval-batches", "2", *flags], timeout=60)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("val loss")]
+    assert len(lines) == 1, proc.stdout  # printed once, by rank 0
+    return float(lines[0].split()[2])
+
+
+def test_final_evaluation_runs_under_collective_forwards():
+    """Tensor-parallel and ZeRO-3 forwards are collective: every rank must evaluate (a
+    rank-0-only evaluation hangs), and the val loss is the single process's."""
+    single = val_loss(1)
+    assert val_loss(2, "--tp", "2") == pytest.approx(single, rel=1e-12)
+    assert val_loss(2, "--dp", "2", "--zero", "3") == pytest.approx(single, rel=1e-12)

@@ -131,3 +131,31 @@ def test_checkpoint_of_a_function_with_dropout(dtype64):
     first = legacy.rand()
     set_rng_state(legacy, state)
     assert legacy.rand() == first
+
+
+def test_generator_whose_state_is_a_method_is_refused_not_silently_kept():
+    """CuPy's bit generator has a ``state()`` method (a device pointer), not NumPy's state
+    property: taking the method for a state would replay different dropout masks."""
+    class CupyLikeBits:
+        def state(self):
+            return 0
+
+    class CupyLikeGenerator:
+        bit_generator = CupyLikeBits()
+
+    with pytest.raises(RuntimeError, match="cannot save the state of CupyLikeGenerator"):
+        rng_state(CupyLikeGenerator())
+    numpy_generator = np.random.default_rng(0)
+    saved = rng_state(numpy_generator)
+    first = numpy_generator.random(3)
+    set_rng_state(numpy_generator, saved)
+    np.testing.assert_array_equal(numpy_generator.random(3), first)
+
+
+def test_recompute_without_dropout_needs_no_generator_state():
+    model = GPT(GPTConfig(n_layer=1, d_model=16, n_head=2, seq_len=8, dropout=0.0), seed=0)
+    model.dropout_rng = object()  # a generator whose state cannot be saved
+    apply_recompute(model, "full")
+    ids = np.random.default_rng(0).integers(0, 256, (2, 9))
+    _, loss = model(ids[:, :-1], ids[:, 1:])
+    loss.backward()  # would raise if the recomputation tried to save the generator's state

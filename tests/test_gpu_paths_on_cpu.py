@@ -1,0 +1,46 @@
+"""The GPU-only Python paths, dry-run on the CPU: ``tests/test_flash_gpu.py`` and
+``tests/test_gpu_backend.py`` (all but the long-sequence case) run in a subprocess with the
+fake ``cupy`` of ``tests/fake_cupy`` first on PYTHONPATH, and must PASS — not skip.
+
+What a pass proves: every Python line those tests reach on a GPU — ``flash_cuda``'s launch
+code through ``CupyKernels`` and ``cupy.RawModule``, the autograd Function, the flash
+reference through ``xp``, the GPT forward/backward on the cupy backend, the train CLI on
+cupy over 2 MPI ranks — runs without a Python error under the CuPy rules the fake models
+(no implicit host/device conversion, no NumPy arrays in device operations, 0-d arrays
+instead of scalars, ...); and the CUDA kernels, run by the CPU emulator (ASan/UBSan, launch
+limits checked) through the very launch code a GPU run uses, match the float64 reference
+within the GPU tests' own tolerances.
+
+What it does not prove: anything about a real GPU — that NVRTC compiles the source
+(``test_flash_compile.py`` checks that where NVRTC is installed), the hardware's rounding,
+speed, memory use, streams and synchronisation, CUDA-aware MPI, or any CuPy behaviour the
+fake does not model (its docstring lists them).
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from minipar.kernels import cpu_emulator
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAKE_CUPY = os.path.join(REPO, "tests", "fake_cupy")
+GPU_TESTS = ["tests/test_flash_gpu.py", "tests/test_gpu_backend.py"]
+
+
+@pytest.mark.skipif(cpu_emulator.compiler() is None, reason="the CPU emulator needs a C++ compiler")
+def test_gpu_tests_pass_on_a_fake_cupy():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_CUPY, REPO]), OMP_NUM_THREADS="1")
+    env.pop("MINIPAR_BACKEND", None)
+    # fake_cupy_plugin keeps the fake on the path of the MPI ranks tests/mpirun.py starts
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "fake_cupy_plugin", "-p", "no:cacheprovider",
+           "-k", "not long_sequence", *GPU_TESTS]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    report = f"{' '.join(cmd)}\n--- stdout\n{proc.stdout[-8000:]}\n--- stderr\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, report
+    summary = proc.stdout.strip().splitlines()[-1]
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", summary)}
+    assert counts.get("passed", 0) >= 28 and set(counts) <= {"passed", "deselected"}, report
+    assert "SKIPPED" not in proc.stdout, report
