@@ -153,7 +153,7 @@ def run_gpu(args):
                                          _device_sync),
                         _cupy_extra_bytes(lambda: naive_backward(q, k, v, naive_forward(q, k, v, causal)[1],
                                                                  grad_out)))
-                    del naive_out, probs
+                    naive_out = probs = None  # free the N×N matrices before the next implementation
                 except cupy.cuda.memory.OutOfMemoryError:
                     results[NAIVE] = None
                 cupy.get_default_memory_pool().free_all_blocks()
