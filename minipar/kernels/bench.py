@@ -146,14 +146,14 @@ def run_gpu(args):
                     _cupy_extra_bytes(lambda: flash_cuda.backward(
                         q, k, v, *flash_cuda.forward(q, k, v, causal), grad_out, causal)))
                 try:
-                    naive_out, probs = naive_forward(q, k, v, causal)
+                    probs = naive_forward(q, k, v, causal)[1]
                     results[NAIVE] = (
                         seconds_per_call(lambda: naive_forward(q, k, v, causal), args.repeats, _device_sync),
                         seconds_per_call(lambda: naive_backward(q, k, v, probs, grad_out), args.repeats,
                                          _device_sync),
                         _cupy_extra_bytes(lambda: naive_backward(q, k, v, naive_forward(q, k, v, causal)[1],
                                                                  grad_out)))
-                    naive_out = probs = None  # free the N×N matrices before the next implementation
+                    probs = None  # free the N×N matrix before the next implementation
                 except cupy.cuda.memory.OutOfMemoryError:
                     results[NAIVE] = None
                 cupy.get_default_memory_pool().free_all_blocks()
