@@ -161,10 +161,14 @@ def run(q, k, v, grad_out, kernels):
     return (out, lse) + flash_cuda.backward(q, k, v, out, lse, grad_out, True, kernels=kernels)
 
 
-def test_missing_syncthreads_is_a_reported_race(broken_builds):
+@pytest.mark.parametrize("sources,where", [
+    (MISSING_BARRIER, r"flash_mma\.cuh.*flash_attention_f16\.cu"),  # the read (load_a), the write of dS
+    (MISSING_ATOMIC, r"flash_attention_f16\.cu"),                   # two blocks' += on one dq element
+], ids=["missing __syncthreads", "+= instead of atomicAdd"])
+def test_unordered_accesses_are_reported_races(broken_builds, sources, where):
     q, k, v, grad_out = inputs(150, 150)
-    with pytest.raises(EmulatorError, match=r"(?s)data race.*flash_mma\.cuh.*flash_attention_f16\.cu"):
-        run(q, k, v, grad_out, EmulatedKernels(check="race", sources=MISSING_BARRIER))
+    with pytest.raises(EmulatorError, match=r"(?s)data race.*" + where):
+        run(q, k, v, grad_out, EmulatedKernels(check="race", sources=sources))
 
 
 def test_missing_syncthreads_gives_wrong_results_when_a_warp_runs_ahead(broken_builds):
@@ -174,12 +178,6 @@ def test_missing_syncthreads_gives_wrong_results_when_a_warp_runs_ahead(broken_b
                                     *flash_forward_reference(*(a.astype(np.float64) for a in (q, k, v)), True),
                                     grad_out.astype(np.float64), True)[0]
     assert not np.abs(dq - want).max() <= 4e-3 * np.abs(want).max()  # NaN (unwritten dS) or wrong
-
-
-def test_plain_add_where_blocks_need_atomic_add_is_a_reported_race(broken_builds):
-    q, k, v, grad_out = inputs(150, 150)
-    with pytest.raises(EmulatorError, match=r"(?s)data race.*flash_attention_f16\.cu"):
-        run(q, k, v, grad_out, EmulatedKernels(check="race", sources=MISSING_ATOMIC))
 
 
 def test_lane_that_skips_a_barrier_is_reported(broken_builds):
