@@ -25,6 +25,7 @@ tests use small shapes.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -51,9 +52,22 @@ class EmulatorError(RuntimeError):
     """The kernel did something the hardware would not allow (message from the emulator)."""
 
 
+@functools.lru_cache(maxsize=None)
 def compiler():
-    """The C++ compiler, or None (then the emulated tests are skipped)."""
-    return shutil.which(os.environ.get("CXX", "g++"))
+    """The C++ compiler, if it can build a fiber program under both checks; else None
+    (then the emulated tests are skipped: a machine without g++ or its sanitizer runtimes)."""
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        return None
+    probe = "#include <ucontext.h>\nint main() { ucontext_t c; return getcontext(&c); }\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "probe.cpp").write_text(probe)
+        for flags in CHECKS.values():
+            built = subprocess.run([cxx, *flags, "probe.cpp", "-o", "probe"], cwd=tmp, capture_output=True)
+            ran = built.returncode == 0 and subprocess.run(["./probe"], cwd=tmp, capture_output=True).returncode == 0
+            if not ran:
+                return None
+    return cxx
 
 
 def cache_dir():
