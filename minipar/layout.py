@@ -106,12 +106,10 @@ def _check_flags_have_effect(args, pipeline):
         raise LayoutError("--initial-loss-scale needs --precision fp16 (the only one scaled)")
     if args.save_every and not args.save:
         raise LayoutError("--save-every needs --save DIR")
-    if args.eval_batches and pipeline:
-        raise LayoutError("--eval-batches: the final evaluation runs on unpipelined models only")
     args.schedule = args.schedule or "1f1b"
     args.bucket_mb = 25.0 if args.bucket_mb is None else args.bucket_mb
     args.initial_loss_scale = args.initial_loss_scale or 2.0 ** 16
-    args.eval_batches = (0 if pipeline else 4) if args.eval_batches is None else args.eval_batches
+    args.eval_batches = 4 if args.eval_batches is None else args.eval_batches
 
 
 def validate_layout(args, rank_and_size=None) -> Layout:

@@ -84,14 +84,19 @@ def build_model(args, layout, grid, cfg, params):
     return model, module, engine, tp_model
 
 
-def evaluate(model, dataset, args, batches):
-    """Mean validation loss over ``batches`` fixed batches (single-stage models)."""
+def evaluate(model, dataset, args, batches, engine=None):
+    """Mean validation loss over ``batches`` fixed batches of the validation split.  Every
+    rank calls it (tensor-parallel, ZeRO-3 and pipelined forwards are collective); with a
+    pipeline ``engine`` the loss is known on the last stage only (None elsewhere)."""
     model.eval()
     total = 0.0
     with no_grad():
         for i in range(batches):
             x, y = dataset.batch(args.seed, i, args.batch_size, split="val")
-            total += model(backend.to_device(x), backend.to_device(y))[1].item()
+            if engine is None:
+                total += model(backend.to_device(x), backend.to_device(y))[1].item()
+            else:
+                total += engine.evaluate(x, y) or 0.0
     model.train()
     return total / max(batches, 1)
 

@@ -94,10 +94,11 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
         bar.close()
     if args.save:
         save_checkpoint(args, cfg, optimizer, grid, end, tp_model)
-    if args.eval_batches and engine is None:
-        val_loss = evaluate(model, dataset, args, args.eval_batches)  # on every rank: tensor-
-        if is_logger:                                                 # parallel and ZeRO-3 forwards
-            print(f"val loss {val_loss:.4f} after {end} steps", flush=True)  # are collective
+    if args.eval_batches:  # on every rank: tensor-parallel, ZeRO-3, pipelined forwards are collective
+        val_loss = evaluate(model, dataset, args, args.eval_batches, engine)
+        val_loss = _global_loss(grid, val_loss) if engine is not None else val_loss  # from the last stage
+        if is_logger:
+            print(f"val loss {val_loss:.4f} after {end} steps", flush=True)
     if log:
         log.close()
 

@@ -86,7 +86,6 @@ BAD = [  # (world size, flags, what the message must say)
     (2, ["--zero", "3", "--bucket-mb", "1"], "--bucket-mb does not apply to --zero 3"),
     (1, ["--initial-loss-scale", "1024"], "--initial-loss-scale needs --precision fp16"),
     (1, ["--save-every", "5"], "--save-every needs --save"),
-    (2, ["--pp", "2", "--eval-batches", "2"], "--eval-batches"),
 ]
 
 
@@ -139,9 +138,20 @@ def val_loss(nprocs, *flags):
     return float(lines[0].split()[2])
 
 
-def test_final_evaluation_runs_under_collective_forwards():
-    """Tensor-parallel and ZeRO-3 forwards are collective: every rank must evaluate (a
-    rank-0-only evaluation hangs), and the val loss is the single process's."""
-    single = val_loss(1)
-    assert val_loss(2, "--tp", "2") == pytest.approx(single, rel=1e-12)
-    assert val_loss(2, "--dp", "2", "--zero", "3") == pytest.approx(single, rel=1e-12)
+@pytest.mark.parametrize("n,flags", [
+    (2, ["--tp", "2"]),
+    (2, ["--dp", "2", "--zero", "3"]),
+    (2, ["--pp", "2", "--microbatches", "2"]),
+    (4, ["--dp", "2", "--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "2"]),
+    (4, ["--tp", "2", "--pp", "2", "--microbatches", "2"]),
+])
+def test_final_evaluation_under_collective_forwards(n, flags, single_val_loss):
+    """Tensor-parallel, ZeRO-3 and pipelined forwards are collective: every rank evaluates
+    (a rank-0-only evaluation hangs), the pipeline's last stage holds the loss, and the val
+    loss is the single process's."""
+    assert val_loss(n, *flags) == pytest.approx(single_val_loss, rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def single_val_loss():
+    return val_loss(1)

@@ -15,6 +15,9 @@ block, and messages are matched by a tag built from (kind, micro-batch, stage):
 with non-blocking sends a schedule that passes the validator cannot deadlock.
 When stage s±1 lives on this same rank (one rank, several chunks), the array is
 handed over in memory.  Every action is timed into a trace (``timeline.py``).
+
+``evaluate`` is forward only: every rank takes its (micro-batch, stage) pairs in the
+order of (micro-batch, stage), which each one's input comes before — so it cannot deadlock.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import time
 
 from minipar import backend
 from minipar.backend import xp
-from minipar.autograd import Tensor, WeightGradDeferral
+from minipar.autograd import Tensor, WeightGradDeferral, no_grad
 from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
 from minipar.parallel.pipeline.timeline import Span
 
@@ -129,4 +132,33 @@ class PipelineEngine:
         drain = self._now() - t0          # waiting for the last sends to be received
         self.comm_wait_s = drain + sum(s.end - s.start for s in self.spans
                                        if s.kind in ("send", "recv"))
+        return loss_total if self.stages[-1].is_last else None
+
+    # ------------------------------------------------------------ evaluation
+    def evaluate(self, inputs, targets):
+        """The mean loss of M micro-batches, forward only (no graph kept); returned on the
+        last stage, else None."""
+        rows = inputs.shape[0] // self.M
+        self.t0, self.local, self.pending_sends = time.perf_counter(), {}, []
+        training_spans, self.spans = self.spans, []  # the last step's trace stays as it was
+        act_shape = self.activation_shape(rows, inputs.shape[1])
+        dtype = self.dtype or backend.default_dtype()
+        loss_total = 0.0
+        with no_grad():
+            for mb in range(self.M):
+                for c, stage in enumerate(self.stages):
+                    s = virtual_stage(self.rank, c, self.pp)
+                    if s == 0:
+                        x = backend.to_device(inputs[mb * rows:(mb + 1) * rows])
+                    else:
+                        x = Tensor(self._recv("act", mb, s, s - 1, act_shape, dtype))
+                    out = stage(x)
+                    if s == self.S - 1:
+                        y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
+                        loss_total += self.loss_fn(out, y).item() / self.M
+                    else:
+                        self._send(out.data, "act", mb, s + 1)
+        for request, _ in self.pending_sends:
+            request.wait()
+        self.pending_sends, self.spans = [], training_spans
         return loss_total if self.stages[-1].is_last else None
