@@ -23,9 +23,10 @@ activations live at a time during backward, and the price is one extra forward
 Bit-identical results: the re-run sees the same inputs and, for dropout, the same
 random numbers — the generator's state is saved before the forward and restored
 for the re-run (then put back where backward found it).  On NumPy the state is
-``generator.bit_generator.state``; CuPy's ``cupy.random.Generator`` does not expose
-its state in every version: ``rng_state`` then raises, so checkpoint with dropout > 0
-on CuPy needs a generator with ``get_state``/``set_state`` (e.g. ``RandomState``).
+``generator.bit_generator.state``.  CuPy's generators do not expose theirs (its
+``bit_generator.state()`` is a method giving a device pointer): ``rng_state`` refuses
+them, and ``train`` refuses --recompute with dropout on CuPy.  Without dropout no state
+is needed.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import contextlib
 
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
-from minipar.data import Dataset, load_corpus
+from minipar.data import Dataset, load_corpus, shard_rows
 from minipar.layout import LayoutError, validate_layout, model_config
 from minipar.nn import GPT
 
@@ -84,19 +84,29 @@ def build_model(args, layout, grid, cfg, params):
     return model, module, engine, tp_model
 
 
-def evaluate(model, dataset, args, batches, engine=None):
-    """Mean validation loss over ``batches`` fixed batches of the validation split.  Every
-    rank calls it (tensor-parallel, ZeRO-3 and pipelined forwards are collective); with a
-    pipeline ``engine`` the loss is known on the last stage only (None elsewhere)."""
+def evaluate(model, dataset, args, batches, grid, engine=None):
+    """This replica's mean loss over ``batches`` fixed batches of the validation split.
+
+    Evaluation is laid out as training is, so its memory peak is training's: each
+    data-parallel replica takes its share of the rows, in --grad-accum pieces (a pipeline:
+    in its micro-batches).  Every rank calls it — tensor-parallel, ZeRO-3 and pipelined
+    forwards are collective — and ``_global_loss`` turns the replicas' means into the
+    batch mean.  With a pipeline only the last stage knows the loss (0.0 elsewhere).
+    """
     model.eval()
     total = 0.0
     with no_grad():
         for i in range(batches):
             x, y = dataset.batch(args.seed, i, args.batch_size, split="val")
-            if engine is None:
-                total += model(backend.to_device(x), backend.to_device(y))[1].item()
-            else:
-                total += engine.evaluate(x, y) or 0.0
+            x, y = shard_rows(x, grid.coords.dp, grid.dp), shard_rows(y, grid.coords.dp, grid.dp)
+            if engine is not None:
+                loss = engine.evaluate(x, y)
+                total += loss if grid.is_last_stage else 0.0
+                continue
+            rows = x.shape[0] // args.grad_accum
+            for k in range(args.grad_accum):
+                xs, ys = x[k * rows:(k + 1) * rows], y[k * rows:(k + 1) * rows]
+                total += model(backend.to_device(xs), backend.to_device(ys))[1].item() / args.grad_accum
     model.train()
     return total / max(batches, 1)
 

@@ -95,10 +95,9 @@ def run_steps(args, layout, grid, cfg, dataset, model, optimizer, engine, start,
     if args.save:
         save_checkpoint(args, cfg, optimizer, grid, end, tp_model)
     if args.eval_batches:  # on every rank: tensor-parallel, ZeRO-3, pipelined forwards are collective
-        val_loss = evaluate(model, dataset, args, args.eval_batches, engine)
-        val_loss = _global_loss(grid, val_loss) if engine is not None else val_loss  # from the last stage
+        val_loss = _global_loss(grid, evaluate(model, dataset, args, args.eval_batches, grid, engine))
         if is_logger:
-            print(f"val loss {val_loss:.4f} after {end} steps", flush=True)
+            print(f"val loss {val_loss!r} after {end} steps", flush=True)  # every digit: layouts compare
     if log:
         log.close()
 

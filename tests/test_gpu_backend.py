@@ -46,3 +46,14 @@ def test_train_cli_on_cupy_matches_numpy(tmp_path):
     cpu = [json.loads(line)["loss"] for line in open(tmp_path / "cpu.json")]
     gpu = [json.loads(line)["loss"] for line in open(tmp_path / "gpu.json")]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-10)
+
+
+def test_pipelined_train_and_evaluation_on_cupy_match_numpy(tmp_path):
+    """The pipeline's activations, its forward-only evaluation and the val loss's reduction
+    from the last stage, on device arrays."""
+    flags = ["-m", "minipar", "train", "--model", "tiny", "--steps", "2", "--precision", "fp64",
+             "--quiet", "--eval-batches", "1", "--batch-size", "8", "--pp", "2", "--microbatches", "2"]
+    runs = {b: run_mpi(2, flags + ["--backend", b]).stdout for b in ("numpy", "cupy")}
+    val = {b: [line for line in out.splitlines() if line.startswith("val loss")] for b, out in runs.items()}
+    assert len(val["cupy"]) == 1
+    np.testing.assert_allclose(float(val["cupy"][0].split()[2]), float(val["numpy"][0].split()[2]), rtol=1e-10)

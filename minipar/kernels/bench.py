@@ -157,8 +157,8 @@ def run_gpu(args):
                 except cupy.cuda.memory.OutOfMemoryError:
                     results[NAIVE] = None
                 cupy.get_default_memory_pool().free_all_blocks()
-                runner = _torch_runner(q, k, v, grad_out, causal)
                 try:  # SDPA may refuse a shape or GPU: the other columns still count
+                    runner = _torch_runner(q, k, v, grad_out, causal)
                     if runner is not None:
                         t_forward, t_backward, t_bytes = runner
                         t_out = t_forward()
@@ -170,7 +170,11 @@ def run_gpu(args):
                                           t_bytes())
                         t_out = None
                 except RuntimeError as err:
-                    print(f"      (PyTorch SDPA flash failed here: {type(err).__name__}: {err})"[:200])
+                    print(f"      (PyTorch SDPA flash failed here: {type(err).__name__}: {str(err)[:150]})")
+                    results.pop(TORCH, None)
+                    t_out = None
+                    import torch
+                    torch.cuda.empty_cache()  # what the failed call held must not starve the next shape
                 for impl, result in results.items():
                     if result is None:
                         print(f"{head_dim:>4} {n:>5} {str(causal):>6} {impl:>12}   out of memory")

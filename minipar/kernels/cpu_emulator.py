@@ -86,7 +86,7 @@ def build(cuda_source, head_dim, label="kernels", check="memory"):
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([source, version, *flags] + [(KERNEL_DIR / h).read_text() for h in HEADERS])
                          .encode()).hexdigest()[:16]
-    exe = cache_dir() / f"{label}_{check}_d{head_dim}_{key}"
+    exe = cache_dir() / f"{check}_d{head_dim}_{key}"  # by content: one build whatever the label
     if exe.exists():
         return exe
     exe.parent.mkdir(parents=True, exist_ok=True)

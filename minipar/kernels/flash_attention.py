@@ -31,12 +31,17 @@ ATTENTION_IMPLEMENTATION = None
 def _cuda_kernels(q):
     """What launches the CUDA kernels for this call (see module doc), or None."""
     from minipar.kernels import flash_cuda
-    if not flash_cuda.supports(q.dtype, q.shape[-1]):
-        return None
-    if ATTENTION_IMPLEMENTATION == "emulated" and backend_name() == "numpy":
+    if ATTENTION_IMPLEMENTATION not in (None, "reference", "emulated"):
+        raise ValueError(f"ATTENTION_IMPLEMENTATION must be None, 'reference' or 'emulated', "
+                         f"got {ATTENTION_IMPLEMENTATION!r}")
+    supported = flash_cuda.supports(q.dtype, q.shape[-1])
+    if ATTENTION_IMPLEMENTATION == "emulated":
+        if not supported or backend_name() != "numpy":
+            raise ValueError(f"'emulated' runs the CUDA kernels on NumPy arrays of float16 or float32 "
+                             f"(head dim as flash_cuda.supports); got {backend_name()} {q.dtype}, d={q.shape[-1]}")
         from minipar.kernels.cpu_emulator import EmulatedKernels
         return EmulatedKernels()
-    if ATTENTION_IMPLEMENTATION is None and backend_name() == "cupy":
+    if ATTENTION_IMPLEMENTATION is None and backend_name() == "cupy" and supported:
         return flash_cuda.CupyKernels()
     return None
 

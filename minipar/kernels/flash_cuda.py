@@ -109,7 +109,7 @@ class CupyKernels:
 
 def _launch(kernels, name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
     """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars.
-    Above 48 KiB of dynamic shared memory a kernel must opt in (sm_80 and later)."""
+    Above 48 KiB of dynamic shared memory a kernel must opt in (sm_70 and later)."""
     xp = kernels.xp
     scalars = (xp.int32(n_queries), xp.int32(n_keys), xp.int32(bool(causal)),
                xp.float32(1.0 / math.sqrt(head_dim)))

@@ -16,8 +16,9 @@ with non-blocking sends a schedule that passes the validator cannot deadlock.
 When stage s±1 lives on this same rank (one rank, several chunks), the array is
 handed over in memory.  Every action is timed into a trace (``timeline.py``).
 
-``evaluate`` is forward only: every rank takes its (micro-batch, stage) pairs in the
-order of (micro-batch, stage), which each one's input comes before — so it cannot deadlock.
+``evaluate`` is forward only.  Every rank takes its (micro-batch, stage) pairs sorted
+by (micro-batch, stage); the input of each pair comes from an earlier pair in that order,
+and sends do not wait, so the earliest unfinished pair can always proceed: no deadlock.
 """
 from __future__ import annotations
 
@@ -144,21 +145,23 @@ class PipelineEngine:
         act_shape = self.activation_shape(rows, inputs.shape[1])
         dtype = self.dtype or backend.default_dtype()
         loss_total = 0.0
-        with no_grad():
-            for mb in range(self.M):
-                for c, stage in enumerate(self.stages):
-                    s = virtual_stage(self.rank, c, self.pp)
-                    if s == 0:
-                        x = backend.to_device(inputs[mb * rows:(mb + 1) * rows])
-                    else:
-                        x = Tensor(self._recv("act", mb, s, s - 1, act_shape, dtype))
-                    out = stage(x)
-                    if s == self.S - 1:
-                        y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
-                        loss_total += self.loss_fn(out, y).item() / self.M
-                    else:
-                        self._send(out.data, "act", mb, s + 1)
-        for request, _ in self.pending_sends:
-            request.wait()
-        self.pending_sends, self.spans = [], training_spans
+        try:
+            with no_grad():
+                for mb in range(self.M):
+                    for c, stage in enumerate(self.stages):
+                        s = virtual_stage(self.rank, c, self.pp)
+                        if s == 0:
+                            x = backend.to_device(inputs[mb * rows:(mb + 1) * rows])
+                        else:
+                            x = Tensor(self._recv("act", mb, s, s - 1, act_shape, dtype))
+                        out = stage(x)
+                        if s == self.S - 1:
+                            y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
+                            loss_total += self.loss_fn(out, y).item() / self.M
+                        else:
+                            self._send(out.data, "act", mb, s + 1)
+            for request, _ in self.pending_sends:
+                request.wait()
+        finally:
+            self.pending_sends, self.spans = [], training_spans
         return loss_total if self.stages[-1].is_last else None
