@@ -11,16 +11,7 @@
 // loop over query tiles): P = exp(S - L), dV += Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D),
 // dK += dSᵀ Q·scale, dQ += dS K·scale (fp32 atomics into a zeroed buffer).
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 64
-#endif
-
-typedef unsigned short half_bits;  // one fp16 value, as its raw 16 bits
-typedef long long index_t;
-
-#define NEG_INF (__uint_as_float(0xff800000u))
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
+#include "flash_common.cuh"
 
 __device__ __forceinline__ bool key_hidden(int key, int query, int n_keys, int causal, int offset) {
     return key >= n_keys || (causal && key > query + offset);

@@ -57,9 +57,10 @@ def shared_memory_bytes(kernel, head_dim):
 
 
 def paste_includes(cuda_source, filename=None):
-    """``#include "x.cuh"`` lines replaced by the header itself (from this folder), so
-    NVRTC needs no include path and CuPy's cache key (the source text) covers the header.
-    With ``filename``, ``#line`` markers keep compiler messages pointing at the real files."""
+    """``#include "x.cuh"`` lines replaced by the header itself (from this folder, its own
+    includes pasted too), so NVRTC needs no include path and CuPy's cache key (the source
+    text) covers the headers.  With ``filename``, ``#line`` markers keep compiler messages
+    pointing at the real files."""
     lines = [f'#line 1 "{filename}"'] if filename else []
     for number, line in enumerate(cuda_source.splitlines(), start=1):
         included = re.fullmatch(r'#include "(\w+\.cuh)"', line.strip())
@@ -67,7 +68,7 @@ def paste_includes(cuda_source, filename=None):
             lines.append(line)
             continue
         header = included.group(1)
-        lines += ([f'#line 1 "{header}"'] if filename else []) + [(KERNEL_DIR / header).read_text()]
+        lines.append(paste_includes((KERNEL_DIR / header).read_text(), header if filename else None).rstrip("\n"))
         lines += [f'#line {number + 1} "{filename}"'] if filename else []
     return "\n".join(lines) + "\n"
 

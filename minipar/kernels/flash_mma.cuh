@@ -5,16 +5,8 @@
 #ifndef MINIPAR_FLASH_MMA_CUH
 #define MINIPAR_FLASH_MMA_CUH
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 64
-#endif
+#include "flash_common.cuh"
 
-typedef unsigned short half_bits;  // one fp16 value, as its raw 16 bits
-typedef long long index_t;
-
-#define NEG_INF (__uint_as_float(0xff800000u))
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
 #define TC_THREADS 128          // 4 warps
 #define TC_BLOCK_Q 64           // forward: query rows per block, 16 per warp
 #define TC_BLOCK_K 64           // keys per tile (forward) / per block, 16 per warp (backward)
