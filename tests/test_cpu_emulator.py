@@ -14,8 +14,8 @@ import pytest
 
 from minipar.kernels import cpu_emulator, flash_cuda
 from minipar.kernels.cpu_emulator import EmulatedKernel, EmulatedKernels, EmulatorError, build
-from minipar.kernels.flash_reference import flash_backward_reference, flash_forward_reference
 from tests import ptx_oracle as oracle
+from tests.flash_runs import reference, run
 
 pytestmark = pytest.mark.skipif(cpu_emulator.compiler() is None, reason="no C++ compiler")
 
@@ -156,11 +156,6 @@ def inputs(n_queries, n_keys, seed=0):
     return [rng.standard_normal((1, 1, n, 64)).astype(np.float16) for n in (n_queries, n_keys, n_keys, n_queries)]
 
 
-def run(q, k, v, grad_out, kernels):
-    out, lse = flash_cuda.forward(q, k, v, True, kernels=kernels)
-    return (out, lse) + flash_cuda.backward(q, k, v, out, lse, grad_out, True, kernels=kernels)
-
-
 @pytest.mark.parametrize("sources,where", [
     (MISSING_BARRIER, r"flash_mma\.cuh.*flash_attention_f16\.cu"),  # the read (load_a), the write of dS
     (MISSING_ATOMIC, r"flash_attention_f16\.cu"),                   # two blocks' += on one dq element
@@ -168,15 +163,13 @@ def run(q, k, v, grad_out, kernels):
 def test_unordered_accesses_are_reported_races(broken_builds, sources, where):
     q, k, v, grad_out = inputs(150, 150)
     with pytest.raises(EmulatorError, match=r"(?s)data race.*" + where):
-        run(q, k, v, grad_out, EmulatedKernels(check="race", sources=sources))
+        run(q, k, v, grad_out, True, EmulatedKernels(check="race", sources=sources))
 
 
 def test_missing_syncthreads_gives_wrong_results_when_a_warp_runs_ahead(broken_builds):
     q, k, v, grad_out = inputs(150, 150)
-    dq = run(q, k, v, grad_out, EmulatedKernels(schedule="greedy", sources=MISSING_BARRIER))[2]
-    want = flash_backward_reference(*(a.astype(np.float64) for a in (q, k, v)),
-                                    *flash_forward_reference(*(a.astype(np.float64) for a in (q, k, v)), True),
-                                    grad_out.astype(np.float64), True)[0]
+    dq = run(q, k, v, grad_out, True, EmulatedKernels(schedule="greedy", sources=MISSING_BARRIER))[2]
+    want = reference(q, k, v, grad_out, True)[2]
     assert not np.abs(dq - want).max() <= 4e-3 * np.abs(want).max()  # NaN (unwritten dS) or wrong
 
 
@@ -193,7 +186,7 @@ def test_misaligned_vector_access_is_reported(broken_builds):
 
 
 def test_wrong_operand_order_gives_wrong_results(broken_builds):
-    q, k, v, _ = inputs(70, 70)
+    q, k, v, grad_out = inputs(70, 70)
     out, _ = flash_cuda.forward(q, k, v, True, kernels=EmulatedKernels(sources=SWAPPED_HALVES))
-    want, _ = flash_forward_reference(*(a.astype(np.float64) for a in (q, k, v)), True)
+    want = reference(q, k, v, grad_out, True)[0]
     assert np.abs(out - want).max() > 0.1

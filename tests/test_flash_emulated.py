@@ -19,7 +19,7 @@ import pytest
 
 from minipar.kernels import cpu_emulator, flash_cuda
 from minipar.kernels.cpu_emulator import EmulatedKernels, build
-from minipar.kernels.flash_reference import flash_backward_reference, flash_forward_reference
+from tests.flash_runs import reference, run
 
 pytestmark = pytest.mark.skipif(cpu_emulator.compiler() is None, reason="no C++ compiler")
 
@@ -59,17 +59,6 @@ def inputs(dtype, batch, heads, n_queries, n_keys, head_dim, seed=0):
     shapes = [(batch, heads, n_queries, head_dim), (batch, heads, n_keys, head_dim),
               (batch, heads, n_keys, head_dim), (batch, heads, n_queries, head_dim)]
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
-
-
-def reference(q, k, v, grad_out, causal):
-    q, k, v, grad_out = (a.astype(np.float64) for a in (q, k, v, grad_out))
-    out, lse = flash_forward_reference(q, k, v, causal)
-    return (out, lse) + flash_backward_reference(q, k, v, out, lse, grad_out, causal)
-
-
-def run(q, k, v, grad_out, causal, kernels):
-    out, lse = flash_cuda.forward(q, k, v, causal, kernels=kernels)
-    return (out, lse) + flash_cuda.backward(q, k, v, out, lse, grad_out, causal, kernels=kernels)
 
 
 def check_against_reference(got, want, dtype):

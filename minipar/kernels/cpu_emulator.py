@@ -70,6 +70,12 @@ def compiler():
     return cxx
 
 
+@functools.lru_cache(maxsize=None)
+def _version(cxx):
+    """The compiler's identity, part of every build's cache key (asked once per process)."""
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+
+
 def cache_dir():
     root = os.environ.get("MINIPAR_CACHE") or os.path.join(Path.home(), ".cache", "minipar")
     return Path(root) / "cpu_emulator"
@@ -83,8 +89,7 @@ def build(cuda_source, head_dim, label="kernels", check="memory"):
     cxx = compiler() or "g++"
     source = emulated_source(cuda_source)
     flags = COMMON_FLAGS + CHECKS[check] + [f"-DHEAD_DIM={head_dim}", f"-I{KERNEL_DIR}"]
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([source, version, *flags] + [(KERNEL_DIR / h).read_text() for h in HEADERS])
+    key = hashlib.sha256("\0".join([source, _version(cxx), *flags] + [(KERNEL_DIR / h).read_text() for h in HEADERS])
                          .encode()).hexdigest()[:16]
     exe = cache_dir() / f"{check}_d{head_dim}_{key}"  # by content: one build whatever the label
     if exe.exists():

@@ -24,12 +24,16 @@ from minipar.comm import all_gather, all_gather_async
 from minipar.parallel.buckets import Bucket
 from minipar.parallel.zero import ZeroOptimizer
 
-class _UnitExit(Function):
+class _UnitBoundary(Function):
+    """Identity forward; its backward tells the owner that backward crossed a unit's edge."""
+
     @staticmethod
     def forward(ctx, x, owner, index):
         ctx.owner, ctx.index = owner, index
         return x
 
+
+class _UnitExit(_UnitBoundary):
     @staticmethod
     def backward(ctx, g):
         ctx.owner.gather(ctx.index)
@@ -37,12 +41,7 @@ class _UnitExit(Function):
         return g, None, None
 
 
-class _UnitEntry(Function):
-    @staticmethod
-    def forward(ctx, x, owner, index):
-        ctx.owner, ctx.index = owner, index
-        return x
-
+class _UnitEntry(_UnitBoundary):
     @staticmethod
     def backward(ctx, g):
         ctx.owner.release_unit(ctx.index)
