@@ -1,0 +1,105 @@
+"""Thread budgeting (minipar/threads.py): each rank gets cores // ranks-on-node BLAS
+threads, as the BLAS itself reports them; a user's setting is kept.
+
+The runs here start from a clean environment (no OMP/OPENBLAS/MKL_NUM_THREADS), which
+is why they do not use tests/mpirun.py: run_mpi pins every rank to one thread.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from minipar import threads
+from tests.mpirun import REPO
+
+SCRIPT = os.path.join("tests", "scripts", "threads_report.py")
+CORES = threads.usable_cores()
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in threads.SET_VARS and k != threads.MARKER}
+    env.update(PYTHONPATH=REPO, **extra)
+    return env
+
+
+def launch(n, *flags, env=None):
+    """Rank reports (one dict per rank) of threads_report.py on ``n`` ranks
+    (``n=0``: plain ``python``, no mpiexec)."""
+    cmd = ([] if n == 0 else ["mpiexec", "-n", str(n)]) + [sys.executable, SCRIPT, *flags]
+    proc = subprocess.run(cmd, cwd=REPO, env=env or clean_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(reports) == max(n, 1), proc.stdout
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+def test_two_ranks_share_the_cores():
+    """2 ranks on a 2-core machine: 1 BLAS thread each (cores // 2 in general)."""
+    for r in launch(2):
+        assert r["ranks_on_node"] == 2 and r["source"] == "MPI_LOCALNRANKS"
+        assert r["blas"] == [max(1, CORES // 2)]
+        assert r["describe"] == f"2 ranks on this node, {max(1, CORES // 2)} BLAS thread" \
+            f"{'s' if CORES // 2 > 1 else ''} each ({CORES} cores)"
+
+
+def test_one_rank_gets_every_core():
+    (r,) = launch(0)
+    assert r["ranks_on_node"] == 1 and r["blas"] == [CORES]
+    (r,) = launch(1)
+    assert r["ranks_on_node"] == 1 and r["blas"] == [CORES]
+
+
+def test_a_users_setting_is_kept():
+    for r in launch(2, env=clean_env(OMP_NUM_THREADS="2")):
+        assert r["user_setting"] == "OMP_NUM_THREADS=2" and r["blas"] == [2]
+        assert r["describe"].startswith("OMP_NUM_THREADS=2 set by you: kept")
+
+
+def test_numpy_imported_first_is_limited_in_place():
+    """NumPy's pool already started: threadpoolctl shrinks it."""
+    for r in launch(2, "--numpy-first"):
+        assert r["blas"] == [max(1, CORES // 2)]
+
+
+def test_mpi_split_when_the_launcher_says_nothing():
+    """An unknown launcher: one process assumed at import, the MPI split corrects it."""
+    for r in launch(2, "--hide-launcher", "--split"):
+        assert r["source"] == "MPI shared-memory split" and r["ranks_on_node"] == 2
+        assert r["blas"] == [max(1, CORES // 2)]
+
+
+def test_our_own_variables_are_not_the_users():
+    """A child of a budgeted process inherits OMP_NUM_THREADS=2 with the marker: it
+    budgets afresh instead of keeping it."""
+    inherited = clean_env(OMP_NUM_THREADS=str(CORES), OPENBLAS_NUM_THREADS=str(CORES),
+                          **{threads.MARKER: str(CORES)})
+    for r in launch(2, env=inherited):
+        assert r["user_setting"] is None and r["blas"] == [max(1, CORES // 2)]
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"MPI_LOCALNRANKS": "4"}, (4, "MPI_LOCALNRANKS")),
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, (3, "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    ({"SLURM_STEP_TASKS_PER_NODE": "4(x2),3", "SLURM_NODEID": "2", "SLURM_LOCALID": "0"},
+     (3, "SLURM_STEP_TASKS_PER_NODE")),
+    ({"SLURM_STEP_TASKS_PER_NODE": "4(x2),3", "SLURM_NODEID": "1", "SLURM_LOCALID": "1"},
+     (4, "SLURM_STEP_TASKS_PER_NODE")),
+    ({"SLURM_NTASKS_PER_NODE": "8"}, None),              # an salloc shell, not a task
+    ({}, None),
+])
+def test_ranks_on_node_from_launcher(env, expected):
+    assert threads.ranks_on_node_from_launcher(env) == expected
+
+
+def test_user_setting_and_description():
+    assert threads.user_setting({"MKL_NUM_THREADS": "3"}) == "MKL_NUM_THREADS=3"
+    assert threads.user_setting({"OMP_NUM_THREADS": "1", threads.MARKER: "1"}) is None
+    assert threads.user_setting({"OMP_NUM_THREADS": ""}) is None
+    one = threads.ThreadBudget(1, 8, 8, "no launcher: one process")
+    assert threads.describe_threads(one) == "1 rank on this node, 8 BLAS threads (8 cores)"
+    four = threads.ThreadBudget(4, 8, 2, "MPI_LOCALNRANKS")
+    assert threads.describe_threads(four) == "4 ranks on this node, 2 BLAS threads each (8 cores)"
