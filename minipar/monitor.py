@@ -1,0 +1,319 @@
+"""What a training run tells you: a header, a progress bar, a JSON log, a summary.
+
+Every rank measures its own step - how long it took, how much of it was compute,
+exposed communication, waiting for other pipeline stages and the optimizer, its
+memory peak - and :meth:`RunMonitor.step` gathers those few numbers to rank 0 in
+ONE small collective (an ``MPI_Gather`` of a fixed-order float64 vector), so a
+straggler or a rank short of memory shows up in the log, not just rank 0's view.
+
+MFU (model FLOPs utilisation) = model FLOPs per step / step time / peak FLOP/s of
+all ranks.  The peak is ``peak_tflops`` per rank when given; otherwise this
+machine's measured float32 GEMM rate, timed once at start on every rank at the
+same moment (so ranks sharing cores each measure their share) - the log says which.
+
+The log (``log_path``, written by rank 0) has one JSON object per line:
+
+* first ``{"header": {...}}``: the caller's header (layout, params, tokens_per_step,
+  batch_size, backend, precision, ...) plus ``world_size``, ``threads`` (the BLAS
+  thread budget, minipar/threads.py), ``flops_per_step``, ``mfu_basis``,
+  ``peak_flops_per_rank`` (list), ``mem_budget_bytes_per_rank`` (list),
+  ``total_steps``, ``start_step``, ``time`` (UNIX seconds);
+* then one object per step:
+  ``step``, ``loss`` (mean over the global batch, nats/token), ``lr``, ``grad_norm``,
+  ``loss_scale`` and ``skipped`` (fp16/bf16 only), ``model_state_bytes``;
+  ``step_time_s`` (the slowest rank's), ``tokens_per_s``, ``samples_per_s`` (from it);
+  ``comm_time_s``, ``comm_share`` (exposed communication, mean over ranks, and its
+  share of the step), ``pipeline_wait_s`` (pipeline runs only, mean over ranks);
+  ``peak_mem_bytes`` (max over ranks), ``peak_mem_bytes_per_rank`` (list);
+  ``mfu`` and ``mfu_basis``; and ``per_rank``, a dict of lists with one value per
+  rank: ``step_time_s``, ``compute_s``, ``comm_time_s``, ``pipeline_wait_s``,
+  ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``,
+  ``mem_share`` (of the device's memory on GPU, of the process's RAM budget on CPU:
+  the cgroup limit, else total RAM, divided by the ranks on the node) and, on GPU
+  with ``nvidia-ml-py``, ``device_util`` (NVML's busy share of the last interval);
+  plus any ``extra`` keys the caller adds;
+* last ``{"final": {...}}``: ``steps``, ``train_loss`` (last), ``train_loss_last10``,
+  ``val_loss`` (null if evaluation was skipped), ``val_bits_per_byte``, ``wall_s``,
+  ``tokens_per_s``, ``mfu``, ``mfu_basis``, ``comm_share``,
+  ``peak_mem_bytes_per_rank``, ``mem_share_per_rank``, ``skipped_steps``.
+
+Loss is in nats per token; minipar's tokens are bytes, so nats/byte, and
+bits/byte = nats/byte / ln 2.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from minipar import backend
+from minipar.threads import current_budget, describe_threads
+
+MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
+        "peak_mem_bytes", "device_util")   # the gathered vector, in this order
+
+
+def measure_gemm_flops(seconds=0.2):
+    """FLOP/s of a square float32 matmul (2n^3 FLOPs) on this rank, timed for ``seconds``."""
+    n = 2048 if backend.backend_name() == "cupy" else 512
+    a = backend.xp.ones((n, n), dtype=backend.xp.float32)
+    a @ a                                          # warm-up: thread pools, kernels, caches
+    backend.sync()
+    count, t0 = 0, time.perf_counter()
+    while count == 0 or time.perf_counter() - t0 < seconds:
+        a @ a
+        backend.sync()
+        count += 1
+    return 2 * n ** 3 * count / (time.perf_counter() - t0)
+
+
+def memory_budget_bytes():
+    """Bytes this rank may use: the GPU's memory, or its share of the RAM it may use."""
+    if backend.backend_name() == "cupy":
+        try:
+            return int(backend.xp.cuda.runtime.memGetInfo()[1])
+        except Exception:                               # no device query: unknown
+            return 0
+    limit = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+            if value.isdigit() and int(value) < 2 ** 60:    # "max" / huge: no limit
+                limit = int(value)
+                break
+        except OSError:
+            continue
+    if limit is None:
+        try:
+            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return 0
+    return limit // max(1, current_budget().ranks_on_node)
+
+
+def _nvml_handle():
+    """An NVML handle for this rank's GPU, or None (no CuPy, no nvidia-ml-py, no GPU)."""
+    if backend.backend_name() != "cupy":
+        return None
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        bus = backend.xp.cuda.Device().pci_bus_id
+        return pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+    except Exception:
+        return None
+
+
+def _fmt_bytes(n):
+    return f"{n / 2 ** 20:.1f} MiB"
+
+
+def bits(nats):
+    """nats -> bits: divide by ln 2."""
+    return nats / math.log(2)
+
+
+class RunMonitor:
+    """Header, per-step log and summary of one run.  ``start`` and ``step`` are
+    collective (every rank of ``world_comm`` calls them); rank 0 prints and writes."""
+
+    def __init__(self, world_comm, *, rank=0, world_size=1, header, flops_per_step,
+                 peak_tflops=None, log_path=None, progress=True, total_steps=None,
+                 start_step=0, out=None):
+        self.mpi = getattr(world_comm, "mpi", world_comm)   # minipar Communicator or mpi4py
+        self.rank, self.world_size = rank, world_size
+        self.header = dict(header)
+        self.tokens_per_step = self.header["tokens_per_step"]
+        self.samples_per_step = self.header.get("batch_size") or (
+            self.tokens_per_step / self.header["seq_len"] if "seq_len" in self.header else 0)
+        self.flops_per_step, self.peak_tflops = flops_per_step, peak_tflops
+        self.log_path, self.progress = log_path, progress
+        self.total_steps, self.start_step = total_steps, start_step
+        self.out = out or sys.stdout
+        self.records, self.log, self.bar = [], None, None
+        self.nvml = _nvml_handle()
+
+    # ------------------------------------------------------------------ collective
+    def _gather(self, values):
+        """Rank 0 gets a (world_size, len(values)) array; the others get None."""
+        mine = np.asarray(values, dtype=np.float64)
+        if self.mpi is None or self.world_size == 1:
+            return mine[None, :]
+        everyone = np.empty((self.world_size, mine.size)) if self.rank == 0 else None
+        self.mpi.Gather(mine, everyone, root=0)
+        return everyone
+
+    def start(self):
+        """Measure this machine (if needed) and print the header; writes the log's first line."""
+        if self.mpi is not None and self.world_size > 1:
+            self.mpi.Barrier()                 # measure together: ranks share the cores
+        rate = self.peak_tflops * 1e12 if self.peak_tflops else measure_gemm_flops()
+        facts = self._gather([rate, memory_budget_bytes()])
+        self.t_start = time.perf_counter()
+        if self.rank != 0:
+            return
+        self.peak_flops = facts[:, 0]
+        self.mem_budget = facts[:, 1]
+        if self.peak_tflops:
+            self.mfu_basis = f"peak-tflops {self.peak_tflops:g} per rank"
+        else:
+            self.mfu_basis = f"measured GEMM rate {self.peak_flops.mean() / 1e9:.1f} GFLOP/s per rank"
+        self.header.update(world_size=self.world_size, threads=describe_threads(),
+                           flops_per_step=self.flops_per_step, mfu_basis=self.mfu_basis,
+                           peak_flops_per_rank=self.peak_flops.tolist(),
+                           mem_budget_bytes_per_rank=self.mem_budget.tolist(),
+                           total_steps=self.total_steps, start_step=self.start_step,
+                           time=time.time())
+        self._print_header()
+        if self.log_path:
+            self.log = open(self.log_path, "w")
+            self._write({"header": self.header})
+        if self.progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, initial=self.start_step, desc="train",
+                            unit="step", file=self.out)
+
+    def step(self, step, *, shared, mine, extra=None):
+        """Gather ``mine`` (this rank's times and memory) to rank 0, which logs one
+        record with ``shared`` (the same on every rank: loss, lr, ...).  Returns the
+        record on rank 0, None elsewhere."""
+        mine = dict(mine)
+        wait = mine.get("pipeline_wait_s")
+        if mine.get("compute_s") is None:      # whatever is not waiting is computing
+            mine["compute_s"] = max(0.0, mine["step_time_s"] - sum(
+                mine.get(k) or 0.0 for k in ("comm_time_s", "pipeline_wait_s", "optimizer_s")))
+        if self.nvml is not None:
+            import pynvml
+            mine["device_util"] = pynvml.nvmlDeviceGetUtilizationRates(self.nvml).gpu / 100
+        rows = self._gather([mine.get(k) if mine.get(k) is not None else math.nan for k in MINE])
+        if self.rank != 0:
+            return None
+        record = self._record(step, shared, rows, wait is not None)
+        record.update(extra or {})
+        self.records.append(record)
+        if self.log:
+            self._write(record)
+        if self.bar:
+            self.bar.set_postfix_str(f"loss {record['loss']:.3f} ({bits(record['loss']):.2f} bpb)"
+                                     f" | {record['tokens_per_s']:,.0f} tok/s")
+            self.bar.update(1)
+        return record
+
+    # ------------------------------------------------------------------ rank 0 only
+    def _record(self, step, shared, rows, pipelined):
+        per = {k: rows[:, i] for i, k in enumerate(MINE)}
+        for k in ("comm_time_s", "pipeline_wait_s", "optimizer_s"):
+            per[k] = np.nan_to_num(per[k])
+        dt = float(per["step_time_s"].max())      # the step ends with the slowest rank
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per["compute_share"] = per["compute_s"] / per["step_time_s"]
+            per["comm_share"] = per["comm_time_s"] / per["step_time_s"]
+        per["mem_share"] = np.where(self.mem_budget > 0, per["peak_mem_bytes"] /
+                                    np.maximum(self.mem_budget, 1), math.nan)
+        record = {"step": step}
+        record.update({k: _plain(v) for k, v in shared.items() if v is not None})
+        record.update(step_time_s=dt, tokens_per_s=self.tokens_per_step / dt,
+                      samples_per_s=self.samples_per_step / dt,
+                      comm_time_s=float(per["comm_time_s"].mean()),
+                      comm_share=float(per["comm_share"].mean()))
+        if pipelined:
+            record["pipeline_wait_s"] = float(per["pipeline_wait_s"].mean())
+        peaks = [int(p) for p in per["peak_mem_bytes"]]
+        record.update(peak_mem_bytes=max(peaks), peak_mem_bytes_per_rank=peaks,
+                      mfu=self.flops_per_step / dt / float(self.peak_flops.sum()),
+                      mfu_basis=self.mfu_basis)
+        keys = [k for k in MINE if k != "device_util"] + ["compute_share", "comm_share", "mem_share"]
+        if not np.isnan(per["device_util"]).all():
+            keys.append("device_util")
+        record["per_rank"] = {k: [_plain(v) for v in per[k]] for k in keys}
+        record["per_rank"]["peak_mem_bytes"] = peaks
+        return record
+
+    def finish(self, val_loss=None):
+        """Rank 0 prints the summary and writes the ``final`` record; closes the log."""
+        if self.rank != 0:
+            return None
+        if self.bar:
+            self.bar.close()
+            self.bar = None
+        final = self.summary(val_loss)
+        self._print_summary(final)
+        if self.log:
+            self._write({"final": final})
+            self.log.close()
+            self.log = None
+        return final
+
+    def summary(self, val_loss=None):
+        """The run's figures over the steps logged so far."""
+        recs = self.records
+        time_s = sum(r["step_time_s"] for r in recs)
+        losses = [r["loss"] for r in recs if "loss" in r]
+        peaks = [int(max(col)) for col in zip(*(r["peak_mem_bytes_per_rank"] for r in recs))]
+        return {
+            "steps": len(recs),
+            "train_loss": losses[-1] if losses else None,
+            "train_loss_last10": float(np.mean(losses[-10:])) if losses else None,
+            "val_loss": None if val_loss is None else float(val_loss),
+            "val_bits_per_byte": None if val_loss is None else bits(float(val_loss)),
+            "wall_s": time.perf_counter() - self.t_start,
+            "tokens_per_s": self.tokens_per_step * len(recs) / time_s if time_s else None,
+            "mfu": self.flops_per_step * len(recs) / time_s / float(self.peak_flops.sum())
+            if time_s else None,
+            "mfu_basis": self.mfu_basis,
+            "comm_share": sum(r["comm_share"] * r["step_time_s"] for r in recs) / time_s
+            if time_s else None,   # the steps' shares, weighted by their length
+            "peak_mem_bytes_per_rank": peaks,
+            "mem_share_per_rank": [p / b if b else None for p, b in zip(peaks, self.mem_budget)],
+            "skipped_steps": sum(int(r.get("skipped") or 0) for r in recs),
+        }
+
+    def _write(self, obj):
+        self.log.write(json.dumps(obj) + "\n")
+        self.log.flush()
+
+    def _print(self, text):
+        print(text, file=self.out, flush=True)
+
+    def _print_header(self):
+        h = self.header
+        params = f" | {h['params'] / 1e6:.2f}M parameters" if h.get("params") else ""
+        self._print(f"minipar train | layout {h.get('layout', '?')}{params} | "
+                    f"{self.world_size} rank{'s' if self.world_size != 1 else ''}")
+        self._print(f"  {self.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
+                    f"{h.get('precision', '?')}")
+        self._print(f"  threads: {h['threads']}")
+        note = "" if self.peak_tflops else " (no --peak-tflops given)"
+        self._print(f"  MFU against {self.mfu_basis}{note}")
+
+    def _print_summary(self, f):
+        p = self._print
+        p(f"done: {f['steps']} steps in {f['wall_s']:.1f} s wall")
+        if f["train_loss"] is not None:
+            p(f"  train loss {f['train_loss']:.4f} nats/byte ({bits(f['train_loss']):.3f} bits/byte),"
+              f" mean of last 10 {f['train_loss_last10']:.4f}")
+        if f["val_loss"] is not None:
+            p(f"  val loss   {f['val_loss']:.4f} nats/byte ({f['val_bits_per_byte']:.3f} bits/byte)")
+        else:
+            p("  val loss   not measured (evaluation skipped)")
+        if f["tokens_per_s"]:
+            p(f"  {f['tokens_per_s']:,.0f} tokens/s | MFU {100 * f['mfu']:.1f}% of {f['mfu_basis']}"
+              f" | communication {100 * f['comm_share']:.1f}% of step time")
+        if f["peak_mem_bytes_per_rank"]:
+            shares = [f"{100 * s:.1f}%" for s in f["mem_share_per_rank"] if s is not None]
+            of = " of GPU memory" if backend.backend_name() == "cupy" else " of the RAM budget"
+            p("  peak memory per rank: " + ", ".join(map(_fmt_bytes, f["peak_mem_bytes_per_rank"]))
+              + (f" ({', '.join(shares)}{of})" if shares else ""))
+        if f["skipped_steps"]:
+            p(f"  skipped steps (fp16 overflow): {f['skipped_steps']}")
+
+
+def _plain(v):
+    """JSON-ready: NumPy scalars to Python numbers, NaN to None."""
+    v = v.item() if isinstance(v, np.generic) else v
+    return None if isinstance(v, float) and math.isnan(v) else v
