@@ -1,0 +1,274 @@
+"""``python -m minipar report LOG.json [LOG2.json ...] --out DIR``: one HTML page of runs.
+
+Reads the JSON logs ``train --log-json`` writes (format: minipar/monitor.py) and draws,
+with matplotlib's file-only Agg backend, one PNG per question a run answers:
+
+    loss.png          did it learn?  train loss per step, val loss at the end, runs overlaid
+    throughput.png    how fast?  tokens/s per step
+    time_split_K.png  where did each rank's step go?  compute / exposed communication /
+                      pipeline wait / optimizer, stacked per rank (mean over the steps
+                      after the first, which pays for warm-up)
+    memory.png        how full?  peak memory of every rank, runs side by side
+    loss_scale.png    fp16 only: the dynamic loss scale, skipped steps marked
+
+and ``index.html`` beside them: the figures and a table comparing the runs.  The
+table's numbers are the log's own (the ``final`` record, or the step records of an
+older log without one), each cell carrying the exact value in ``data-value``.
+Runs are labelled by ``--label``, else the header's layout, else the file name.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+SPLIT = (("compute_s", "compute", "#4c72b0"), ("comm_time_s", "exposed communication", "#dd8452"),
+         ("pipeline_wait_s", "pipeline wait", "#c44e52"), ("optimizer_s", "optimizer", "#55a868"))
+
+
+class Run:
+    """One log: its header (may be empty), step records and final figures."""
+
+    def __init__(self, path, label=None):
+        self.path, self.header, self.steps, self.final = path, {}, [], None
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                if "header" in rec:
+                    self.header = rec["header"]
+                elif "final" in rec:
+                    self.final = rec["final"]
+                elif "step" in rec:
+                    self.steps.append(rec)
+        name = os.path.splitext(os.path.basename(path))[0]
+        self.label = label or self.header.get("layout") or name
+        self.name = name
+
+    def column(self, key):
+        return [r.get(key) for r in self.steps]
+
+    def summary(self):
+        """The table row: the final record's figures, or the same computed from the steps."""
+        f = dict(self.final or {})
+        steps, time_s = self.steps, sum(r.get("step_time_s", 0.0) for r in self.steps)
+        losses = [r["loss"] for r in steps if r.get("loss") is not None]
+
+        def weighted(key):     # a per-step rate over the run: weighted by step length
+            pairs = [(r[key], r["step_time_s"]) for r in steps if r.get(key) is not None]
+            return sum(v * t for v, t in pairs) / sum(t for _, t in pairs) if pairs else None
+        f.setdefault("steps", len(steps))
+        f.setdefault("train_loss", losses[-1] if losses else None)
+        f.setdefault("train_loss_last10", sum(losses[-10:]) / len(losses[-10:]) if losses else None)
+        f.setdefault("val_loss", None)
+        if f.get("val_bits_per_byte") is None and f["val_loss"] is not None:
+            f["val_bits_per_byte"] = f["val_loss"] / math.log(2)
+        f.setdefault("tokens_per_s", weighted("tokens_per_s"))
+        f.setdefault("mfu", weighted("mfu"))
+        f.setdefault("comm_share", weighted("comm_share"))
+        f.setdefault("wall_s", None)
+        f.setdefault("skipped_steps", sum(int(r.get("skipped") or 0) for r in steps))
+        f["train_time_s"] = time_s
+        f["peak_mem_bytes"] = max(self.peak_memory_per_rank() or [None])
+        return f
+
+    def peak_memory_per_rank(self):
+        if self.final and self.final.get("peak_mem_bytes_per_rank"):
+            return self.final["peak_mem_bytes_per_rank"]
+        per = [r.get("peak_mem_bytes_per_rank") or [r["peak_mem_bytes"]]
+               for r in self.steps if r.get("peak_mem_bytes_per_rank") or r.get("peak_mem_bytes")]
+        return [max(col) for col in zip(*per)] if per else []
+
+    def time_split(self):
+        """{key: [mean seconds per rank]} over the steps after the first; a log without
+        ``per_rank`` gives one bar from its whole-run figures."""
+        steps = self.steps[1:] if len(self.steps) > 1 else self.steps
+        if not steps:
+            return {}
+        if all("per_rank" in r for r in steps):
+            n = len(steps[0]["per_rank"]["step_time_s"])
+            mean = lambda key: [sum((r["per_rank"].get(key) or [0.0] * n)[i] or 0.0  # noqa: E731
+                                    for r in steps) / len(steps) for i in range(n)]
+            return {key: mean(key) for key in ("step_time_s",) + tuple(k for k, _, _ in SPLIT)}
+        avg = lambda key: [sum(r.get(key) or 0.0 for r in steps) / len(steps)]  # noqa: E731
+        split = {key: avg(key) for key in ("step_time_s", "comm_time_s", "pipeline_wait_s")}
+        split["optimizer_s"] = [0.0]
+        split["compute_s"] = [max(0.0, split["step_time_s"][0] - split["comm_time_s"][0]
+                                  - split["pipeline_wait_s"][0])]
+        return split
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("minipar report needs matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")          # files only: no display, works on any server
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_lines(plt, runs, key, ylabel, path, title):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, run in enumerate(runs):
+        points = [(r["step"], r[key]) for r in run.steps if r.get(key) is not None]
+        if points:
+            ax.plot(*zip(*points), color=COLORS[i % len(COLORS)], label=f"{run.label} train"
+                    if key == "loss" else run.label)
+        val = run.summary().get("val_loss") if key == "loss" else None
+        if val is not None and run.steps:
+            ax.scatter([run.steps[-1]["step"]], [val], marker="*", s=120, zorder=3,
+                       color=COLORS[i % len(COLORS)], label=f"{run.label} val {val:.3f}")
+    if key == "loss":    # a second axis in bits/byte beside nats/byte
+        sec = ax.secondary_yaxis("right", functions=(lambda y: y / math.log(2),
+                                                     lambda y: y * math.log(2)))
+        sec.set_ylabel("bits / byte")
+    ax.set(xlabel="step", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_time_split(plt, run, path):
+    split = run.time_split()
+    fig, ax = plt.subplots(figsize=(max(6, 3 + 0.6 * len(split["step_time_s"])), 4))
+    ranks = list(range(len(split["step_time_s"])))
+    bottom = [0.0] * len(ranks)
+    for key, name, color in SPLIT:
+        values = [v * 1e3 for v in split[key]]
+        if any(values):
+            ax.bar(ranks, values, bottom=bottom, color=color, label=name)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    other = [t * 1e3 - b for t, b in zip(split["step_time_s"], bottom)]
+    if any(o > 0.01 * t * 1e3 for o, t in zip(other, split["step_time_s"])):   # unaccounted
+        ax.bar(ranks, [max(o, 0.0) for o in other], bottom=bottom, color="#bbbbbb", label="other")
+    ax.set(xlabel="rank", ylabel="ms per step", title=f"{run.label}: where a step goes",
+           xticks=ranks)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_memory(plt, runs, path):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        peaks = run.peak_memory_per_rank()
+        ax.bar([r + i * width for r in range(len(peaks))], [p / 2 ** 20 for p in peaks], width,
+               color=COLORS[i % len(COLORS)], label=run.label)
+    ax.set(xlabel="rank", ylabel="peak MiB", title="peak memory per rank")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_loss_scale(plt, runs, path):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, run in enumerate(runs):
+        points = [(r["step"], r["loss_scale"]) for r in run.steps if r.get("loss_scale")]
+        if not points:
+            continue
+        ax.plot(*zip(*points), color=COLORS[i % len(COLORS)], label=run.label)
+        skipped = [(r["step"], r["loss_scale"]) for r in run.steps if r.get("skipped")]
+        if skipped:
+            ax.scatter(*zip(*skipped), marker="x", color="red", zorder=3,
+                       label=f"{run.label}: skipped ({len(skipped)})")
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="step", ylabel="loss scale", title="fp16 dynamic loss scale")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# (key, column title, how to show it) — the exact value goes into data-value
+COLUMNS = (("steps", "steps", "{:d}"), ("train_loss", "train loss (last)", "{:.4f}"),
+           ("train_loss_last10", "train loss (last 10)", "{:.4f}"),
+           ("val_loss", "val loss nats/byte", "{:.4f}"), ("val_bits_per_byte", "bits/byte", "{:.3f}"),
+           ("tokens_per_s", "tokens/s", "{:,.0f}"), ("mfu", "MFU", "{:.2%}"),
+           ("comm_share", "comm share", "{:.1%}"), ("peak_mem_bytes", "peak memory (max rank)", None),
+           ("train_time_s", "train time s", "{:.1f}"), ("wall_s", "wall s", "{:.1f}"),
+           ("skipped_steps", "skipped steps", "{:d}"))
+
+
+def _cell(value, fmt):
+    if value is None:
+        return '<td data-value="">&ndash;</td>'
+    text = f"{value / 2 ** 20:.1f} MiB" if fmt is None else fmt.format(value)
+    return f'<td data-value="{html.escape(repr(value))}">{html.escape(text)}</td>'
+
+
+def write_html(runs, figures, path):
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title, _ in COLUMNS)
+    rows = []
+    for run in runs:
+        s = run.summary()
+        cells = "".join(_cell(s.get(key), fmt) for key, _, fmt in COLUMNS)
+        rows.append(f'<tr data-log="{html.escape(run.path)}"><th>{html.escape(run.label)}</th>{cells}</tr>')
+    notes = "".join(f"<li><b>{html.escape(r.label)}</b>: {html.escape(r.path)}"
+                    + (f" &mdash; threads: {html.escape(str(r.header['threads']))}" if "threads" in r.header else "")
+                    + (f" &mdash; MFU against {html.escape(str(r.header['mfu_basis']))}" if "mfu_basis" in r.header else "")
+                    + "</li>" for r in runs)
+    imgs = "".join(f'<figure><img src="{name}" alt="{html.escape(caption)}">'
+                   f"<figcaption>{html.escape(caption)}</figcaption></figure>" for name, caption in figures)
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>minipar report</title>
+<style>body{{font-family:sans-serif;margin:2em;}} table{{border-collapse:collapse;}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right;}} figure{{display:inline-block;margin:1em;}}
+img{{max-width:700px;}}</style></head><body>
+<h1>minipar report</h1>
+<table id="summary"><tr><th>run</th>{head}</tr>
+{chr(10).join(rows)}
+</table>
+<p>Loss in nats per byte (bits per byte = nats / ln 2).</p>
+<ul>{notes}</ul>
+{imgs}
+</body></html>
+"""
+    with open(path, "w") as f:
+        f.write(page)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m minipar report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logs", nargs="+", help="JSON logs written by train --log-json")
+    parser.add_argument("--out", required=True, help="folder for index.html and the PNGs")
+    parser.add_argument("--label", action="append", help="a name per log, in order")
+    args = parser.parse_args(argv)
+    if args.label and len(args.label) != len(args.logs):
+        parser.error(f"{len(args.label)} --label for {len(args.logs)} logs: give one per log")
+    plt = _plt()
+    runs = [Run(p, (args.label or [None] * len(args.logs))[i]) for i, p in enumerate(args.logs)]
+    labels = [r.label for r in runs]
+    for r in runs:               # two runs of the same layout: tell them apart by file
+        if labels.count(r.label) > 1 and not args.label:
+            r.label = f"{r.label} ({r.name})"
+    os.makedirs(args.out, exist_ok=True)
+    figures = [("loss.png", "loss per step (train), val loss at the end"),
+               ("throughput.png", "tokens per second")]
+    plot_lines(plt, runs, "loss", "loss, nats / byte", os.path.join(args.out, "loss.png"), "loss")
+    plot_lines(plt, runs, "tokens_per_s", "tokens / s", os.path.join(args.out, "throughput.png"),
+               "throughput")
+    for i, run in enumerate(runs):
+        if run.time_split():
+            name = f"time_split_{i + 1}.png"
+            plot_time_split(plt, run, os.path.join(args.out, name))
+            figures.append((name, f"{run.label}: time split per rank"))
+    if any(r.peak_memory_per_rank() for r in runs):
+        plot_memory(plt, runs, os.path.join(args.out, "memory.png"))
+        figures.append(("memory.png", "peak memory per rank"))
+    if any(r.get("loss_scale") for run in runs for r in run.steps):
+        plot_loss_scale(plt, runs, os.path.join(args.out, "loss_scale.png"))
+        figures.append(("loss_scale.png", "fp16 loss scale and skipped steps"))
+    write_html(runs, figures, os.path.join(args.out, "index.html"))
+    print(f"wrote {os.path.join(args.out, 'index.html')} and {len(figures)} figures")
+    return 0
