@@ -37,6 +37,7 @@ from dataclasses import dataclass
 USER_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 SET_VARS = USER_VARS + ("VECLIB_MAXIMUM_THREADS",)   # + macOS Accelerate
 MARKER = "MINIPAR_BLAS_THREADS"
+SPLIT_SOURCE = "MPI shared-memory split"
 # launcher variables that say how many ranks share this node, most specific first
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS",              # MPICH / Intel MPI (hydra)
                    "OMPI_COMM_WORLD_LOCAL_SIZE",   # Open MPI
@@ -137,13 +138,16 @@ def budget_threads(comm=None) -> ThreadBudget:
     memory with this one are counted by ``Split_type(COMM_TYPE_SHARED)``, and a
     launcher that bound each rank to its own cores is recognised (cores = this rank's
     mask, not the union of all of them divided).  Calling it again is cheap; a new
-    answer is applied to the running thread pools.
+    answer is applied to the running thread pools; once MPI has answered, a call
+    without ``comm`` keeps MPI's answer (it knows better than the launcher).
     """
     global _current
+    if comm is None and _current is not None and _current.source == SPLIT_SOURCE:
+        return _current
     cores = usable_cores()
     if comm is not None:
         ranks, cores, threads = _shared_memory_split(getattr(comm, "mpi", comm), cores)
-        source = "MPI shared-memory split"
+        source = SPLIT_SOURCE
     else:
         found = ranks_on_node_from_launcher()
         ranks, source = found if found else (1, "no launcher: one process")
