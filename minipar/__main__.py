@@ -96,8 +96,14 @@ def main(argv=None):
         from minipar.backend import set_backend
         set_backend(args.backend)
     if args.command == "train":
+        from minipar.config import ConfigError
+        from minipar.layout import LayoutError, as_flags, validate_layout
         from minipar.train import train
-        train(args)
+        config = validate_layout(args)        # every check, before any message
+        try:
+            train(config)
+        except ConfigError as err:            # found later (e.g. a foreign checkpoint)
+            raise LayoutError(as_flags(err)) from None
     elif args.command == "sample":
         from minipar.sample import sample_main
         sample_main(args)

@@ -59,7 +59,7 @@ def load_corpus(source="stdlib", max_bytes=None) -> np.ndarray:
     elif os.path.isfile(source):
         raw = _read_files([source], max_bytes)
     else:
-        raise FileNotFoundError(f"--data {source!r} is neither 'stdlib', a file nor a folder")
+        raise FileNotFoundError(f"`data` {source!r} is neither 'stdlib', a file nor a folder")
     if len(raw) < 2:
         raise ValueError(f"corpus {source!r} is empty")
     return np.frombuffer(raw, dtype=np.uint8)

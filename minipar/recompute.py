@@ -16,9 +16,9 @@ that fresh copy.  Memory per layer falls to its input (2·s·b·h bytes), one la
 activations live at a time during backward, and the price is one extra forward
 (about +33% compute: forward 1 unit, backward 2).
 
-- ``"full"``: each Block's forward is checkpointed;
-- ``"selective"``: only the attention core q, k, v → y (the 5·a·s/h term, cheap to
-  recompute: no weight matmuls), the rest is kept.
+- ``"full"``: each Block is wrapped, ``Recompute(block)``;
+- ``"selective"``: only the attention core q, k, v → y is wrapped (the 5·a·s/h term,
+  cheap to recompute: no weight matmuls), the rest is kept.
 
 Bit-identical results: the re-run sees the same inputs and, for dropout, the same
 random numbers — the generator's state is saved before the forward and restored
@@ -30,9 +30,8 @@ is needed.
 """
 from __future__ import annotations
 
-import types
-
 from minipar.autograd import Function, Tensor, set_grad_enabled
+from minipar.nn.module import Module, Wrapper, unwrap
 
 
 def rng_state(generator):
@@ -99,63 +98,43 @@ def checkpoint(fn, *inputs, generator=None):
 
 
 # ---------------------------------------------------------------- applying it to a GPT
-def _checkpointed(forward, generator):
-    def run(x):
-        return checkpoint(forward, x, generator=generator)
-    return run
+class Recompute(Wrapper):
+    """``inner`` run through ``checkpoint``: same parameters (same names), no activations
+    kept.  A wrapper, not a patched method, so it composes with what wraps it (a ZeRO-3
+    unit gathers the weights before the re-run) and ``unwrap`` removes it."""
 
+    def __init__(self, inner, generator=None):
+        super().__init__(inner)
+        self.generator = generator
 
-def _selective_attention_forward(self, x):
-    """``CausalSelfAttention.forward`` with its core wrapped in ``checkpoint``.
-    Mirrors minipar/nn/attention.py line for line (the bit-identity test guards it)."""
-    from minipar.nn.attention import attention_core
-    q, k, v = self.split_heads(self.qkv(x))
-    kind = self.attention
-    y = checkpoint(lambda q_, k_, v_: attention_core(q_, k_, v_, kind), q, k, v,
-                   generator=self._recompute_generator)
-    b, h, n, d = y.shape
-    y = y.transpose(0, 2, 1, 3).reshape(b, n, h * d)
-    return self.drop(self.proj(y))
+    def forward(self, *inputs):
+        return checkpoint(self.inner, *inputs, generator=self.generator)
 
 
 def apply_recompute(model, mode="full"):
-    """Switch recomputation on ``model``'s blocks: "none" | "full" | "selective".
+    """Wrap ``model``'s blocks for recomputation: "none" | "full" | "selective".
 
-    The model's classes are not touched: per instance, ``block.forward`` (full) or
-    ``block.attn.forward`` / ``block.attn.core`` (selective) is shadowed by an
-    instance attribute that calls ``checkpoint``; "none" deletes those attributes,
-    restoring the class methods.  Call it again to switch modes.  If the attention
-    module has a ``core(q, k, v)`` method, selective wraps just that.  Apply it to the
-    final model (after tensor-parallel conversion or pipeline partitioning): a deep
-    copy would keep wrappers that point at the original blocks.
+    "full" replaces each ``model.blocks[i]`` by ``Recompute(block)``; "selective" wraps
+    each block's attention core, ``attn.core = Recompute(attn.core)``; "none" unwraps.
+    Only child modules are swapped (as tensor parallelism swaps layers); no class or
+    method is touched, and calling it again switches modes.  Returns the model.
     """
     if mode not in ("none", "full", "selective"):
-        raise ValueError(f"--recompute must be none, full or selective, got {mode!r}")
+        raise ValueError(f"recompute mode must be none, full or selective, got {mode!r}")
     generator = getattr(model, "dropout_rng", None)
     if not getattr(getattr(model, "config", None), "dropout", 1.0):
         generator = None  # no dropout, no random numbers to replay (and CuPy's state is not saved)
-    for block in model.blocks:
+    for i, block in enumerate(model.blocks):
+        block = model.blocks[i] = unwrap(block)
         attn = block.attn
-        for owner, name in ((block, "forward"), (attn, "forward"), (attn, "core")):
-            if getattr(owner, "_recompute_" + name, False):
-                delattr(owner, name)
-                delattr(owner, "_recompute_" + name)
+        if not isinstance(getattr(attn, "core", None), Module):
+            raise TypeError(f"recomputation needs {type(attn).__name__} to hold its attention "
+                            "core as a module (attn.core = AttentionCore(...))")
+        attn.core = unwrap(attn.core)
         if mode == "full":
-            block.forward = _checkpointed(block.forward, generator)
-            block._recompute_forward = True
+            model.blocks[i] = Recompute(block, generator)
         elif mode == "selective":
-            if callable(getattr(type(attn), "core", None)):
-                core = attn.core
-                attn.core = lambda q, k, v, core=core: checkpoint(core, q, k, v, generator=generator)
-                attn._recompute_core = True
-            else:
-                from minipar.nn.attention import CausalSelfAttention
-                if type(attn).forward is not CausalSelfAttention.forward:
-                    raise TypeError(f"selective recomputation needs {type(attn).__name__} to "
-                                    "define core(q, k, v) (its forward is not the one mirrored here)")
-                attn._recompute_generator = generator
-                attn.forward = types.MethodType(_selective_attention_forward, attn)
-                attn._recompute_forward = True
+            attn.core = Recompute(attn.core, generator)
     return model
 
 

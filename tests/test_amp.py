@@ -4,7 +4,7 @@ import pytest
 
 from minipar import backend
 from minipar.amp import (MixedPrecision, DynamicLossScaler, make_scaler, amp_train_step,
-                         amp_optimizer_step, AmpAdamW)
+                         amp_optimizer_step)
 from minipar.autograd import Tensor, ops
 from minipar.data import Dataset, load_corpus
 from minipar.nn import GPT, GPTConfig, Linear
@@ -203,27 +203,32 @@ def test_skipped_step_changes_nothing_single_rank():
     assert not skipped and opt.step_count == 1
 
 
-def test_amp_adamw_is_the_same_step_behind_the_loop_interface():
+def test_the_trainers_step_is_the_same_fp16_step():
+    """The one optimizer step (parallel.step.Optimizer over a DDP synchroniser holding the
+    fp32 masters) gives bit for bit the weights of lesson 09's amp_train_step."""
+    from minipar.comm import Communicator
+    from minipar.parallel.step import Optimizer
+    from minipar.parallel.sync import DDPSync
     cfg = GPTConfig(n_layer=1, d_model=16, n_head=2, seq_len=8)
     x = np.arange(32).reshape(4, 8) % 11
 
-    def run(use_adapter):
+    def run(trainer_step):
         model = GPT(cfg, seed=0)
-        amp = MixedPrecision(model, "fp16")
         scaler = make_scaler("fp16")
-        if use_adapter:
-            opt = AmpAdamW(amp, scaler, lr=1e-2)
+        if trainer_step:
+            sync = DDPSync(model, Communicator(), half_dtype=np.float16)
+            opt = Optimizer(sync, lr=1e-2, scaler=scaler)
             for _ in range(3):
                 _, loss = model(x, x)
                 opt.scale_loss(loss).backward()
                 norm = opt.step(1.0)
-                opt.zero_grad()
             assert opt.last_scale == 2.0 ** 16 and not opt.last_skipped and norm > 0
             assert opt.memory_bytes()["params"] == 6 * model.num_parameters()
-        else:
-            opt = AdamW(amp.named_masters(), lr=1e-2)
-            for _ in range(3):
-                amp_train_step(model, amp, opt, scaler, x, x, 1, 1.0)
+            return [p.data.copy() for p in sync.amp.masters]
+        amp = MixedPrecision(model, "fp16")
+        opt = AdamW(amp.named_masters(), lr=1e-2)
+        for _ in range(3):
+            amp_train_step(model, amp, opt, scaler, x, x, 1, 1.0)
         return [p.data.copy() for p in amp.masters]
 
     for a, b in zip(run(True), run(False)):

@@ -23,10 +23,10 @@ CFG = GPTConfig(vocab_size=64, seq_len=8, n_layer=1, d_model=16, n_head=4)
 
 
 @pytest.mark.parametrize("overrides,tp,sp,match", [
-    ({}, 3, False, "--n-head 4 is not divisible by --tp 3"),
-    ({"n_head": 6, "d_model": 18}, 4, False, r"--tp in \[1, 2, 3, 6\]"),
-    ({"vocab_size": 3}, 4, False, "--tp <= 3"),
-    ({"seq_len": 6}, 4, True, "--seq-len to a multiple of 4"),
+    ({}, 3, False, "`n_head` 4 is not divisible by `tp` 3"),
+    ({"n_head": 6, "d_model": 18}, 4, False, r"`tp` in \[1, 2, 3, 6\]"),
+    ({"vocab_size": 3}, 4, False, "`tp` <= 3"),
+    ({"seq_len": 6}, 4, True, "`seq_len` to a multiple of 4"),
 ])
 def test_impossible_layouts_refused_before_any_message(overrides, tp, sp, match):
     cfg = GPTConfig(**{**CFG.to_dict(), **overrides})

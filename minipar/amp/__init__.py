@@ -30,16 +30,18 @@ One step (``amp_train_step``; ``amp_optimizer_step`` is the part after backward)
     scaler.update(found_inf)
 
 For ZeRO the masters are what gets sharded: a rank keeps fp32 masters and m, v for
-its shard only, applies ``scaler.unscale_`` / ``scaler.found_inf`` to its shard of the
-gradient (``found_inf`` agrees over ``comm``) and all-gathers half(master shard).
+its shard only; the step applies ``scaler.unscale_`` / ``scaler.found_inf`` to its
+shard of the gradient (``found_inf`` agrees over ``comm``) and the synchroniser
+all-gathers half(master shard).
 
 Modules: ``master`` (MixedPrecision), ``scaler`` (DynamicLossScaler, make_scaler),
-``step`` (amp_optimizer_step, amp_train_step, and AmpAdamW: the loop's optimizer
-interface in mixed precision).
+``step`` (amp_optimizer_step, amp_train_step: one process).  The trainer's step for
+every layout is ``parallel.step.Optimizer``; its synchronisers keep the masters
+(``parallel.sync``: DDP through ``MixedPrecision``, ZeRO as fp32 shards).
 """
 from minipar.amp.master import MixedPrecision
 from minipar.amp.scaler import DynamicLossScaler, make_scaler
-from minipar.amp.step import AmpAdamW, amp_optimizer_step, amp_train_step
+from minipar.amp.step import amp_optimizer_step, amp_train_step
 
 __all__ = ["MixedPrecision", "DynamicLossScaler", "make_scaler", "amp_optimizer_step",
-           "amp_train_step", "AmpAdamW"]
+           "amp_train_step"]

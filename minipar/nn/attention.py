@@ -7,6 +7,10 @@
 ``attention="naive"`` materialises P (B·H·N² numbers); ``"flash"`` calls the tiled
 kernel of ``minipar.kernels``, which never does.  ``core`` is the part selective
 recomputation re-runs in backward.
+
+The core is a module of its own, ``AttentionCore``: the one place where q, k, v
+become y.  The plain model, the tensor-parallel model (fewer heads per rank) and
+selective recomputation (which wraps the core, ``Recompute(attn.core)``) all call it.
 """
 from __future__ import annotations
 
@@ -32,6 +36,18 @@ def attention_core(q, k, v, kind="naive", causal=True):
     raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
 
 
+class AttentionCore(Module):
+    """y = softmax(q kᵀ/sqrt(d) + causal mask) v, naive or flash; no parameters."""
+
+    def __init__(self, kind="naive", causal=True):
+        if kind not in ("naive", "flash"):
+            raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
+        self.kind, self.causal = kind, causal
+
+    def forward(self, q, k, v):
+        return attention_core(q, k, v, self.kind, self.causal)
+
+
 class CausalSelfAttention(Module):
     def __init__(self, d_model, n_head, rng, proj_std, dropout, attention="naive"):
         if d_model % n_head:
@@ -40,7 +56,7 @@ class CausalSelfAttention(Module):
         self.qkv = Linear(d_model, 3 * d_model, rng)
         self.proj = Linear(d_model, d_model, rng, std=proj_std)
         self.drop = dropout
-        self.attention = attention
+        self.core = AttentionCore(attention)
 
     def split_heads(self, qkv):
         """(B, N, 3·H·d) -> q, k, v each (B, H, N, d); the columns are [q | k | v], head-major.
@@ -53,7 +69,7 @@ class CausalSelfAttention(Module):
 
     def forward(self, x):
         q, k, v = self.split_heads(self.qkv(x))
-        y = attention_core(q, k, v, self.attention)
+        y = self.core(q, k, v)
         b, h, n, d = y.shape
         y = y.transpose(0, 2, 1, 3).reshape(b, n, h * d)
         return self.drop(self.proj(y))

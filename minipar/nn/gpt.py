@@ -39,15 +39,15 @@ class GPTConfig:
         return asdict(self)
 
     def validate(self):
-        if self.d_model % self.n_head:
-            raise ValueError(f"--d-model {self.d_model} must be divisible by --n-head {self.n_head}")
         for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
             if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+                raise ValueError(f"`{field}` must be >= 1, got {getattr(self, field)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"`d_model` {self.d_model} must be divisible by `n_head` {self.n_head}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.attention not in ("naive", "flash"):
-            raise ValueError(f"--attention must be naive or flash, got {self.attention!r}")
+            raise ValueError(f"`attention` must be naive or flash, got {self.attention!r}")
         return self
 
 
@@ -61,7 +61,7 @@ PRESETS = {
 
 def config_from_preset(name, **overrides):
     if name not in PRESETS:
-        raise ValueError(f"unknown --model {name!r}; presets: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown `model` {name!r}; presets: {', '.join(PRESETS)}")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     return replace(PRESETS[name], **overrides).validate()
 

@@ -85,3 +85,32 @@ class Module:
 
     def num_parameters(self):
         return sum(p.size for p in self.parameters())
+
+
+class Wrapper(Module):
+    """A module that adds behaviour around ``inner`` and keeps its parameter names.
+
+    Parallelism and recomputation wrap a plain model's parts instead of patching their
+    methods: ``Recompute(block)`` or a ZeRO-3 unit is a ``Wrapper``, so the optimizer,
+    the checkpoints and the norm see ``blocks.0.attn.qkv.weight`` whatever wraps it,
+    and removing the wrapper gives back the untouched module (``unwrap``).
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def named_parameters(self, prefix=""):
+        yield from self.inner.named_parameters(prefix)
+
+    def __getattr__(self, name):          # config, flops_per_token, ... of what is inside
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def unwrap(module):
+    """The module inside every ``Wrapper`` layer."""
+    while isinstance(module, Wrapper):
+        module = module.inner
+    return module
+

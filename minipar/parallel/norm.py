@@ -1,17 +1,19 @@
 """The global gradient norm, when each rank holds only part of the gradient.
 
 Clipping must use ||g|| of the *whole* model's gradient.  A rank computes the
-squared norm of what it holds and the parts are summed over the groups that hold
-other parts:
+weighted squared norm of what it holds and the parts are summed over the groups
+that hold other parts:
 
-    ||g||² = Σ_groups Σ_p  w_p · ||g_p||²
+    ||g||² = Σ_groups Σ_elements  w · g²
 
+- ZeRO shards hold different pieces of every bucket: sum over ``dp_comm``;
 - pipeline stages hold different layers: sum over ``pp_comm``;
 - tensor-parallel ranks hold different slices of a sharded weight: sum over
   ``tp_comm``; a weight replicated on all t ranks (LayerNorm, biases of row-parallel
-  layers, positions) would be counted t times, so its weight is w_p = 1/t;
-- ZeRO shards hold different pieces of every bucket: sum over ``dp_comm`` (the ZeRO
-  optimizer does that one itself).
+  layers, positions) would be counted t times, so its weight is w = 1/t.
+
+This is the only place the norm is computed; ``optim.global_grad_norm`` is the
+one-process case (no groups, w = 1).
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ from minipar.backend import xp, to_host
 from minipar.comm import all_reduce
 
 
+def sum_of_squares(grad, weight=1.0):
+    """Σ w·g² in float64 (``weight`` a number or an array shaped like ``grad``)."""
+    return float((weight * grad.astype(xp.float64) ** 2).sum())
+
+
 class GlobalNorm:
     def __init__(self, comms=(), weight=None):
         self.comms = [c for c in comms if c is not None and c.size > 1]
@@ -28,8 +35,12 @@ class GlobalNorm:
 
     def local_sq(self, named_grads):
         """Σ w_p ||g_p||² over (name, grad) pairs held here."""
-        return sum(self.weight(name) * float((g.astype(xp.float64) ** 2).sum())
-                   for name, g in named_grads if g is not None)
+        return sum(sum_of_squares(g, self.weight(name)) for name, g in named_grads if g is not None)
+
+    def of_slots(self, slots):
+        """||g|| from a synchroniser's slots (each with its own norm weights)."""
+        return self.total(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
+                              if s.grad is not None))
 
     def total(self, local_sq):
         """sqrt of the sum of ``local_sq`` over the groups."""

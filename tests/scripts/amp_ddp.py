@@ -1,6 +1,6 @@
 """fp16 under data parallelism vs the single-process fp16 run (mpiexec -n N).
 
-Each rank trains a DataParallel replica with ``AmpAdamW`` on its 1/N share of the
+Each rank trains a data-parallel replica (``DDPSync`` in fp16 + the one ``Optimizer`` step) on its 1/N share of the
 global batch; every rank also runs the single-process oracle on the whole batch.
 Replicas must agree exactly with each other (same update everywhere) and with the
 oracle up to reduction order and half-precision rounding of the averaged gradients.
@@ -13,12 +13,13 @@ import sys
 import numpy as np
 
 from minipar import backend
-from minipar.amp import AmpAdamW, MixedPrecision, amp_train_step, make_scaler
+from minipar.amp import MixedPrecision, amp_train_step, make_scaler
 from minipar.comm import Communicator, abort_on_exception, all_reduce
 from minipar.data import Dataset, load_corpus, shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
-from minipar.parallel.data import DataParallel
+from minipar.parallel.step import Optimizer
+from minipar.parallel.sync import DDPSync
 
 STEPS, BATCH = 4, 12
 
@@ -30,9 +31,10 @@ def main():
     data = Dataset(load_corpus(max_bytes=50_000), cfg.seq_len)
 
     model = GPT(cfg, seed=0)
-    amp = MixedPrecision(model, "fp16")
-    opt = AmpAdamW(amp, make_scaler("fp16", comm=comm, init_scale=2.0 ** 10), ddp=DataParallel(model, comm),
-                   lr=3e-3, weight_decay=0.0)
+    sync = DDPSync(model, comm, half_dtype=np.float16)
+    amp = sync.amp
+    opt = Optimizer(sync, scaler=make_scaler("fp16", comm=comm, init_scale=2.0 ** 10),
+                    lr=3e-3, weight_decay=0.0)
     oracle = GPT(cfg, seed=0)
     oracle_amp = MixedPrecision(oracle, "fp16")
     oracle_opt = AdamW(oracle_amp.named_masters(), lr=3e-3, weight_decay=0.0)

@@ -13,9 +13,8 @@ import numpy as np
 from minipar import backend
 from minipar.comm import Communicator
 from minipar.nn import GPT, GPTConfig
-from minipar.parallel.data import DataParallel, DataParallelAdamW
-from minipar.parallel.zero import ZeroOptimizer
-from minipar.parallel.zero3 import ZeroStage3
+from minipar.parallel.step import Optimizer
+from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
 
 backend.set_default_dtype(np.float64)
 comm = Communicator()
@@ -24,7 +23,7 @@ report = {}
 
 # 1. broadcast from rank 0, despite per-rank seeds
 model = GPT(cfg, seed=100 + comm.rank)
-ddp = DataParallel(model, comm, bucket_bytes=4096)
+ddp = DDPSync(model, comm, bucket_bytes=4096)
 reference = GPT(cfg, seed=100)
 report["broadcast_ok"] = all(np.array_equal(p.data, q.data)
                              for p, q in zip(model.parameters(), reference.parameters()))
@@ -38,7 +37,7 @@ original = ddp._launch
 ddp._launch = lambda b: (events.append("launch"), original(b))
 ids = np.random.default_rng(comm.rank).integers(0, 32, (2, 8))
 model(ids, ids)[1].backward()
-ddp.finish_gradient_sync()
+ddp.finish()
 last_grad = max(i for i, e in enumerate(events) if e == "grad")
 report["launched_before_backward_ended"] = events.index("launch") < last_grad
 
@@ -48,14 +47,15 @@ psi = GPT(cfg).num_parameters()
 for stage in (0, 1, 2, 3):
     m = GPT(cfg, seed=0)
     if stage == 0:
-        opt = DataParallelAdamW(DataParallel(m, comm))
+        sync = DDPSync(m, comm)
     elif stage == 3:
-        opt = ZeroStage3(m, comm)
+        sync = Zero3Sync(m, comm)
     else:
-        opt = ZeroOptimizer(m, comm, stage=stage, bucket_bytes=4096)
+        sync = ZeroSync(m, comm, stage=stage, bucket_bytes=4096)
+    opt = Optimizer(sync)
     report[f"mem{stage}"] = opt.memory_bytes()
     if stage:   # Ψ counted with each bucket's padding to a multiple of N
-        report[f"psi_padded{stage}"] = sum(b.padded for b in opt.buckets)
+        report[f"psi_padded{stage}"] = sum(b.padded for b in sync.buckets)
 report["psi"] = psi
 if comm.rank == 0:
     print("REPORT " + json.dumps(report))

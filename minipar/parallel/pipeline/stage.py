@@ -15,7 +15,7 @@ from minipar.nn.module import Module
 def check_partition(n_layer, pp, chunks):
     stages = pp * chunks
     if n_layer % stages:
-        raise ValueError(f"--n-layer {n_layer} is not divisible by pp·chunks = {pp}·{chunks}; "
+        raise ValueError(f"`n_layer` {n_layer} is not divisible by pp·chunks = {pp}·{chunks}; "
                          f"choose a layer count that is a multiple of {stages}")
 
 
@@ -56,8 +56,8 @@ class RankStages(Module):
     def __init__(self, model, rank, pp, chunks):
         check_partition(model.config.n_layer, pp, chunks)
         if model.config.tie_weights and pp * chunks > 1:
-            raise ValueError("--tie-weights with --pp > 1 is not supported: the tied embedding "
-                             "would live on the first and last stage; drop --tie-weights")
+            raise ValueError("`tie_weights` with `pp` > 1 is not supported: the tied embedding "
+                             "would live on the first and last stage; drop `tie_weights`")
         S = pp * chunks
         self.config = model.config
         self.stages = [Stage(model, c * pp + rank, S) for c in range(chunks)]

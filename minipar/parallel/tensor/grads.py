@@ -12,56 +12,41 @@ embedding) exist on every tp rank.
   one all-reduce), as Megatron does; a hook per micro-batch would cost more messages.
 
 Global gradient norm for clipping: sharded parameters hold disjoint slices, replicated
-ones are the same on every rank and must be counted once:
+ones are the same on every rank and must be counted once (``parallel/norm.py``):
 
-    ||g||² = all_reduce_sum(Σ_sharded ||g_r||²) + Σ_replicated ||g||²
+    ||g||² = all_reduce_sum(Σ_sharded ||g_r||² + Σ_replicated ||g||²/t)
 """
 from __future__ import annotations
 
-import math
-
-from minipar.backend import xp
 from minipar.optim import clip_grad_norm
-from minipar.parallel.tensor.regions import all_reduce_inplace
+from minipar.parallel.norm import GlobalNorm
 
 
-def _split(model):
-    """(sharded, replicated) lists of parameters with a gradient."""
-    sharded, replicated = [], []
-    for name, p in model.named_parameters():
-        if p.grad is not None:
-            (sharded if name in model.shard_specs else replicated).append(p)
-    return sharded, replicated
+def replicated(model, name):
+    """True for a parameter held whole on every tp rank (not in the shard table)."""
+    return name not in model.shard_specs
 
 
 def reduce_replicated_grads(model):
     """With sequence parallelism, sum the replicated parameters' gradients over the tp
-    group (no-op otherwise).  Call after backward, before clipping and the optimizer."""
+    group (no-op otherwise).  Call after backward, before clipping and the optimizer.
+    (The trainer's optimizer step does the same on its slots: ``step.sum_partial_over_tp``.)"""
     if not model.sequence_parallel or model.comm.size == 1:
         return
-    _, replicated = _split(model)
-    if not replicated:
-        return
-    flat = xp.concatenate([p.grad.reshape(-1) for p in replicated])
-    all_reduce_inplace(model.comm, flat)
-    start = 0
-    for p in replicated:
-        p.grad[...] = flat[start:start + p.grad.size].reshape(p.grad.shape)
-        start += p.grad.size
-
-
-def _sum_squares(params):
-    return sum(float((p.grad.astype(xp.float64) ** 2).sum()) for p in params)
+    from minipar.parallel.step import sum_partial_over_tp
+    from minipar.parallel.sync.slots import Slot
+    slots = [Slot(p.data, p.grad, tp_replicated=True) for name, p in model.named_parameters()
+             if p.grad is not None and replicated(model, name)]
+    sum_partial_over_tp(slots, model.comm)
 
 
 def tp_grad_norm(model):
     """The global L2 norm of the gradient of the whole (unsharded) model; the same float
-    on every tp rank.  ``model``: a TensorParallelGPT (``named_parameters``, ``shard_specs``,
-    ``comm``).  With dp, average the gradients over dp first."""
-    sharded, replicated = _split(model)
-    partial = xp.asarray([_sum_squares(sharded)], dtype=xp.float64)
-    all_reduce_inplace(model.comm, partial)
-    return math.sqrt(float(partial[0]) + _sum_squares(replicated))
+    on every tp rank: Σ over tp of Σ w·g², replicated weights with w = 1/tp.
+    ``model``: a TensorParallelGPT.  With dp, average the gradients over dp first."""
+    t = model.comm.size
+    norm = GlobalNorm([model.comm], lambda name: 1.0 / t if replicated(model, name) else 1.0)
+    return norm.total(norm.local_sq((n, p.grad) for n, p in model.named_parameters()))
 
 
 def clip_tp_grad_norm(model, max_norm):

@@ -23,18 +23,18 @@ def check_tensor_parallel(cfg, tp, sequence_parallel=False):
     """Raise ValueError, saying what to change, unless ``cfg`` (a GPTConfig) can be split
     over ``tp`` ranks."""
     if not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"--tp must be a positive integer, got {tp!r}")
+        raise ValueError(f"`tp` must be a positive integer, got {tp!r}")
     if cfg.n_head % tp:
-        raise ValueError(f"--n-head {cfg.n_head} is not divisible by --tp {tp}: every "
-                         f"tensor-parallel rank computes n_head/tp whole heads; use --tp in "
-                         f"{_divisors(cfg.n_head)} or an --n-head divisible by {tp}")
-    for what, width in (("--d-model", cfg.d_model), ("the MLP width 4·d_model", 4 * cfg.d_model)):
+        raise ValueError(f"`n_head` {cfg.n_head} is not divisible by `tp` {tp}: every "
+                         f"tensor-parallel rank computes n_head/tp whole heads; use `tp` in "
+                         f"{_divisors(cfg.n_head)} or an `n_head` divisible by {tp}")
+    for what, width in (("`d_model`", cfg.d_model), ("the MLP width 4·d_model", 4 * cfg.d_model)):
         if width % tp:
-            raise ValueError(f"{what} = {width} is not divisible by --tp {tp}; choose a "
-                             f"--d-model divisible by {tp}")
+            raise ValueError(f"{what} = {width} is not divisible by `tp` {tp}; choose a "
+                             f"`d_model` divisible by {tp}")
     if cfg.vocab_size < tp:
-        raise ValueError(f"vocabulary of {cfg.vocab_size} ids cannot be split over --tp {tp} "
-                         f"ranks (at least one id each); use --tp <= {cfg.vocab_size}")
+        raise ValueError(f"vocabulary of {cfg.vocab_size} ids cannot be split over `tp` {tp} "
+                         f"ranks (at least one id each); use `tp` <= {cfg.vocab_size}")
     if sequence_parallel:
         check_sequence_length(cfg.seq_len, tp)
 
@@ -42,6 +42,6 @@ def check_tensor_parallel(cfg, tp, sequence_parallel=False):
 def check_sequence_length(n, tp):
     """Sequence parallelism shards the tokens: n must be divisible by tp."""
     if n % tp:
-        raise ValueError(f"with --sequence-parallel the sequence length {n} must be divisible by "
-                         f"--tp {tp} (each rank holds seq_len/tp tokens); change --seq-len to a "
-                         f"multiple of {tp} or drop --sequence-parallel")
+        raise ValueError(f"with `sequence_parallel` the sequence length {n} must be divisible by "
+                         f"`tp` {tp} (each rank holds seq_len/tp tokens); change `seq_len` to a "
+                         f"multiple of {tp} or drop `sequence_parallel`")

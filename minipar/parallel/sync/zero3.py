@@ -9,20 +9,24 @@ exist only while the unit computes:
               (prefetch i-1); when it has left through the unit's input:
               reduce-scatter the unit's gradients, free weights and full grads
 
-Two autograd Functions mark the boundaries, so backward itself says when a unit
-starts and ends: ``_UnitExit`` (identity; its backward runs first, re-gathers)
-and ``_UnitEntry`` (identity; its backward runs after every op of the unit).
-Ops read their weight from the parameter at backward time (``ctx.input_value``),
-so the re-gathered storage is what they see.  The optimizer step is ZeRO-1/2's,
-applied to the shards, with no all-gather after it: the next forward gathers.
+``Zero3Model`` wraps the (unmodified) model and runs its parts unit by unit; two
+autograd Functions mark the boundaries, so backward itself says when a unit starts
+and ends: ``_UnitExit`` (identity; its backward runs first, re-gathers) and
+``_UnitEntry`` (identity; its backward runs after every op of the unit).  Ops read
+their weight from the parameter at backward time (``ctx.input_value``), so the
+re-gathered storage is what they see — and a recomputed block (``Recompute``) re-runs
+inside the gathered unit.  The update is ZeRO-1/2's on the shards, and ``publish``
+gathers nothing: the next forward does.
 """
 from __future__ import annotations
 
 from minipar.backend import xp
 from minipar.autograd import Function, Tensor, is_grad_enabled
 from minipar.comm import all_gather, all_gather_async
+from minipar.nn.module import Wrapper
 from minipar.parallel.buckets import Bucket
-from minipar.parallel.zero import ZeroOptimizer
+from minipar.parallel.sync.zero import ZeroSync
+
 
 class _UnitBoundary(Function):
     """Identity forward; its backward tells the owner that backward crossed a unit's edge."""
@@ -48,23 +52,27 @@ class _UnitEntry(_UnitBoundary):
         return g, None, None
 
 
-class ZeroStage3(ZeroOptimizer):
-    def __init__(self, model, comm, **options):
+def model_units(model):
+    """The parameter lists of the units, in forward order."""
+    head = model.ln_f.parameters() + ([model.lm_head.weight] if model.lm_head else [])
+    return [[model.wte.weight, model.wpe.weight], *[b.parameters() for b in model.blocks], head]
+
+
+class Zero3Sync(ZeroSync):
+    def __init__(self, model, comm, rules=None, half_dtype=None):
         if model.config.tie_weights:
-            raise ValueError("--zero 3 does not support --tie-weights (the tied weight would "
-                             "belong to two units); drop one of the flags")
-        units = [[model.wte.weight, model.wpe.weight], *[b.parameters() for b in model.blocks],
-                 model.ln_f.parameters() + ([model.lm_head.weight] if model.lm_head else [])]
-        buckets = [Bucket(u, pad_to=comm.size) for u in units]
-        super().__init__(model, comm, stage=3, buckets=buckets, **options)
+            raise ValueError("ZeRO-3 does not support tied weights (the tied weight would "
+                             "belong to two units); untie them")
+        buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
+        super().__init__(model, comm, rules, stage=3, buckets=buckets, half_dtype=half_dtype)
         self.handles = {}
         self.empty = xp.zeros(0, dtype=buckets[0].dtype)   # what a freed parameter holds
         for i in range(len(buckets)):
             self.free(i)
-        model.embed = self._wrap(model.embed, 0)
-        for i, block in enumerate(model.blocks):
-            block.forward = self._wrap(block.forward, i + 1)
-        model.head = self._wrap(model.head, len(buckets) - 1)
+
+    def wrap(self, model):
+        """The model as it must be called: unit by unit."""
+        return Zero3Model(model, self)
 
     # ------------------------------------------------------------ gather / free
     def _sizes(self, b):
@@ -98,29 +106,46 @@ class ZeroStage3(ZeroOptimizer):
             self._reduce_scatter(b, asynchronous=True)   # ZeRO-2's: frees the full grads
         self.free(i)
 
-    def _wrap(self, fn, i):
-        def run(x, *rest):
-            self.gather(i)
-            self.prefetch(i + 1)
-            tracked = is_grad_enabled() and isinstance(x, Tensor) and x.requires_grad
-            out = fn(_UnitEntry.apply(x, self, i) if tracked else x, *rest)
-            if is_grad_enabled() and out.requires_grad:
-                out = _UnitExit.apply(out, self, i)
-            self.free(i)
-            return out
-        return run
+    def run_unit(self, i, fn, x):
+        """fn(x) with unit i's weights gathered, its edges marked for backward."""
+        self.gather(i)
+        self.prefetch(i + 1)
+        tracked = is_grad_enabled() and isinstance(x, Tensor) and x.requires_grad
+        out = fn(_UnitEntry.apply(x, self, i) if tracked else x)
+        if is_grad_enabled() and out.requires_grad:
+            out = _UnitExit.apply(out, self, i)
+        self.free(i)
+        return out
 
     # ------------------------------------------------------------ the ZeRO-1/2 machinery
-    def finish_gradient_sync(self):
+    def finish(self):
         for i in range(len(self.buckets)):   # units no backward left (the embeddings: ids
             self.release_unit(i)             # need no gradient, so no _UnitEntry ran)
-        for h in self.handles.values():          # prefetches nobody used
+        for h in self.handles.values():      # prefetches nobody used
             h.wait()
         self.handles.clear()
-        return super().finish_gradient_sync()
+        return super().finish()
 
-    def _publish(self, bucket):
+    def publish(self):
         """Weights stay sharded (the next forward gathers them); under mixed precision
         the half copy of my shard is refreshed from the fp32 master shard."""
         if self.half_dtype is not None:
-            bucket.half_shard[...] = bucket.param_shard
+            for b in self.buckets:
+                b.half_shard[...] = b.param_shard
+
+
+class Zero3Model(Wrapper):
+    """A GPT (plain or tensor-parallel) run unit by unit under ZeRO-3:
+    embed -> blocks -> head, each inside ``Zero3Sync.run_unit``."""
+
+    def __init__(self, model, sync):
+        super().__init__(model)
+        self.sync = sync
+
+    def forward(self, ids, targets=None):
+        m, run = self.inner, self.sync.run_unit
+        x = run(0, m.embed, ids)
+        for i, block in enumerate(m.blocks):
+            x = run(i + 1, block, x)
+        logits = run(len(m.blocks) + 1, m.head, x)
+        return logits if targets is None else (logits, m.loss(logits, targets))

@@ -1,0 +1,103 @@
+"""``TrainConfig``: everything a training run is, frozen, built once and checked once.
+
+    config = TrainConfig(tp=2, pp=2, microbatches=4, precision="fp64")   # from Python
+    config = config.resolve(world_size=8)      # dp filled in, defaults chosen, every check
+    train(config)
+
+The command line builds the same object (``TrainConfig.from_namespace``).  ``resolve``
+returns a new config with the layout-dependent defaults filled in (dp = world/(tp·pp),
+microbatches = 2·pp, the schedule, the bucket size, ...) or raises ``ConfigError``
+before any message is sent.  Errors speak in the config's own field names, written
+`like_this`; the CLI turns them into flags (`n_head` -> --n-head).  The checks are
+pure: the world size and the arguments, nothing else, so every rank stops alike.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Optional
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # layout
+    dp: Optional[int] = None            # None: all ranks left over by tp·pp
+    tp: int = 1
+    sequence_parallel: bool = False
+    pp: int = 1
+    chunks: int = 1
+    schedule: Optional[str] = None      # afab | 1f1b | interleaved | zb-h1 (default 1f1b)
+    microbatches: Optional[int] = None
+    zero: int = 0
+    grad_accum: int = 1
+    bucket_mb: Optional[float] = None
+    overlap: bool = True
+    comm_algorithm: str = "auto"
+    # numerics
+    precision: str = "fp32"
+    initial_loss_scale: Optional[float] = None
+    recompute: str = "none"
+    attention: str = "naive"
+    backend: Optional[str] = None
+    # model
+    model: str = "small"
+    n_layer: Optional[int] = None
+    d_model: Optional[int] = None
+    n_head: Optional[int] = None
+    seq_len: Optional[int] = None
+    dropout: Optional[float] = None
+    tie_weights: Optional[bool] = None
+    # run
+    steps: int = 200
+    stop_at: Optional[int] = None
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: Optional[int] = None
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    data: str = "stdlib"
+    eval_batches: Optional[int] = None
+    # output
+    log_json: Optional[str] = None
+    trace: Optional[str] = None
+    peak_tflops: Optional[float] = None
+    save: Optional[str] = None
+    save_every: int = 0
+    resume: Optional[str] = None
+    quiet: bool = False
+
+    @classmethod
+    def from_namespace(cls, ns):
+        """From an argparse namespace (or any object) with these attribute names."""
+        values = {f.name: getattr(ns, f.name) for f in fields(cls) if hasattr(ns, f.name)}
+        if hasattr(ns, "no_overlap"):
+            values["overlap"] = not ns.no_overlap
+        return cls(**values)
+
+    def to_dict(self):
+        return asdict(self)
+
+    def model_config(self):
+        """The GPTConfig: the preset with this config's overrides."""
+        from minipar.nn import config_from_preset
+        return config_from_preset(self.model, n_layer=self.n_layer, d_model=self.d_model,
+                                  n_head=self.n_head, seq_len=self.seq_len, dropout=self.dropout,
+                                  tie_weights=self.tie_weights, attention=self.attention)
+
+    @property
+    def pipelined(self):
+        return self.pp > 1 or self.chunks > 1
+
+    @property
+    def world_size(self):
+        return (self.dp or 1) * self.tp * self.pp
+
+    def resolve(self, world_size):
+        """Checked, with every default that depends on the layout filled in."""
+        from minipar.config_checks import check
+        return check(self, world_size)

@@ -1,0 +1,119 @@
+"""The checks of ``TrainConfig.resolve``: every way a layout can fail, before any message.
+
+Every rank runs them on the same config and world size, so a bad configuration stops
+all ranks with the same message and none is left waiting for a peer.  Combinations that
+are not supported are refused by name; a setting that would change nothing under the
+layout is refused too, never silently ignored.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from minipar.backend import backend_name
+from minipar.config import ConfigError
+
+
+def _positive(config):
+    for name in ("tp", "pp", "chunks", "steps", "batch_size", "grad_accum"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"`{name}` must be >= 1")
+    if config.dp is not None and config.dp < 1:
+        raise ConfigError("`dp` must be >= 1")
+
+
+def _data_parallel_size(config, world_size):
+    tp, pp = config.tp, config.pp
+    dp = config.dp if config.dp is not None else world_size // (tp * pp)
+    if dp < 1 or dp * tp * pp != world_size:
+        shown = config.dp if config.dp is not None else "?"
+        raise ConfigError(f"world size {world_size} != dp·tp·pp = {shown}·{tp}·{pp}; "
+                          f"launch mpiexec -n {max(dp, 1) * tp * pp} or change the layout")
+    return dp
+
+
+def _pipeline(config, cfg, dp):
+    pp, chunks = config.pp, config.chunks
+    m = config.microbatches if config.microbatches is not None else (2 * pp if pp > 1 else 1)
+    if not config.pipelined:
+        if config.microbatches not in (None, 1) or config.trace:
+            raise ConfigError("`microbatches` and `trace` belong to pipeline parallelism; "
+                              "set `pp` P (P >= 2) or leave them out")
+        return 1
+    schedule = config.schedule or "1f1b"
+    if chunks > 1 and schedule != "interleaved":
+        raise ConfigError(f"`chunks` {chunks} needs `schedule` interleaved")
+    if schedule == "interleaved" and chunks < 2:
+        raise ConfigError("`schedule` interleaved needs `chunks` V with V >= 2")
+    if schedule == "interleaved" and m % pp:
+        raise ConfigError(f"`schedule` interleaved needs `microbatches` divisible by `pp` {pp}, got {m}")
+    if m < 1:
+        raise ConfigError("`microbatches` must be >= 1")
+    if cfg.n_layer % (pp * chunks):
+        raise ConfigError(f"`n_layer` {cfg.n_layer} is not divisible by pp·chunks = {pp}·{chunks}")
+    if cfg.tie_weights:
+        raise ConfigError("`tie_weights` with pipeline parallelism is not supported; drop it")
+    if config.grad_accum != 1:
+        raise ConfigError("with `pp`, micro-batches do the accumulation: use `microbatches` "
+                          "instead of `grad_accum`")
+    if config.zero == 3:
+        raise ConfigError("`zero` 3 with `pp` is not supported (ZeRO-3 gathers whole-model "
+                          "units); use `zero` 1 or 2 with pipeline parallelism")
+    if config.batch_size % (dp * m):
+        raise ConfigError(f"`batch_size` {config.batch_size} must be divisible by "
+                          f"dp·microbatches = {dp}·{m}")
+    return m
+
+
+def _tensor(config, cfg):
+    if config.sequence_parallel and config.tp == 1:
+        raise ConfigError("`sequence_parallel` needs `tp` T with T >= 2")
+    if config.tp > 1:
+        from minipar.parallel.tensor import check_tensor_parallel
+        check_tensor_parallel(cfg, config.tp, config.sequence_parallel)
+
+
+def _flags_have_effect(config):
+    if config.schedule is not None and not config.pipelined:
+        raise ConfigError("`schedule` belongs to pipeline parallelism; set `pp` P or leave it out")
+    if config.zero > 0 and (config.comm_algorithm != "auto" or not config.overlap):
+        raise ConfigError("`comm_algorithm` and `no_overlap` set data parallelism's all-reduce "
+                          "(`zero` 0); ZeRO reduce-scatters (ring) from the gradient hooks")
+    if config.zero == 3 and config.bucket_mb is not None:
+        raise ConfigError("`bucket_mb` does not apply to `zero` 3, whose units are the layers")
+    if config.initial_loss_scale is not None and config.precision != "fp16":
+        raise ConfigError("`initial_loss_scale` needs `precision` fp16 (the only one scaled)")
+    if config.save_every and not config.save:
+        raise ConfigError("`save_every` needs `save` DIR")
+    if config.recompute != "none" and (config.dropout or 0) > 0 and backend_name() == "cupy":
+        raise ConfigError("`recompute` with dropout on CuPy is not supported: replaying the "
+                          "dropout masks needs the generator's state, which CuPy does not expose")
+
+
+def check(config, world_size):
+    """``config`` resolved for ``world_size`` ranks, or ConfigError."""
+    _positive(config)
+    dp = _data_parallel_size(config, world_size)
+    try:
+        cfg = config.model_config()
+        _tensor(config, cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    _flags_have_effect(config)
+    m = _pipeline(config, cfg, dp)
+    if config.batch_size % (dp * config.grad_accum):
+        raise ConfigError(f"`batch_size` {config.batch_size} must be divisible by "
+                          f"dp·grad-accum = {dp}·{config.grad_accum}")
+    if config.resume:
+        from minipar.checkpoint import FILENAME
+        if not os.path.isfile(os.path.join(config.resume, FILENAME)):
+            raise ConfigError(f"`resume` {config.resume}: no checkpoint there")
+    bucket_mb = config.bucket_mb
+    if bucket_mb is None and config.zero < 3:
+        bucket_mb = 25.0
+    scale = config.initial_loss_scale
+    if scale is None and config.precision == "fp16":
+        scale = 2.0 ** 16
+    return replace(config, dp=dp, microbatches=m, bucket_mb=bucket_mb, initial_loss_scale=scale,
+                   schedule=config.schedule or ("1f1b" if config.pipelined else None),
+                   eval_batches=4 if config.eval_batches is None else config.eval_batches)

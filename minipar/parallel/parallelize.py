@@ -1,0 +1,97 @@
+"""``parallelize(model, config, grid)``: a plain GPT made ready for a layout, in one
+visible order, each step a wrapper or a layer swap over the model before it:
+
+    1. tensor parallelism   TensorParallelGPT: column/row/vocab-parallel layers sliced
+                            from the plain model (+ sequence parallelism)
+    2. recomputation        Recompute(block) or Recompute(attn.core)
+    3. pipeline stages      RankStages (this rank's chunks) and the PipelineEngine
+    4. the synchroniser     DDPSync | ZeroSync (ZeRO-1/2) | Zero3Sync, with the masters
+                            of mixed precision; ZeRO-3 also wraps the model (Zero3Model)
+
+``build_optimizer(parallel, config, grid)`` then gives the one optimizer step
+(``step.Optimizer``) over the synchroniser.  ``config`` is anything with the fields of
+``minipar.config.TrainConfig`` (tp, sequence_parallel, recompute, pp, chunks, schedule,
+microbatches, zero, bucket_mb, comm_algorithm, overlap, precision, lr, weight_decay,
+initial_loss_scale); nothing here reads a command line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from minipar import backend
+
+
+@dataclass
+class Parallelized:
+    model: Any            # what forward is called on (None with a pipeline: use engine)
+    module: Any           # what holds this rank's parameters (the synchroniser's module)
+    sync: Any             # the gradient synchroniser
+    engine: Any = None    # PipelineEngine when pp > 1 or chunks > 1
+    tp_model: Any = None  # TensorParallelGPT when tp > 1 (checkpoint gathering)
+
+
+def _rules(tp_model, config):
+    from minipar.parallel.sync import ParamRules
+    if tp_model is None:
+        return ParamRules()
+    return ParamRules(tp=config.tp, replicated=lambda name: name not in tp_model.shard_specs,
+                      sequence_parallel=config.sequence_parallel)
+
+
+def make_sync(module, config, grid, rules, model=None):
+    """The synchroniser for ``config.zero`` over the data-parallel group."""
+    from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
+    half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
+    bucket_bytes = int((config.bucket_mb or 25.0) * 2**20)
+    if config.zero == 0:
+        return DDPSync(module, grid.dp_comm, rules, bucket_bytes=bucket_bytes,
+                       algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half)
+    if config.zero == 3:
+        return Zero3Sync(model if model is not None else module, grid.dp_comm, rules, half_dtype=half)
+    return ZeroSync(module, grid.dp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,
+                    half_dtype=half)
+
+
+def parallelize(model, config, grid):
+    """Steps 1-4 above; returns a ``Parallelized``.  ``model`` is not modified when tp > 1
+    (it is sliced into a copy); otherwise its blocks are wrapped in place."""
+    tp_model = None
+    if config.tp > 1:                                               # 1. tensor parallel
+        from minipar.parallel.tensor import to_tensor_parallel
+        model = tp_model = to_tensor_parallel(model, grid, config.sequence_parallel)
+    if config.recompute != "none":                                  # 2. recomputation
+        from minipar.recompute import apply_recompute
+        apply_recompute(model, config.recompute)
+    rules = _rules(tp_model, config)
+    if config.pp == 1 and config.chunks == 1:
+        sync = make_sync(model, config, grid, rules)                # 4. synchroniser
+        if config.zero == 3:
+            model = sync.wrap(model)
+        return Parallelized(model=model, module=model, sync=sync, tp_model=tp_model)
+    from minipar.parallel.pipeline.engine import PipelineEngine     # 3. pipeline stages
+    from minipar.parallel.pipeline.stage import RankStages
+    module = RankStages(model, grid.coords.pp, config.pp, config.chunks)
+    act_shape = None
+    if config.sequence_parallel:   # stages exchange their s/tp tokens of the sequence
+        d, tp = model.config.d_model, config.tp
+        act_shape = lambda rows, n: (rows, n // tp, d)  # noqa: E731
+    engine = PipelineEngine(module, grid.pp_comm, config.schedule, config.microbatches,
+                            config.chunks, activation_shape=act_shape,
+                            dtype=backend.dtype_of(config.precision))
+    sync = make_sync(module, config, grid, rules)                   # 4. synchroniser
+    return Parallelized(model=None, module=module, sync=sync, engine=engine, tp_model=tp_model)
+
+
+def build_optimizer(parallel, config, grid):
+    """The one optimizer step over ``parallel.sync``: AdamW, the global norm over the
+    model's other groups (tp, pp), a loss scaler for fp16 (agreed over every rank)."""
+    from minipar.parallel.step import Optimizer
+    scaler = None
+    if config.precision in ("fp16", "bf16"):
+        from minipar.amp import make_scaler
+        scaler = make_scaler(config.precision, comm=grid.world,
+                             init_scale=config.initial_loss_scale or 2.0 ** 16)
+    tp_comm = grid.tp_comm if parallel.tp_model is not None else None
+    return Optimizer(parallel.sync, lr=config.lr, weight_decay=config.weight_decay, scaler=scaler,
+                     norm_comms=[grid.tp_comm, grid.pp_comm], tp_comm=tp_comm)

@@ -1,0 +1,161 @@
+"""Data parallelism in the manner of PyTorch's DistributedDataParallel.
+
+Every replica holds the whole model and a 1/dp share of the global batch.  If
+each computes the mean loss of its share, the mean over replicas of their
+gradients is the gradient of the global-batch loss:
+
+    g = (1/dp) · Σ_r g_r        (one all-reduce, then a division)
+
+so after the all-reduce every replica makes the same update as one process on
+the whole batch.  To hide the all-reduce behind backward, gradients are packed
+into buckets (``buckets.py``); a leaf hook counts the gradients arriving in each
+bucket, and the moment a bucket is complete its comm hook (an all-reduce by
+default, ``hooks.py``) is started on the communication thread, while backward goes
+on computing earlier layers.  ``finish()`` waits for what is still in flight and
+writes the averaged gradients back.
+
+``no_sync()`` skips communication for gradient accumulation: K-1 micro-batches
+accumulate locally, the K-th triggers the buckets with the summed gradients.
+
+Mixed precision (``half_dtype``): the model's weights and gradients are fp16/bf16 and
+the buckets travel in half; ``amp.MixedPrecision`` keeps the fp32 masters the
+optimizer updates, and ``publish()`` rounds them back into the model.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+from minipar.parallel.buckets import make_buckets
+from minipar.parallel.sync.hooks import allreduce_hook
+from minipar.parallel.sync.slots import ParamRules, Slot, broadcast_parameters
+
+
+class DDPSync:
+    norm_comms = ()     # every replica holds every gradient: nothing to sum over dp
+
+    def __init__(self, module, comm, rules=None, bucket_bytes=25 * 2**20, algorithm="auto",
+                 overlap=True, half_dtype=None, comm_hook=None):
+        self.module, self.comm, self.overlap = module, comm, overlap
+        self.rules = rules or ParamRules()
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        broadcast_parameters(self.params, comm)
+        self.amp = None
+        if half_dtype is not None:             # fp32 masters; the model (and buckets) in half
+            from minipar.amp import MixedPrecision
+            self.amp = MixedPrecision(named, half_dtype)
+        self.comm_hook = comm_hook or allreduce_hook(algorithm)
+        self.buckets = make_buckets(self.params, bucket_bytes)
+        self.bucket_of = {}
+        for bucket in self.buckets:
+            for p in bucket.params:
+                self.bucket_of[id(p)] = bucket
+                p.register_hook(self._grad_ready)
+        masters = self.amp.masters if self.amp else self.params
+        r = self.rules
+        self.slots = [Slot(m.data, None, 1.0 if r.decays(n, p) else 0.0, r.norm_weight(n),
+                           r.partial_over_tp(n))
+                      for n, p, m in zip(self.names, self.params, masters)]
+        self.sync = True
+        self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
+        self.events = []             # (bucket index, submitted, started, finished) of the last sync
+        self._saved_switch = None
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate gradients locally; the next backward outside syncs them all."""
+        previous, self.sync = self.sync, False
+        try:
+            yield
+        finally:
+            self.sync = previous
+
+    def _grad_ready(self, param):
+        bucket = self.bucket_of[id(param)]
+        if not self.sync or self.comm.size == 1:
+            return
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params) and self.overlap:
+            self._launch(bucket)
+
+    # While an all-reduce runs on the communication thread, the main thread is busy in
+    # backward and holds Python's GIL; the thread needs it between two messages of the
+    # ring and by default waits up to 5 ms for it.  A shorter switch interval while
+    # buckets are in flight lets the thread move on after each message.
+    SWITCH_INTERVAL_S = 1e-4
+
+    def _launch(self, bucket):
+        if self._saved_switch is None:
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(self.SWITCH_INTERVAL_S)
+        bucket.submitted = time.perf_counter()
+        bucket.handle = self.comm_hook(self.comm, bucket.pack_grads())
+
+    def finish(self):
+        """Wait for (or, without overlap, run) every bucket's hook; write back the
+        averaged gradients; returns the slots, gradients in the masters' dtype."""
+        self._average()
+        if self.amp is not None:
+            self.amp.grads_to_masters()
+            grads = self.amp.master_grads()
+        else:
+            grads = [p.grad for p in self.params]
+        for slot, g in zip(self.slots, grads):
+            slot.grad = g
+        return self.slots
+
+    def _average(self):
+        self.exposed_comm_s = 0.0
+        if self.comm.size == 1:
+            return
+        start = time.perf_counter()
+        self.events = []
+        for i, bucket in enumerate(self.buckets):
+            if bucket.handle is None:          # not launched: no overlap, or unused params
+                bucket.submitted = time.perf_counter()
+                bucket.handle = self.comm_hook(self.comm, bucket.pack_grads())
+            h = bucket.handle
+            flat = h.wait()
+            self.events.append((i, bucket.submitted, getattr(h, "started_at", bucket.submitted),
+                                getattr(h, "finished_at", time.perf_counter())))
+            for p, view in bucket.views(flat):
+                p.grad = view
+            bucket.handle, bucket.ready = None, 0
+        if self._saved_switch is not None:
+            sys.setswitchinterval(self._saved_switch)
+            self._saved_switch = None
+        self.exposed_comm_s = time.perf_counter() - start
+
+    def publish(self):
+        if self.amp is not None:
+            self.amp.masters_to_model()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        if self.amp is not None:
+            self.amp.zero_grad()
+        for slot in self.slots:
+            slot.grad = None
+
+    # ------------------------------------------------------------ checkpoints, accounting
+    def to_named(self, arrays):
+        """{name: host array} of per-slot arrays (every replica holds them all)."""
+        from minipar.backend import to_host
+        return {n: to_host(a).copy() for n, a in zip(self.names, arrays)}
+
+    def from_named(self, named):
+        from minipar.backend import to_device
+        return [to_device(named[n], dtype=s.master.dtype) for n, s in zip(self.names, self.slots)]
+
+    def memory_bytes(self):
+        """Weights and gradients held here; fp32 masters (mixed precision) count as the
+        optimizer's, as in the ZeRO paper (the step adds its m and v)."""
+        model = sum(p.data.nbytes for p in self.params)
+        if self.amp is None:
+            return {"params": model, "grads": model, "optimizer": 0}
+        master = sum(m.data.nbytes for m in self.amp.masters)
+        return {"params": model + master, "grads": model + master, "optimizer": 0}

@@ -1,0 +1,64 @@
+"""What a synchroniser hands the optimizer step: Slots, and the rules that fill them.
+
+A ``Slot`` is one array this rank updates: a whole parameter (DDP) or this rank's shard
+of a flat bucket (ZeRO).  Besides the master and its gradient it carries, per element
+where a bucket mixes parameters, the facts the step needs about them:
+
+    decay          1 where weight decay applies (matrices), 0 on biases and norms
+    norm_weight    w in ||g||² = Σ w·g²: 1/tp for a weight replicated on the tp ranks,
+                   so that summing over the tp group counts it once
+    tp_replicated  True where the gradient is only this rank's part of a sum over tp
+                   (replicated weights under sequence parallelism)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from minipar.backend import xp
+from minipar.comm import broadcast
+from minipar.optim import decays
+from minipar.parallel.buckets import make_buckets
+
+
+@dataclass
+class Slot:
+    master: Any                  # updated in place by the optimizer step
+    grad: Any = None             # set by ``finish``: averaged over dp, master dtype
+    decay: Any = 1.0
+    norm_weight: Any = 1.0
+    tp_replicated: Any = False
+
+
+@dataclass(frozen=True)
+class ParamRules:
+    """Facts about parameters by name, from the model (tensor parallelism knows them)."""
+    tp: int = 1
+    replicated: Callable[[str], bool] = lambda name: False   # same weight on every tp rank
+    sequence_parallel: bool = False   # replicated weights then get partial gradients
+    decays: Callable = decays
+
+    def norm_weight(self, name):
+        return 1.0 / self.tp if self.tp > 1 and self.replicated(name) else 1.0
+
+    def partial_over_tp(self, name):
+        return self.sequence_parallel and self.tp > 1 and self.replicated(name)
+
+
+def bucket_mask(bucket, names, value_of, dtype):
+    """A flat per-element array over ``bucket``: value_of(name, param) on each parameter."""
+    mask = xp.zeros(bucket.padded, dtype=dtype)
+    for p, view in bucket.views(mask):
+        view[...] = value_of(names[id(p)], p)
+    return mask
+
+
+def broadcast_parameters(params, comm, root=0):
+    """Make every replica start from root's weights (one flat broadcast per dtype)."""
+    if comm.size == 1:
+        return
+    for bucket in make_buckets(params, bucket_bytes=float("inf")):
+        flat = bucket.pack_data()
+        broadcast(comm, flat, root=root)
+        for p, view in bucket.views(flat):
+            p.data[...] = view

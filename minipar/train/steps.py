@@ -1,0 +1,73 @@
+"""Forward and backward of one step on this replica's rows, and evaluation.
+
+    K micro-batches (gradient accumulation): loss_k·S/K backward, the synchroniser
+    quiet (``no_sync``) until the last, whose hooks start the communication;
+    or, with a pipeline, the schedule over M micro-batches.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from minipar import backend
+from minipar.autograd import no_grad
+from minipar.comm import all_reduce
+from minipar.data import shard_rows
+
+
+def forward_backward(model, optimizer, x, y, grad_accum):
+    """K micro-batches of this replica's rows; returns the mean local loss."""
+    rows = x.shape[0] // grad_accum
+    loss_sum = 0.0
+    for i in range(grad_accum):
+        last = i == grad_accum - 1
+        with (contextlib.nullcontext() if last else optimizer.no_sync()):
+            xs, ys = x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows]
+            _, loss = model(backend.to_device(xs), backend.to_device(ys))
+            (optimizer.scale_loss(loss) * (1.0 / grad_accum)).backward()
+        loss_sum += loss.item()
+    return loss_sum / grad_accum
+
+
+def pipeline_forward_backward(engine, optimizer, x, y):
+    """The schedule over M micro-batches; dp sync waits until after the last backward."""
+    with optimizer.no_sync():
+        loss = engine.run(x, y, loss_scale=optimizer.loss_scale)
+    return 0.0 if loss is None else loss
+
+
+def global_loss(grid, local_loss):
+    """The mean loss of the global batch: the last stage's value, averaged over dp."""
+    value = backend.to_device(np.array([local_loss if grid.is_last_stage else 0.0]))
+    if grid.pp > 1:
+        value = all_reduce(grid.pp_comm, value)
+    return float(backend.to_host(all_reduce(grid.dp_comm, value))[0]) / grid.dp
+
+
+def evaluate(parallel, dataset, config, grid):
+    """This replica's mean loss over ``config.eval_batches`` fixed validation batches.
+
+    Evaluation is laid out as training is, so its memory peak is training's: each
+    data-parallel replica takes its share of the rows, in grad-accum pieces (a pipeline:
+    in its micro-batches).  Every rank calls it — tensor-parallel, ZeRO-3 and pipelined
+    forwards are collective — and ``global_loss`` turns the replicas' means into the
+    batch mean.  With a pipeline only the last stage knows the loss (0.0 elsewhere).
+    """
+    module, engine, k = parallel.module, parallel.engine, config.grad_accum
+    module.eval()
+    total = 0.0
+    with no_grad():
+        for i in range(config.eval_batches):
+            x, y = dataset.batch(config.seed, i, config.batch_size, split="val")
+            x, y = shard_rows(x, grid.coords.dp, grid.dp), shard_rows(y, grid.coords.dp, grid.dp)
+            if engine is not None:
+                loss = engine.evaluate(x, y)
+                total += loss if grid.is_last_stage else 0.0
+                continue
+            rows = x.shape[0] // k
+            for j in range(k):
+                xs, ys = x[j * rows:(j + 1) * rows], y[j * rows:(j + 1) * rows]
+                total += parallel.model(backend.to_device(xs), backend.to_device(ys))[1].item() / k
+    module.train()
+    return total / max(config.eval_batches, 1)
