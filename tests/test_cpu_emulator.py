@@ -1,4 +1,4 @@
-"""The CPU emulator of CUDA (``minipar.kernels.cpu_emulator``) itself: its PTX against an
+"""The CPU emulator of CUDA (``minipar.kernels.emulator``) itself: its PTX against an
 independent model, and the mistakes it must catch.
 
 The PTX instructions are checked through small probe kernels that call the same helpers
@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from minipar.kernels import cpu_emulator, flash_cuda
-from minipar.kernels.cpu_emulator import EmulatedKernel, EmulatedKernels, EmulatorError, build
+from minipar.kernels import emulator, flash_cuda
+from minipar.kernels.emulator import EmulatedKernel, EmulatedKernels, EmulatorError, build
 from tests import ptx_oracle as oracle
 from tests.flash_runs import reference, run
 
-pytestmark = pytest.mark.skipif(cpu_emulator.compiler() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.skipif(emulator.compiler() is None, reason="no C++ compiler")
 
 PROBES = r'''
 #include "flash_mma.cuh"

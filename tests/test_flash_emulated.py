@@ -1,6 +1,6 @@
 """The CUDA flash-attention kernels against the float64 reference, on the CPU.
 
-``minipar.kernels.cpu_emulator`` runs the .cu source itself (one fiber per CUDA thread,
+``minipar.kernels.emulator`` runs the .cu source itself (one fiber per CUDA thread,
 warp-wide PTX modelled from the PTX ISA; see tests/test_cpu_emulator.py for the emulator's
 own checks) through ``flash_cuda``'s launch code, so everything but the silicon is what a
 GPU run executes.  Three properties, each for fp32 and the fp16 tensor-core kernels:
@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from minipar.kernels import cpu_emulator, flash_cuda
-from minipar.kernels.cpu_emulator import EmulatedKernels, build
+from minipar.kernels import emulator, flash_cuda
+from minipar.kernels.emulator import EmulatedKernels, build
 from tests.flash_runs import reference, run
 
-pytestmark = pytest.mark.skipif(cpu_emulator.compiler() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.skipif(emulator.compiler() is None, reason="no C++ compiler")
 
 CASES = [  # (dtype, B, H, Nq, Nk, d)
     ("float32", 2, 1, 77, 77, 64),     # odd N: partial tiles

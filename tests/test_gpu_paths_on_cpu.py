@@ -23,14 +23,14 @@ import sys
 
 import pytest
 
-from minipar.kernels import cpu_emulator
+from minipar.kernels import emulator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_CUPY = os.path.join(REPO, "tests", "fake_cupy")
 GPU_TESTS = ["tests/test_flash_gpu.py", "tests/test_gpu_backend.py"]
 
 
-@pytest.mark.skipif(cpu_emulator.compiler() is None, reason="the CPU emulator needs a C++ compiler")
+@pytest.mark.skipif(emulator.compiler() is None, reason="the CPU emulator needs a C++ compiler")
 def test_gpu_tests_pass_on_a_fake_cupy():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_CUPY, REPO]), OMP_NUM_THREADS="1")
     env.pop("MINIPAR_BACKEND", None)

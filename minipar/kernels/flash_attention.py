@@ -15,7 +15,7 @@ runs is decided per call:
 
 ``ATTENTION_IMPLEMENTATION`` may be set to ``"reference"`` to force the array code on
 either backend (the GPU tests compare the two that way), or to ``"emulated"`` to run the
-CUDA kernels on NumPy arrays through ``cpu_emulator`` (slow; for testing without a GPU).
+CUDA kernels on NumPy arrays through ``kernels.emulator`` (slow; for testing without a GPU).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _cuda_kernels(q):
         if not supported or backend_name() != "numpy":
             raise ValueError(f"'emulated' runs the CUDA kernels on NumPy arrays of float16 or float32 "
                              f"(head dim as flash_cuda.supports); got {backend_name()} {q.dtype}, d={q.shape[-1]}")
-        from minipar.kernels.cpu_emulator import EmulatedKernels
+        from minipar.kernels.emulator import EmulatedKernels
         return EmulatedKernels()
     if ATTENTION_IMPLEMENTATION is None and backend_name() == "cupy" and supported:
         return flash_cuda.CupyKernels()

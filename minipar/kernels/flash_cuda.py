@@ -91,7 +91,7 @@ def get_kernel(name, head_dim):
 
 
 class CupyKernels:
-    """The real thing: CuPy arrays, kernels compiled by NVRTC.  ``cpu_emulator.EmulatedKernels``
+    """The real thing: CuPy arrays, kernels compiled by NVRTC.  ``emulator.EmulatedKernels``
     has the same three members and runs the same .cu source on the CPU."""
 
     @property

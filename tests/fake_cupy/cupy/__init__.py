@@ -1,7 +1,7 @@
 """A fake ``cupy``: a TEST DOUBLE for dry runs of minipar's GPU-only Python paths on a CPU.
 
 Only a dry run puts ``tests/fake_cupy`` on PYTHONPATH.  ``cupy.ndarray`` wraps a NumPy array;
-``RawModule`` kernels run through minipar's CPU emulator (``minipar/kernels/cpu_emulator.py``).
+``RawModule`` kernels run through minipar's CPU emulator (``minipar/kernels/emulator/``).
 As in CuPy: array code returns ``cupy.ndarray`` (reductions and ``a[i]`` give 0-d arrays, not
 NumPy scalars), NumPy scalars and Python numbers mix in, NumPy functions on cupy arrays dispatch
 back to cupy; and refused as CuPy refuses: NumPy arrays in array operations or kernel arguments

@@ -10,9 +10,9 @@ _POINTEES = {"float": {"float32"}, "double": {"float64"}, "int": {"int32"}, "uns
 class RawModule:
     """CUDA C run by minipar's CPU emulator, which needs ``-DHEAD_DIM=d`` among ``options``."""
     def __init__(self, code=None, path=None, options=(), backend="nvrtc", **kwargs):
-        from minipar.kernels import cpu_emulator, cpu_emulator_source
-        self.code, self.options, self._emu = code or open(path).read(), tuple(options), cpu_emulator
-        self._params = {name: params for name, params, _ in cpu_emulator_source.kernels_of(self.code)}
+        from minipar.kernels import emulator
+        self.code, self.options, self._emu = code or open(path).read(), tuple(options), emulator
+        self._params = {name: params for name, params, _ in emulator.source.kernels_of(self.code)}
         self._exe = None
 
     def get_function(self, name):

@@ -1,4 +1,4 @@
-// CUDA threads on the CPU (see cpu_emulator.h): one fiber per thread, barriers, schedules.
+// CUDA threads on the CPU (see emulator.h): one fiber per thread, barriers, schedules.
 //
 // A fiber runs until it reaches a barrier — __syncthreads or a warp-wide instruction —
 // then the scheduler resumes another.  Blocks run one after another, each with fresh

@@ -1,4 +1,4 @@
-// main() of an emulated kernel program (see cpu_emulator.py): reads a launch file
+// main() of an emulated kernel program (see __init__.py): reads a launch file
 //     kernel NAME | grid X Y Z | block X Y Z | shared BYTES | shared_limit BYTES
 //     schedule lockstep|greedy|shuffled SEED | fill BYTE
 //     arg pointer PATH BYTES | arg int32 VALUE | arg float32 BITS      (one line each, in order)

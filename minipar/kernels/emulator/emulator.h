@@ -1,12 +1,12 @@
 // A CUDA execution model on the CPU, for running the flash-attention kernels without a GPU.
 //
-// cpu_emulator.py turns a .cu file into C++ that includes this header: every inline-PTX
+// source.py turns a .cu file into C++ that includes this header: every inline-PTX
 // `asm(...)` statement becomes `emu::ptx("template", {operands})`, and `extern __shared__`
 // arrays become a pointer to the block's dynamic shared memory.  What runs is the
 // kernel's own code; only the hardware is modelled:
 //
 //   threads   one fiber per CUDA thread, blocks one after another, resumed by a schedule
-//             chosen per launch (cpu_emulator_threads.h): lockstep, greedy (the last warp
+//             chosen per launch (cuda_threads.h): lockstep, greedy (the last warp
 //             runs ahead), or the warps shuffled at every __syncthreads.
 //   barriers  __syncthreads waits for every thread of the block; warp-wide instructions
 //             (mma.sync, ldmatrix, shfl.sync) wait for the 32 lanes of the warp, check that
@@ -14,7 +14,7 @@
 //             result from the 32 lanes' operands.  A barrier some thread never reaches
 //             stops the launch with a message (on a GPU: a hang or undefined behaviour).
 //   PTX       mma.sync.m16n8k16 (f16 x f16 + f32), ldmatrix.x4.trans, cvt to f16/f16x2,
-//             cvta.to.shared (cpu_emulator_ptx.h): fragment layouts as in the PTX ISA.
+//             cvta.to.shared (ptx.h): fragment layouts as in the PTX ISA.
 //             An instruction not listed stops the launch.
 //   memory    global buffers and each block's shared memory are heap blocks of exactly the
 //             launch's sizes; shared memory starts filled with one byte value (0xff: NaN).
@@ -22,7 +22,7 @@
 //             48 KiB of dynamic shared memory unless the kernel opted in, at most
 //             163 KiB (the sm_80 opt-in limit; sm_90 allows 227).
 //
-// Two builds check different things (cpu_emulator.py): "memory" runs under AddressSanitizer
+// Two builds check different things (__init__.py builds them): "memory" runs under AddressSanitizer
 // and UBSan — an access outside a buffer or a misaligned vector access stops the run;
 // "race" runs under ThreadSanitizer with CUDA's ordering rules — a missing __syncthreads or
 // a plain `+=` where two blocks need atomicAdd is reported whatever the schedule.
@@ -60,13 +60,13 @@ template <class T> T max(T a, T b) { return a > b ? a : b; }  // a mixed call wo
 namespace emu {
 
 [[noreturn]] inline void fail(const std::string& why) {
-    fprintf(stderr, "cpu_emulator: %s\n", why.c_str());
+    fprintf(stderr, "emulator: %s\n", why.c_str());
     exit(3);
 }
 
 }  // namespace emu
 
-#include "cpu_emulator_threads.h"
+#include "cuda_threads.h"
 
 namespace emu {
 
@@ -111,6 +111,6 @@ EMU_UNCHECKED inline dim3 grid_dim() { return the_launch.grid; }
 #define __syncthreads() emu::sync_block()
 #define __shfl_xor_sync(mask, value, lane_mask) emu::shfl_xor(mask, value, lane_mask)
 #define atomicAdd(address, value) emu::atomic_add(address, value)
-#define __launch_bounds__(...)  // cpu_emulator.py reads the bound from the source
+#define __launch_bounds__(...)  // source.py reads the bound from the source
 
-#include "cpu_emulator_ptx.h"
+#include "ptx.h"

@@ -1,5 +1,5 @@
 // The inline-PTX instructions the flash-attention kernels use, modelled on the CPU (see
-// cpu_emulator.h).  cpu_emulator.py rewrites
+// emulator.h).  source.py rewrites
 //     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
 // into
 //     emu::ptx("cvt.rn.f16x2.f32 %0, %1, %2;", {emu::out('r', &(r)), emu::in('f', (hi)), emu::in('f', (lo))});

@@ -1,12 +1,12 @@
 """Run the CUDA kernels of this package on the CPU: a CUDA execution model for testing.
 
 A GPU is not always at hand, and a kernel that compiles can still index the wrong
-fragment, forget a ``__syncthreads`` or read past a tile.  This module runs the .cu
+fragment, forget a ``__syncthreads`` or read past a tile.  This package runs the .cu
 source itself on the CPU:
 
-1. ``cpu_emulator_source`` rewrites the two things g++ cannot compile (inline PTX and
+1. ``source`` rewrites the two things g++ cannot compile (inline PTX and
    ``extern __shared__``); everything else is the kernel's code as NVRTC sees it.
-2. ``cpu_emulator.h`` supplies the hardware: one fiber per CUDA thread, ``__syncthreads``
+2. ``emulator.h`` supplies the hardware: one fiber per CUDA thread, ``__syncthreads``
    and warp-wide instructions as barriers (``mma.sync``, ``ldmatrix``, ``shfl`` computed
    from all 32 lanes' operands by the PTX ISA's fragment layouts), the launch limits.
 3. g++ builds it under one of two checks:
@@ -35,10 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from minipar.kernels.cpu_emulator_source import emulated_source
+from minipar.kernels.emulator.source import emulated_source
 from minipar.kernels.flash_cuda import KERNEL_DIR, kernel_source
 
-HEADERS = ("cpu_emulator.h", "cpu_emulator_threads.h", "cpu_emulator_ptx.h", "cpu_emulator_main.h")
+EMULATOR_DIR = Path(__file__).resolve().parent  # the headers below; the generated C++ includes
+HEADERS = ("emulator.h", "cuda_threads.h", "ptx.h", "main.h")  # them as "emulator/...", from -I KERNEL_DIR
 COMMON_FLAGS = ["-std=c++17", "-O0", "-g", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
                 "-fno-omit-frame-pointer"]
 CHECKS = {"memory": ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
@@ -89,8 +90,8 @@ def build(cuda_source, head_dim, label="kernels", check="memory"):
     cxx = compiler() or "g++"
     source = emulated_source(cuda_source)
     flags = COMMON_FLAGS + CHECKS[check] + [f"-DHEAD_DIM={head_dim}", f"-I{KERNEL_DIR}"]
-    key = hashlib.sha256("\0".join([source, _version(cxx), *flags] + [(KERNEL_DIR / h).read_text() for h in HEADERS])
-                         .encode()).hexdigest()[:16]
+    headers = [(EMULATOR_DIR / h).read_text() for h in HEADERS]
+    key = hashlib.sha256("\0".join([source, _version(cxx), *flags, *headers]).encode()).hexdigest()[:16]
     exe = cache_dir() / f"{check}_d{head_dim}_{key}"  # by content: one build whatever the label
     if exe.exists():
         return exe

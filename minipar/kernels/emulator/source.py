@@ -1,16 +1,16 @@
-"""CUDA C as C++ for the CPU emulator (``cpu_emulator``): the only rewriting it needs.
+"""CUDA C as C++ for the CPU emulator (``minipar.kernels.emulator``): the only rewriting it needs.
 
-g++ can compile a kernel as it is once ``cpu_emulator.h`` defines the CUDA surface
+g++ can compile a kernel as it is once ``emulator.h`` defines the CUDA surface
 (``threadIdx``, ``__syncthreads``, ``atomicAdd``...), except for two things:
 
 - inline PTX: ``asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f))`` becomes
   ``emu::ptx("cvt.rn.f16.f32 %0, %1;", {emu::out('h', &(h)), emu::in('f', (f))})`` —
   the same template and GCC's operand numbering (outputs, then inputs), interpreted by
-  ``cpu_emulator_ptx.h``;
+  ``ptx.h``;
 - ``extern __shared__ T name[];`` becomes a pointer to the block's shared memory.
 
 Then a launcher per ``extern "C" __global__`` kernel unpacks arguments from a
-``void*`` array (as ``cuLaunchKernel`` does) and ``cpu_emulator_main.h`` adds ``main``.
+``void*`` array (as ``cuLaunchKernel`` does) and ``main.h`` adds ``main``.
 """
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def _launcher(kernels):
                 raise ValueError(f"{name}: parameter type {ptype!r} is not supported (pointers, int, float)")
         lines.append(f"EMU_UNCHECKED static void run_{name}(void** a) {{ {name}({', '.join(unpacked)}); }}")
         table.append(f'{{"{name}", run_{name}, "{letters}", (unsigned)({bound})}}')
-    lines.append('#include "cpu_emulator_main.h"')
+    lines.append('#include "emulator/main.h"')
     lines.append("const emu::Entry emu::entries[] = {" + ", ".join(table) + ", {nullptr, nullptr, nullptr, 0}};")
     return "\n".join(lines) + "\n"
 
@@ -127,4 +127,4 @@ def emulated_source(cuda_source):
     if "__shared__" in source:
         raise ValueError("static __shared__ arrays are not modelled; use dynamic shared memory")
     source = _rewrite_asm(source)
-    return '#include "cpu_emulator.h"\n' + source + "\n" + _launcher(kernels_of(source))
+    return '#include "emulator/emulator.h"\n' + source + "\n" + _launcher(kernels_of(source))
