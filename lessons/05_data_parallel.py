@@ -2,7 +2,7 @@
 
     mpiexec -n 2 python lessons/05_data_parallel.py [--backend numpy|cupy] --json FILE
 
-Three experiments, all with minipar's ``DataParallel`` (buckets in reverse parameter
+Three experiments, all with minipar's ``DDPSync`` (buckets in reverse parameter
 order, all-reduces started from leaf gradient hooks on a progress thread):
 
 1. parity (float64): every replica trains on its 1/N rows of each global batch; the
@@ -10,7 +10,7 @@ order, all-reduces started from leaf gradient hooks on a progress thread):
    oracle) and of one process accumulating N micro-batches (gradient accumulation);
 2. the timeline of one step (float32, a larger model): forward and backward spans
    measured around the model calls, each bucket's all-reduce from ``ddp.events``;
-3. overlap on vs off: the same steps with ``DataParallel(overlap=False)`` (all-reduces
+3. overlap on vs off: the same steps with ``DDPSync(overlap=False)`` (all-reduces
    after backward), step time and exposed communication (time blocked waiting on it).
 
 Times are ``time.perf_counter()`` after a barrier; on one host all ranks share that
@@ -36,7 +36,8 @@ from minipar.comm import Communicator, abort_on_exception
 from minipar.data import shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
-from minipar.parallel.data import DataParallel, DataParallelAdamW
+from minipar.parallel.step import Optimizer
+from minipar.parallel.sync import DDPSync
 
 LR = 3e-3
 
@@ -68,15 +69,15 @@ def train_single(cfg, steps, rows, micro=1):
 
 def train_ddp(comm, cfg, steps, rows, bucket_bytes):
     model = GPT(cfg, seed=0)
-    ddp = DataParallel(model, comm, bucket_bytes=bucket_bytes)
-    opt = DataParallelAdamW(ddp, lr=LR)
+    ddp = DDPSync(model, comm, bucket_bytes=bucket_bytes)   # hooks on the parameters
+    opt = Optimizer(ddp, lr=LR)
     losses = []
     for step in range(steps):
         x, y = global_batch(step, rows, cfg)
         x, y = shard_rows(x, comm.rank, comm.size), shard_rows(y, comm.rank, comm.size)
-        _, loss = ddp(to_device(x), to_device(y))
+        _, loss = model(to_device(x), to_device(y))
         loss.backward()
-        opt.step()                                      # finish_gradient_sync + AdamW
+        opt.step()                                      # ddp.finish() + AdamW
         opt.zero_grad()
         # the global loss is the mean of the replicas' means (equal shares)
         everyone = comm.mpi.allgather(loss.item())
@@ -88,26 +89,25 @@ def timed_steps(comm, cfg, rows, overlap, steps, bucket_bytes):
     """``steps`` training steps; per step the spans of forward, backward, the sync wait
     and every bucket's all-reduce, relative to a barrier at the start of the step."""
     model = GPT(cfg, seed=0)
-    ddp = DataParallel(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
-    opt = DataParallelAdamW(ddp, lr=LR)
+    ddp = DDPSync(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
+    opt = Optimizer(ddp, lr=LR)
     out = []
     for step in range(steps):
         x, y = global_batch(step, rows, cfg)
         x, y = to_device(shard_rows(x, comm.rank, comm.size)), to_device(shard_rows(y, comm.rank, comm.size))
         comm.barrier()
         t0 = time.perf_counter()
-        _, loss = ddp(x, y)
+        _, loss = model(x, y)
         sync()
         t1 = time.perf_counter()
         loss.backward()
         sync()
         t2 = time.perf_counter()
-        exposed = ddp.finish_gradient_sync()
-        t3 = time.perf_counter()
-        opt.adam.step()                     # the gradients are already averaged
-        opt.zero_grad()
+        opt.step()                          # ddp.finish() (the wait), then AdamW
         sync()
         t4 = time.perf_counter()
+        exposed = ddp.exposed_comm_s
+        t3 = t2 + exposed                   # the wait comes first inside the step
         out.append({
             "forward": [t0 - t0, t1 - t0], "backward": [t1 - t0, t2 - t0],
             "sync_wait": [t2 - t0, t3 - t0], "optimizer": [t3 - t0, t4 - t0],

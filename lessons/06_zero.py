@@ -4,10 +4,10 @@
 
 For each stage the same model is wrapped by the optimizer of that stage:
 
-    0  DataParallel + replicated AdamW          16Ψ
-    1  ZeroOptimizer(stage=1): m, v sharded     8Ψ + 8Ψ/N
-    2  ZeroOptimizer(stage=2): + gradients      4Ψ + 12Ψ/N
-    3  ZeroStage3: + parameters                 16Ψ/N
+    0  DDPSync + replicated AdamW               16Ψ
+    1  ZeroSync(stage=1): m, v sharded          8Ψ + 8Ψ/N
+    2  ZeroSync(stage=2): + gradients           4Ψ + 12Ψ/N
+    3  Zero3Sync: + parameters                  16Ψ/N
 
 1. memory (float32 AdamW: 4 bytes per parameter, 4 per gradient, 8 for m and v):
    ``memory_bytes()`` of every rank after one step, and the padded Ψ each stage shards
@@ -33,19 +33,20 @@ from minipar.comm import Communicator, abort_on_exception
 from minipar.data import shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
-from minipar.parallel.data import DataParallel, DataParallelAdamW
-from minipar.parallel.zero import ZeroOptimizer
-from minipar.parallel.zero3 import ZeroStage3
+from minipar.parallel.step import Optimizer
+from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
 
 LR = 3e-3
 
 
 def make_optimizer(stage, model, comm, bucket_bytes):
+    """(the model to call, the optimizer): the one optimizer step over a synchroniser."""
     if stage == 0:
-        return DataParallelAdamW(DataParallel(model, comm, bucket_bytes=bucket_bytes), lr=LR)
+        return model, Optimizer(DDPSync(model, comm, bucket_bytes=bucket_bytes), lr=LR)
     if stage == 3:                      # one bucket per unit (embeddings, each block, head)
-        return ZeroStage3(model, comm, lr=LR)
-    return ZeroOptimizer(model, comm, stage=stage, lr=LR, bucket_bytes=bucket_bytes)
+        sync = Zero3Sync(model, comm)
+        return sync.wrap(model), Optimizer(sync, lr=LR)    # runs unit by unit
+    return model, Optimizer(ZeroSync(model, comm, stage=stage, bucket_bytes=bucket_bytes), lr=LR)
 
 
 def global_batch(step, rows, cfg):
@@ -56,8 +57,7 @@ def global_batch(step, rows, cfg):
 
 def train(comm, cfg, stage, steps, rows, bucket_bytes):
     """Losses of ``steps`` steps and the optimizer (to read its memory)."""
-    model = GPT(cfg, seed=0)
-    opt = make_optimizer(stage, model, comm, bucket_bytes)
+    model, opt = make_optimizer(stage, GPT(cfg, seed=0), comm, bucket_bytes)
     losses = []
     for step in range(steps):
         x, y = global_batch(step, rows, cfg)
@@ -102,9 +102,9 @@ def main():
     for stage in range(4):
         _, opt = train(comm, cfg, stage, 1, rows, bucket_bytes)
         mem = comm.mpi.gather(opt.memory_bytes(), root=0)
-        padded = sum(b.padded for b in opt.buckets) if stage else result["psi"]
+        padded = sum(b.padded for b in opt.sync.buckets) if stage else result["psi"]
         result[f"memory{stage}"] = {"per_rank": mem, "psi_padded": padded,
-                                    "buckets": len(opt.buckets) if stage else None}
+                                    "buckets": len(opt.sync.buckets) if stage else None}
 
     # 2. parity, float64
     backend.set_default_dtype(np.float64)

@@ -60,8 +60,8 @@ import numpy as np
 `05_data_parallel.py` trains a small GPT for 5 AdamW steps in float64 three ways, on the same
 global batches (the batch of step $k$ is a pure function of $k$):
 
-* **DDP**, $N = 2$ ranks: `DataParallel(model, comm, bucket_bytes=16 KiB)` (small buckets, so there
-  are many), each rank on its half of the rows, `DataParallelAdamW` (sync, then AdamW);
+* **DDP**, $N = 2$ ranks: `DDPSync(model, comm, bucket_bytes=16 KiB)` (small buckets, so there
+  are many), each rank on its half of the rows, `Optimizer(ddp)` (sync, then AdamW);
 * **one process** on the whole batch — the oracle, computed on rank 0;
 * **one process, $K = 2$ accumulated micro-batches** of half the rows, each loss scaled by $1/K$.
 
@@ -116,7 +116,7 @@ embeddings, whose gradient exists only when backward is over — its all-reduce 
 
 Each rank timed its step: `forward` and `backward` are measured around the model calls
 (`perf_counter()` after a barrier; ranks on one host share that clock); `sync wait` is
-`finish_gradient_sync()`, the time blocked waiting for communication (the **exposed** part);
+`ddp.finish()`, the time blocked waiting for communication (the **exposed** part);
 then the optimizer. The lower row of each rank is the communication thread, from `ddp.events`:
 for each bucket, *queued* (thin hatched bar: submitted by the hook, waiting for the thread to finish
 the buckets before it) and *all-reduce* (running; this includes waiting for the other rank to reach
@@ -169,7 +169,7 @@ Without overlap every bucket waits for the end of backward.
 ## 4. Overlap vs no overlap
 
 Median over the timed steps after the first (the slowest rank's step time; exposed communication =
-time blocked in `finish_gradient_sync()`, mean over ranks). *Comm busy* is the time the
+time blocked in `ddp.finish()`, mean over ranks). *Comm busy* is the time the
 communication thread spent on all-reduces (summed over buckets).
 ''', r'''
 rows = []

@@ -54,8 +54,8 @@ import numpy as np
 ## 1. Four ranks, each stage
 
 `06_zero.py` builds the same GPT ($d = 30$, so the LayerNorm and bias sizes are not multiples of 4 and
-padding shows) under each stage's optimizer on $N = 4$ ranks: stage 0 is `DataParallel` +
-`DataParallelAdamW`, stages 1–2 `ZeroOptimizer(stage=…)` with 8 KiB buckets, stage 3 `ZeroStage3` (one
+padding shows) under each stage's optimizer on $N = 4$ ranks: stage 0 is `DDPSync` under
+the one optimizer step (`parallel.step.Optimizer`), stages 1–2 `ZeroSync(stage=…)` with 8 KiB buckets, stage 3 `Zero3Sync` (one
 bucket per unit). After one float32 step it reads every rank's `memory_bytes()` — the bytes the rank
 holds for parameters, gradients and optimizer states. Then it trains 5 float64 steps per stage.
 ''', r'''
