@@ -3,10 +3,15 @@
 Exported:
 
 - transport: ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None,
-  ranks_per_node=None)`` — rank, size, ``split(color, key)``, buffer-based
-  ``send/recv/sendrecv/isend/irecv/wait/waitall/barrier``, counters ``bytes_sent,
-  bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``;
-  ``CollectiveMismatchError`` (raised in check mode, ``MINIPAR_COMM_CHECK=1``).
+  ranks_per_node=None, hang_timeout=None)`` — rank, size, ``split(color, key)``,
+  buffer-based ``send/recv/sendrecv/isend/irecv/wait/waitall/barrier``, counters
+  ``bytes_sent, bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``.
+- errors: ``CollectiveArgumentError`` (a ValueError: a bad argument on some rank — in
+  check mode, ``MINIPAR_COMM_CHECK=1``, raised on every rank) and
+  ``CollectiveMismatchError`` (check mode: ranks disagree).
+- ``set_hang_timeout(seconds, on_hang=None)`` / ``get_hang_timeout()``: a rank that
+  waits on a peer longer than that ends the job, naming itself, the call and the peer
+  (also ``Communicator(hang_timeout=S)`` or ``MINIPAR_HANG_TIMEOUT=S``; default off).
 - collectives: ``all_reduce(comm, array, op="sum", algorithm="auto", out=None)``,
   ``reduce_scatter(comm, array, op="sum", out=None, inplace=False)``,
   ``all_gather(comm, shard, sizes=None, out=None)``,
@@ -20,9 +25,11 @@ Exported:
 - ``abort_on_exception()``: an uncaught exception on any rank aborts the job.
 - ``cost_model``: ``predict``, ``choose``, ``calibrate``, ``CostParams``.
 
-Modules: transport (p2p + counters + check), exchange (pipelined send/receive/reduce),
-ring, doubling (recursive doubling, Rabenseifner), tree (binomial), hierarchical,
-collectives (the API above), nonblocking, cost_model, abort, bench.
+Modules: transport (p2p + counters), checks (local argument checks), agree (check
+mode's descriptor exchange), watchdog (hang timeout), exchange (pipelined
+send/receive/reduce), ring, doubling (recursive doubling, Rabenseifner), tree
+(binomial), hierarchical, collectives (the API above), nonblocking, cost_model, abort,
+bench.
 """
 from minipar.comm import cost_model
 from minipar.comm.abort import abort_on_exception
@@ -31,10 +38,12 @@ from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, all_gather, all_red
                                       broadcast, reduce, reduce_scatter)
 from minipar.comm.nonblocking import (Handle, all_gather_async, all_reduce_async,
                                       broadcast_async, reduce_async, reduce_scatter_async)
-from minipar.comm.transport import CollectiveMismatchError, Communicator
+from minipar.comm.transport import CollectiveArgumentError, CollectiveMismatchError, Communicator
+from minipar.comm.watchdog import get_hang_timeout, set_hang_timeout
 
 __all__ = [
-    "Communicator", "CollectiveMismatchError", "abort_on_exception", "cost_model",
+    "Communicator", "CollectiveMismatchError", "CollectiveArgumentError", "abort_on_exception",
+    "cost_model", "set_hang_timeout", "get_hang_timeout",
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier",
     "ALL_REDUCE_ALGORITHMS", "chunk_bounds", "chunk_sizes",
     "Handle", "all_reduce_async", "reduce_scatter_async", "all_gather_async",

@@ -12,6 +12,12 @@ the rounds and the nccl-tests bandwidths
 
 (busbw is what each rank's link must carry, comparable across n), the α-β-γ model's
 prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).
+
+    mpiexec -n N python -m minipar bench comm --check-overhead [--max-size 64K]
+
+measures instead what check mode (``MINIPAR_COMM_CHECK=1``) costs per call: the same
+collectives on two communicators, check off and on, timed in alternation in one run;
+the difference is the descriptor agreement of ``agree.py``.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from mpi4py import MPI
 
 from minipar.backend import set_backend, sync, xp
 from minipar.comm import cost_model
-from minipar.comm.collectives import ALL_REDUCE_ALGORITHMS, _auto, all_reduce
+from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, _auto, all_gather, all_reduce,
+                                      barrier)
 from minipar.comm.transport import Communicator
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -111,6 +118,37 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
     return rows, params
 
 
+def check_overhead(mpi_comm, sizes, dtype="float32", budget=1.0, max_iters=500):
+    """Rows: per-call time of all_reduce (auto), all_gather and barrier, check off vs on."""
+    off = Communicator(mpi_comm, check=False)
+    on = Communicator(mpi_comm, check=True)
+    itemsize = xp.dtype(dtype).itemsize
+    rows = []
+    cases = [("barrier", 0, lambda c, b: barrier(c))]
+    for size in sizes:
+        cases.append(("all_reduce", size, lambda c, b: all_reduce(c, b, op="max")))
+        cases.append(("all_gather", size, lambda c, b: all_gather(
+            c, b[: b.size // c.size], sizes=[b.size // c.size] * c.size)))
+    for name, size, fn in cases:
+        bufs = [xp.ones(max(size // itemsize, 1), dtype=dtype) for _ in (0, 1)]
+        (t_off, _), (t_on, _) = _time_interleaved(
+            off, [lambda: fn(off, bufs[0]), lambda: fn(on, bufs[1])], budget, max_iters)
+        rows.append(dict(collective=name, size=size, off_s=t_off, on_s=t_on,
+                         overhead_s=t_on - t_off, nprocs=off.size))
+    return rows
+
+
+def print_check_overhead(rows, p):
+    print(f"# check mode (MINIPAR_COMM_CHECK=1) cost per call, {p} ranks, median of rounds")
+    print(f"{'collective':<12} {'size':>6} {'check off us':>13} {'check on us':>12} "
+          f"{'overhead us':>12} {'ratio':>6}")
+    for r in rows:
+        ratio = r["on_s"] / r["off_s"] if r["off_s"] > 0 else float("nan")
+        print(f"{r['collective']:<12} {fmt_size(r['size']) if r['size'] else '-':>6} "
+              f"{r['off_s'] * 1e6:13.1f} {r['on_s'] * 1e6:12.1f} {r['overhead_s'] * 1e6:12.1f} "
+              f"{ratio:6.2f}")
+
+
 def print_table(rows, params, p):
     print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
           f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s, "
@@ -138,8 +176,16 @@ def main(argv=None):
                     help="pretend nodes of this many ranks (hierarchical)")
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
     ap.add_argument("--json", default=None, help="write the rows as JSON to FILE")
+    ap.add_argument("--check-overhead", action="store_true",
+                    help="measure check mode's cost per call instead (sizes up to --max-size)")
     args = ap.parse_args(argv)
     set_backend(args.backend)
+    if args.check_overhead:
+        sizes = [8] + [s for s in (1 << 10, 64 << 10, 1 << 20) if s <= parse_size(args.max_size)]
+        rows = check_overhead(MPI.COMM_WORLD, sizes, args.dtype, args.budget, args.max_iters)
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print_check_overhead(rows, MPI.COMM_WORLD.Get_size())
+        return 0
     comm = Communicator(check=False, ranks_per_node=args.ranks_per_node)
     lo, hi = parse_size(args.min_size), parse_size(args.max_size)
     sizes = []

@@ -11,9 +11,11 @@ so chunk sizes differ by at most one element, chunks may be empty when ``n < p``
 rank ``r`` of a reduce-scatter owns chunk ``r``.
 
 The reductions are the ufuncs of the selected array library: ``sum -> add``,
-``max -> maximum``, ``min -> minimum``; all are commutative, and IEEE addition is
-exactly commutative, so ``op(a, b)`` on one rank and ``op(b, a)`` on its partner give
-bit-identical results — replicas stay identical after every algorithm here.
+``max -> maximum``, ``min -> minimum``.  They are commutative in value but *not in
+bits*: ``add`` of two NaNs keeps one operand's sign and payload, ``maximum(-0.0, 0.0)``
+returns one of the two zeros, each by operand order.  So wherever two ranks compute the
+same element they must use the same order (recursive doubling: the lower rank's operand
+first, see ``exchange.py``); that is what keeps replicas bit-identical.
 """
 from __future__ import annotations
 

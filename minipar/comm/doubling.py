@@ -7,7 +7,10 @@ the end each odd rank sends the result back (fold-out).  Fold cost: 2α + 2S·β
 
 - Recursive doubling: in step k (k = 0..log2 p'-1) rank i swaps its *whole* buffer with
   rank i XOR 2^k and reduces.  log2 p'·(α + S·β + S·γ): fewest messages, most bytes —
-  the small-message algorithm.
+  the small-message algorithm.  Both partners compute the same sum, so both put the
+  lower rank's operand first: op(lower, upper) — by induction every rank of a group of
+  2^(k+1) then holds the same bits, even for NaN payloads and signed zeros (the new
+  numbering keeps the order of the real ranks, so "lower" means the same in both).
 - Rabenseifner: recursive *halving* reduce-scatter (swap half the current window with
   partner i XOR 2^k, from the highest bit down, keep and reduce the other half), then
   recursive doubling all-gather of the reduced blocks, in the reverse order.
@@ -31,7 +34,7 @@ def _fold_in(comm, buf, reduce):
         return -1, rem
     tmp = comm.workspace(buf.size, buf.dtype)
     comm.recv(tmp, r - 1, COLL_TAG)
-    reduce(buf, tmp, out=buf)
+    reduce(tmp, buf, out=buf)  # the lower rank's operand first, as everywhere here
     return r // 2, rem
 
 
@@ -75,7 +78,8 @@ def recursive_doubling_all_reduce(comm, buf, reduce, segment_bytes=SEGMENT_BYTES
         _fold_in(comm, buf, reduce)
     nseg = segments(buf.size, segment_bytes // buf.itemsize) if buf.nbytes > segment_bytes else 1
     for partner in partners:  # empty for a rank that sits out
-        exchange_reduce(comm, buf, partner, buf, partner, reduce, nseg)
+        exchange_reduce(comm, buf, partner, buf, partner, reduce, nseg,
+                        theirs_first=partner < comm.rank)
     if rem:
         _fold_out(comm, buf, rem)
     return buf

@@ -14,6 +14,12 @@ cost: ``nseg·α + S·β + S·γ`` instead of ``α + S·β + S·γ``.
 quantities all ranks know (the largest chunk, the window size), never from the local
 send size alone.
 
+Operand order: the reduction is ``op(mine, theirs)``, or ``op(theirs, mine)`` with
+``theirs_first``.  It matters when both partners compute the same element (recursive
+doubling): IEEE ``+`` of two NaNs returns one of the two payloads, and ``max(-0.0,
++0.0)`` either zero, depending on the operand order — so both partners must use the
+same order, or the replicas differ in their bits.
+
 Why 1 MiB: every segment is a separate message, and for large messages MPI uses a
 rendezvous (handshake, then one copy), so each extra segment costs a round trip during
 which neither side computes.  Measured at p=2 on 2 cores (MPICH, shared memory), 256 KiB
@@ -28,17 +34,22 @@ from minipar.comm.transport import COLL_TAG
 SEGMENT_BYTES = 1 << 20  # pipeline segment (see below)
 
 
-def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG):
+def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG,
+                    theirs_first=False):
     """Send ``send`` to ``dest``; reduce what ``src`` sends into ``recv`` (in place).
 
     ``send`` and ``recv`` may be the same buffer (recursive doubling): a segment is
-    only overwritten after its send has completed.
+    only overwritten after its send has completed.  ``theirs_first``: reduce as
+    ``op(theirs, mine)`` instead of ``op(mine, theirs)`` (see above).
     """
     ns, nr = send.size, recv.size
     if nseg <= 1:
         tmp = comm.workspace(nr, recv.dtype)
         comm.sendrecv(send, dest, tmp, src, tag)
-        reduce(recv, tmp, out=recv)
+        if theirs_first:
+            reduce(tmp, recv, out=recv)
+        else:
+            reduce(recv, tmp, out=recv)
         return
     slot = -(-nr // nseg)
     tmp = comm.workspace(2 * slot, recv.dtype)
@@ -59,7 +70,10 @@ def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG):
             rreq = comm.irecv(tmp[off: off + nxt.size], src, tag)
             sreqs.append(comm.isend(piece(send, ns, k + 1), dest, tag))
         sreqs[k].wait()  # its bytes have left: safe even when send is recv
-        reduce(part, landed, out=part)
+        if theirs_first:
+            reduce(landed, part, out=part)
+        else:
+            reduce(part, landed, out=part)
     comm.waitall(sreqs[nseg - 1:])
 
 

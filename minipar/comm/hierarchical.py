@@ -16,11 +16,19 @@ Nodes come from MPI's shared-memory split (``MPI.COMM_TYPE_SHARED``), or, so one
 can teach it, from ``ranks_per_node`` (node = rank // ranks_per_node).  If the nodes
 are not all the same size the shards would not line up across nodes, so the fallback is
 reduce to each node's leader, all-reduce among leaders, broadcast inside the node.
+
+The node layout is built collectively on first use and cached, with buffer-based p2p
+only (no pickled mpi4py collective: those hold the GIL while they wait, and a progress
+thread building the same kind of layout at the same time would then deadlock the
+process).  Non-blocking collectives build their layout on the main thread at submission
+(``nonblocking.py``), never on the progress thread.
 """
 from __future__ import annotations
 
+import numpy  # host metadata (node numbers) only
 from mpi4py import MPI
 
+from minipar.comm.agree import gather_rows
 from minipar.comm.chunks import chunk_bounds
 from minipar.comm.ring import ring_all_gather, ring_reduce_scatter
 from minipar.comm.tree import binomial_broadcast, binomial_reduce
@@ -38,11 +46,12 @@ def node_layout(comm):
     if comm.ranks_per_node:
         node = comm.rank // comm.ranks_per_node
     else:
-        shared = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-        node = shared.allreduce(comm.rank, op=MPI.MIN)  # lowest rank names the node
-        shared.Free()
+        shared = comm._like(comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank), True)
+        mine = numpy.array([comm.rank], dtype=numpy.int64)
+        node = int(gather_rows(shared, mine).min())  # the lowest rank names the node
+        shared.mpi.Free()
     local = comm.split(node, comm.rank, share_counters=True)
-    info = comm.mpi.allgather((node, local.size))  # setup only, not on the hot path
+    info = gather_rows(comm, numpy.array([node, local.size], dtype=numpy.int64)).tolist()
     uniform = len({q for _, q in info}) == 1
     if uniform:
         cross = comm.split(local.rank, node, share_counters=True)

@@ -30,6 +30,7 @@ import time
 from mpi4py import MPI
 
 from minipar.comm import collectives, cost_model
+from minipar.comm.hierarchical import node_layout
 
 
 class Handle:
@@ -84,6 +85,22 @@ def threads_available() -> bool:
     return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
 
+def _start(comm):
+    """First non-blocking call on ``comm``: set up, on this (main) thread, everything the
+    progress thread could otherwise build itself — the private context, the cost model
+    and the node layout — then start the thread.  Each of these is collective: building
+    them here, in submission order, keeps every rank's order the same, and the progress
+    thread never makes a collective setup call of its own (a pickled mpi4py call there
+    would hold the GIL while waiting and deadlock the main thread's collectives)."""
+    coll = comm.context("coll")
+    ctx = comm.context("async")  # collective Dup on first use: same order on all ranks
+    if coll.size > 1:
+        ctx.cache["cost"] = cost_model.params(coll)  # calibrated once, shared
+        node_layout(ctx)
+    engine = ctx.cache["engine"] = _ProgressThread(ctx)
+    return engine
+
+
 def submit(comm, fn, *args, **kwargs) -> Handle:
     """Run ``fn(async_context, *args, **kwargs)`` on ``comm``'s progress thread."""
     handle = Handle(getattr(fn, "__name__", "collective"))
@@ -93,13 +110,9 @@ def submit(comm, fn, *args, **kwargs) -> Handle:
         except Exception as err:
             handle._finish(error=err)
         return handle
-    coll = comm.context("coll")
-    ctx = comm.context("async")  # collective Dup on first use: same order on all ranks
-    if "cost" not in ctx.cache and coll.size > 1:
-        ctx.cache["cost"] = cost_model.params(coll)  # calibrate here, never in the thread
-    engine = ctx.cache.get("engine")
+    engine = comm.context("async").cache.get("engine")
     if engine is None:
-        engine = ctx.cache["engine"] = _ProgressThread(ctx)
+        engine = _start(comm)
     engine.queue.put((handle, fn, args, kwargs))
     return handle
 

@@ -18,8 +18,10 @@ does internally), so user point-to-point messages can never match a collective's
 non-blocking collectives get yet another context driven by a progress thread.
 
 ``check`` mode (``check=True`` or ``MINIPAR_COMM_CHECK=1``) makes every collective first
-all-gather a small metadata tuple — (collective, count, dtype, op, ...) — and raise
+agree on a small fixed-size descriptor of its arguments (see ``agree.py``) and raise
 :class:`CollectiveMismatchError` naming the ranks that disagree, instead of hanging.
+``hang_timeout`` (seconds, or ``set_hang_timeout``) lets a watchdog end the job when a
+wait on a peer lasts too long (see ``watchdog.py``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy  # host staging buffers only; compute goes through minipar.backend.
 from mpi4py import MPI
 
 from minipar.backend import backend_name, is_device_array, to_host, xp
+from minipar.comm import watchdog
 
 _HOST = numpy.ndarray
 _BYTE = MPI.BYTE
@@ -37,6 +40,11 @@ COLL_TAG = 7  # collectives live in their own context, so one tag is enough
 
 class CollectiveMismatchError(RuntimeError):
     """Ranks called a collective with different arguments (sizes, dtypes, op...)."""
+
+
+class CollectiveArgumentError(ValueError):
+    """A collective's arguments are wrong on some rank (dtype, ``out``, root, ...); in
+    check mode every rank raises it, naming the rank and what is wrong there."""
 
 
 def _env_flag(name: str) -> bool:
@@ -64,14 +72,18 @@ class Request:
     """A pending isend/irecv.  ``wait()`` completes it (and copies a staged receive
     back to the device); ``test()`` says whether it has completed, without blocking."""
 
-    __slots__ = ("mpi", "finish")
+    __slots__ = ("mpi", "finish", "comm", "peer")
 
-    def __init__(self, mpi_request, finish=None):
+    def __init__(self, mpi_request, finish=None, comm=None, peer=None):
         self.mpi = mpi_request
         self.finish = finish  # host->device copy for staged receives
+        self.comm, self.peer = comm, peer  # for the watchdog's report
 
     def wait(self):
-        self.mpi.Wait()
+        if self.comm is not None and self.comm.hang_timeout is not None:
+            watchdog.watched(self.comm, self.peer, "wait", self.mpi.Wait)
+        else:
+            self.mpi.Wait()
         if self.finish is not None:
             self.finish()
             self.finish = None
@@ -88,7 +100,7 @@ class Communicator:
     """rank/size, ``split``, buffer-based p2p and traffic counters over an MPI comm."""
 
     def __init__(self, mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
-                 _is_context=False):
+                 hang_timeout=None, _is_context=False):
         self.mpi = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
@@ -96,6 +108,7 @@ class Communicator:
         self.cuda_aware = _env_flag("MINIPAR_CUDA_AWARE") if cuda_aware is None else bool(cuda_aware)
         rpn = ranks_per_node or int(os.environ.get("MINIPAR_RANKS_PER_NODE", "0") or 0)
         self.ranks_per_node = rpn or None  # None: nodes from MPI's shared-memory split
+        self._hang_timeout = watchdog.register(hang_timeout)  # None: the process-wide one
         self.counters = Counters()
         self._children = []  # contexts and internal splits whose traffic counts as ours
         self._is_context = _is_context
@@ -112,11 +125,16 @@ class Communicator:
         sub = self.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
         if sub == MPI.COMM_NULL:
             return None
-        child = Communicator(sub, check=self.check, cuda_aware=self.cuda_aware,
-                             ranks_per_node=self.ranks_per_node, _is_context=share_counters)
+        child = self._like(sub, share_counters)
         if share_counters:
             self._children.append(child)
         return child
+
+    def _like(self, mpi_comm, is_context):
+        """A communicator over ``mpi_comm`` with my settings (check, timeout, ...)."""
+        return Communicator(mpi_comm, check=self.check, cuda_aware=self.cuda_aware,
+                            ranks_per_node=self.ranks_per_node,
+                            hang_timeout=self._hang_timeout, _is_context=is_context)
 
     def context(self, name: str) -> "Communicator":
         """A private duplicate (created collectively on first use) sharing the counters."""
@@ -124,8 +142,7 @@ class Communicator:
             return self
         ctx = self._contexts.get(name)
         if ctx is None:
-            ctx = Communicator(self.mpi.Dup(), check=self.check, cuda_aware=self.cuda_aware,
-                               ranks_per_node=self.ranks_per_node, _is_context=True)
+            ctx = self._like(self.mpi.Dup(), True)
             ctx.cache = self.cache if name == "coll" else {}
             self._contexts[name] = ctx
             self._children.append(ctx)
@@ -143,25 +160,20 @@ class Communicator:
             ws = self._workspace[key] = xp.empty(max(int(count), 1024), dtype=dtype)
         return ws[:count]
 
+    @property
+    def hang_timeout(self):
+        """Seconds a wait on a peer may last before the watchdog ends the job (None: off)."""
+        own = self._hang_timeout
+        return own if own is not None else watchdog._state["timeout"]
+
     # ----------------------------------------------------------- counters
     def _total(self, name):
         return getattr(self.counters, name) + sum(c._total(name) for c in self._children)
 
-    @property
-    def bytes_sent(self):
-        return self._total("bytes_sent")
-
-    @property
-    def bytes_recv(self):
-        return self._total("bytes_recv")
-
-    @property
-    def msgs_sent(self):
-        return self._total("msgs_sent")
-
-    @property
-    def msgs_recv(self):
-        return self._total("msgs_recv")
+    bytes_sent = property(lambda self: self._total("bytes_sent"))
+    bytes_recv = property(lambda self: self._total("bytes_recv"))
+    msgs_sent = property(lambda self: self._total("msgs_sent"))
+    msgs_recv = property(lambda self: self._total("msgs_recv"))
 
     def counters_dict(self):
         return {k: self._total(k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
@@ -194,14 +206,20 @@ class Communicator:
 
     # ----------------------------------------------------------- p2p
     def send(self, buf, dest, tag=0):
-        self.mpi.Send(self._out(buf), dest, tag)
+        if self.hang_timeout is None:
+            self.mpi.Send(self._out(buf), dest, tag)
+        else:
+            watchdog.watched(self, dest, "send", self.mpi.Send, self._out(buf), dest, tag)
         c = self.counters
         c.bytes_sent += buf.nbytes
         c.msgs_sent += 1
 
     def recv(self, buf, source, tag=0):
         spec, finish = self._in(buf)
-        self.mpi.Recv(spec, source, tag)
+        if self.hang_timeout is None:
+            self.mpi.Recv(spec, source, tag)
+        else:
+            watchdog.watched(self, source, "recv", self.mpi.Recv, spec, source, tag)
         if finish:
             finish()
         c = self.counters
@@ -211,11 +229,16 @@ class Communicator:
 
     def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
-        if type(sendbuf) is _HOST and type(recvbuf) is _HOST:  # the hot path, kept lean
+        if type(sendbuf) is _HOST and type(recvbuf) is _HOST and self.hang_timeout is None:
             self.mpi.Sendrecv([sendbuf, _BYTE], dest, tag, [recvbuf, _BYTE], source, tag)
-        else:
+        else:  # (the line above is the hot path, kept lean)
             spec, finish = self._in(recvbuf)
-            self.mpi.Sendrecv(self._out(sendbuf), dest, tag, spec, source, tag)
+            send = self._out(sendbuf)
+            if self.hang_timeout is None:
+                self.mpi.Sendrecv(send, dest, tag, spec, source, tag)
+            else:  # what it waits for is what it receives
+                watchdog.watched(self, source, "sendrecv", self.mpi.Sendrecv,
+                                 send, dest, tag, spec, source, tag)
             if finish:
                 finish()
         c = self.counters
@@ -230,7 +253,7 @@ class Communicator:
         keep_alive = None
         if spec[0] is not buf:  # the staged host copy must outlive the send
             keep_alive = lambda _host=spec[0]: None  # noqa: E731
-        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive)
+        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive, self, dest)
         c = self.counters
         c.bytes_sent += buf.nbytes
         c.msgs_sent += 1
@@ -241,15 +264,18 @@ class Communicator:
         c = self.counters
         c.bytes_recv += buf.nbytes
         c.msgs_recv += 1
-        return Request(self.mpi.Irecv(spec, source, tag), finish)
+        return Request(self.mpi.Irecv(spec, source, tag), finish, self, source)
 
     @staticmethod
     def wait(req):
         req.wait()
 
-    @staticmethod
-    def waitall(reqs):
-        MPI.Request.Waitall([r.mpi for r in reqs])
+    def waitall(self, reqs):
+        if self.hang_timeout is None:
+            MPI.Request.Waitall([r.mpi for r in reqs])
+        else:
+            watchdog.watched(self, [r.peer for r in reqs], "waitall", MPI.Request.Waitall,
+                          [r.mpi for r in reqs])
         for r in reqs:
             if r.finish is not None:
                 r.finish()
@@ -259,34 +285,6 @@ class Communicator:
         """Dissemination barrier on zero-byte messages (see collectives.barrier)."""
         from minipar.comm.collectives import barrier
         barrier(self)
-
-    # ----------------------------------------------------------- check mode
-    def check_agree(self, collective, **fields):
-        """In check mode, verify every rank passes the same arguments to a collective.
-
-        One small all-gather of the (collective, fields) tuple — pickled: this is a
-        debugging aid, off the hot path.  Every rank raises the same error, naming the
-        groups of ranks that differ, e.g.::
-
-            all_reduce: ranks disagree on its arguments (check mode, 3 ranks):
-              ranks 0,2: count=100 dtype=float32 op=sum algorithm=auto
-              ranks 1:   count=101 dtype=float32 op=sum algorithm=auto
-        """
-        if not self.check or self.size == 1:
-            return
-        meta = (collective,) + tuple(f"{k}={v}" for k, v in fields.items())
-        allmeta = self.mpi.allgather(meta)
-        if all(m == allmeta[0] for m in allmeta):
-            return
-        groups = {}
-        for r, m in enumerate(allmeta):
-            groups.setdefault(m, []).append(r)
-        lines = [f"  ranks {','.join(map(str, rs))}: " + (" ".join(m[1:]) if m[0] == collective
-                                                         else f"called {m[0]} {' '.join(m[1:])}")
-                 for m, rs in groups.items()]
-        raise CollectiveMismatchError(
-            f"{collective}: ranks disagree on its arguments (check mode, {self.size} ranks):\n"
-            + "\n".join(lines))
 
     def __repr__(self):
         return f"<Communicator rank {self.rank} of {self.size}>"
