@@ -82,8 +82,8 @@ class Checkpoint(Function):
             out = ctx.run(*inputs)
         if ctx.rng is not None:
             set_rng_state(ctx.generator, now)
-        if out.requires_grad:      # parameter gradients land in their .grad here
-            out.backward(g)
+        if out.requires_grad:      # parameter gradients land in their .grad here (or, in a
+            out.backward(g, deferral=getattr(ctx, "deferral", None))   # zero-bubble pipeline, queue)
         return (None, None) + tuple(t.grad if n else None for t, n in zip(inputs, needs))
 
 

@@ -2,8 +2,9 @@
 
 Backward of a linear layer has two parts: B, the input gradient dx = dy @ Wᵀ that
 the previous stage waits for, and W, the weight gradient dW = xᵀ @ dy that nobody
-waits for.  Inside ``with WeightGradDeferral() as d: loss.backward(g)`` the linear
-layers compute only B and queue their W work in ``d``; ``d.run()`` later computes
+waits for.  With ``d = WeightGradDeferral(); out.backward(g, deferral=d)`` the linear
+layers compute only B and queue their W work in ``d`` (the engine hands ``d`` to every
+node as ``ctx.deferral``: no global state); ``d.run()`` later computes
 the queued weight gradients and accumulates them into the parameters (firing
 their hooks), filling what would otherwise be pipeline bubbles.
 """
@@ -12,23 +13,10 @@ from __future__ import annotations
 from minipar.autograd.engine import accumulate_leaf_grad, backward
 from minipar.autograd.function import set_grad_enabled
 
-_active = []
-
-
-def active_deferral():
-    return _active[-1] if _active else None
-
 
 class WeightGradDeferral:
     def __init__(self):
         self.pending = []   # (leaves, compute) pairs
-
-    def __enter__(self):
-        _active.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _active.pop()
 
     def defer(self, leaves, compute):
         self.pending.append((leaves, compute))

@@ -69,8 +69,11 @@ def _leaf_edge_done(leaf, g, grads, leaf_uses):
             accumulate_leaf_grad(leaf, total)
 
 
-def backward(root, grad, retain_graph=False):
-    """Propagate ``grad`` (dL/d(root)) to every leaf that requires a gradient."""
+def backward(root, grad, retain_graph=False, deferral=None):
+    """Propagate ``grad`` (dL/d(root)) to every leaf that requires a gradient.
+
+    ``deferral``: a ``WeightGradDeferral`` handed to every node as ``ctx.deferral``, so
+    ops that can postpone work (a linear layer's dW) queue it there; None computes all."""
     grads = {id(root): grad}
     if root.ctx is None:
         accumulate_leaf_grad(root, grad)
@@ -85,6 +88,7 @@ def backward(root, grad, retain_graph=False):
                     if needed and parent.ctx is None:
                         _leaf_edge_done(parent, None, grads, leaf_uses)
                 continue
+            ctx.deferral = deferral
             in_grads = ctx.fn.backward(ctx, out_grad)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)

@@ -108,8 +108,8 @@ class Linear(Function):
     """y = x @ W + b with W of shape (in, out).
 
     Backward as two GEMMs on the flattened batch: dx = dy @ Wᵀ, dW = xᵀ @ dy,
-    db = Σ dy.  When a ``WeightGradDeferral`` is active (zero-bubble pipeline),
-    dW and db are queued for later instead of computed now.
+    db = Σ dy.  When backward was given a ``WeightGradDeferral`` (zero-bubble pipeline,
+    ``ctx.deferral``), dW and db are queued there instead of computed now.
     """
 
     @staticmethod
@@ -121,8 +121,6 @@ class Linear(Function):
 
     @staticmethod
     def backward(ctx, g):
-        from minipar.autograd.deferral import active_deferral
-
         (x,) = ctx.saved
         w = ctx.input_value(1)
         nx, nw = ctx.needs_input_grad[:2]
@@ -134,7 +132,7 @@ class Linear(Function):
             g2 = g.reshape(-1, g.shape[-1])
             return (_mm(x2.T, g2) if nw else None), (_sum_rows(g2) if nb else None)
 
-        deferral = active_deferral()
+        deferral = getattr(ctx, "deferral", None)
         if deferral is not None and (nw or nb):
             deferral.defer(ctx.inputs[1:], weight_grads)
             return gx, None, None

@@ -66,7 +66,7 @@ class Tensor:
         self.hooks.append(hook)
         return hook
 
-    def backward(self, grad=None, retain_graph=False):
+    def backward(self, grad=None, retain_graph=False, deferral=None):
         """Back-propagate from this tensor.
 
         With no ``grad`` the tensor must be a scalar loss (dL/dL = 1); a pipeline
@@ -82,7 +82,7 @@ class Tensor:
             grad = grad.data
         if grad.shape != self.shape:
             raise ValueError(f"gradient shape {grad.shape} != tensor shape {self.shape}")
-        engine.backward(self, grad, retain_graph=retain_graph)
+        engine.backward(self, grad, retain_graph=retain_graph, deferral=deferral)
 
     # ------------------------------------------------------------ operators
     def __add__(self, other): return ops.add(self, other)

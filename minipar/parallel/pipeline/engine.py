@@ -116,9 +116,8 @@ class PipelineEngine:
                     grad = self._recv("grad", mb, s, s + 1, out.shape, out.dtype)
                     start = self._now()
                 if self.split:
-                    with WeightGradDeferral() as d:
-                        out.backward(grad)
-                    deferred[(mb, c)] = d
+                    d = deferred[(mb, c)] = WeightGradDeferral()
+                    out.backward(grad, deferral=d)
                 else:
                     out.backward(grad)
                 if s > 0:
