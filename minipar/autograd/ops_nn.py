@@ -154,16 +154,37 @@ class Dropout(Function):
         return g * ctx.saved[0] * ctx.scale, None, None
 
 
+def causal_offset(nq, nk):
+    """Query i sees key j iff j <= i + offset, offset = nk - nq.
+
+    The causal mask aligned to the bottom-right corner (as FlashAttention >= 2.1 and a KV
+    cache do): the last query sees every key.  With nq == nk it is plain j <= i."""
+    return nk - nq
+
+
+def causal_mask(nq, nk, q0=0, k0=0, rows=None, cols=None):
+    """Boolean mask, True where query i may see key j (j <= i + nk - nq).
+
+    The whole (nq, nk) mask by default; a tiled kernel asks for the (rows, cols) block
+    whose top-left corner is query q0, key k0, and never builds the N×N one.
+    The one causal rule of minipar: dense attention, the model's fused softmax
+    (``causal_bias``) and the tiled flash reference all use it."""
+    rows = nq - q0 if rows is None else rows
+    cols = nk - k0 if cols is None else cols
+    query = xp.arange(q0, q0 + rows)[:, None]
+    key = xp.arange(k0, k0 + cols)[None, :]
+    return key <= query + causal_offset(nq, nk)
+
+
 _causal_bias = {}
 
 
 def causal_bias(nq, nk, dtype):
-    """(nq, nk) array: 0 where query i may see key j (j <= i + nk - nq), -inf above.
+    """(nq, nk) array: 0 where ``causal_mask`` lets query i see key j, -inf elsewhere.
     Cached: every layer of every step uses the same one."""
     key = (nq, nk, str(dtype), type(xp.zeros(0)).__module__)
     if key not in _causal_bias:
-        hidden = xp.triu(xp.ones((nq, nk), dtype=bool), k=nk - nq + 1)
-        _causal_bias[key] = xp.where(hidden, -xp.inf, 0.0).astype(dtype)
+        _causal_bias[key] = xp.where(causal_mask(nq, nk), 0.0, -xp.inf).astype(dtype)
     return _causal_bias[key]
 
 

@@ -7,8 +7,8 @@ Throughput counts the useful matrix-product work, as the FlashAttention papers d
     causal   = half of each
 
 On a GPU (CuPy): fp16, head dim 64 and 128, N = 1k..8k with B·N = 16k tokens and
-H·d = 2048, causal and not; every shape runs the flash kernels, naive CuPy attention
-(the full N×N matrix through cuBLAS) and, when PyTorch is installed,
+H·d = 2048, causal and not; every shape runs the flash kernels, naive CuPy attention (``dense``:
+the full N×N matrix through cuBLAS) and, when PyTorch is installed,
 ``scaled_dot_product_attention`` restricted to its flash backend — same inputs, same
 run — and prints the ratios.  Peak memory is the extra device memory one forward +
 backward needs beyond its inputs.  Without a GPU it runs a small, clearly labelled NumPy
@@ -17,12 +17,11 @@ comparison instead: the tiled reference vs dense attention (time and peak memory
 from __future__ import annotations
 
 import argparse
-import math
 import time
 import tracemalloc
 
 from minipar import backend
-from minipar.kernels.flash_reference import attention_mask
+from minipar.kernels.dense import dense_attention_backward, dense_attention_forward
 
 FLASH, NAIVE, TORCH = "flash", "naive", "torch-flash"
 
@@ -30,27 +29,6 @@ FLASH, NAIVE, TORCH = "flash", "naive", "torch-flash"
 def attention_flops(batch, heads, n, head_dim, causal):
     forward = 4 * batch * heads * n * n * head_dim / (2 if causal else 1)
     return forward, 2.5 * forward
-
-
-def naive_forward(q, k, v, causal):
-    """Dense attention keeping P (B, H, N, N) for backward: the O(N²)-memory baseline."""
-    xp = backend.xp
-    scores = (q @ k.swapaxes(-1, -2)).astype(xp.float32) * (1.0 / math.sqrt(q.shape[-1]))
-    visible = attention_mask(q.shape[-2], k.shape[-2], causal)
-    if visible is not None:
-        scores = xp.where(visible, scores, -xp.inf)
-    scores = xp.exp(scores - scores.max(axis=-1, keepdims=True))
-    probs = (scores / scores.sum(axis=-1, keepdims=True)).astype(q.dtype)
-    return probs @ v, probs
-
-
-def naive_backward(q, k, v, probs, grad_out):
-    """dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - rowsum(P∘dP)), dQ = dS K·s, dK = dSᵀ Q·s."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    dv = probs.swapaxes(-1, -2) @ grad_out
-    dprobs = grad_out @ v.swapaxes(-1, -2)
-    dscores = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True))
-    return dscores @ k * scale, dscores.swapaxes(-1, -2) @ q * scale, dv
 
 
 def seconds_per_call(fn, repeats, sync):
@@ -146,13 +124,13 @@ def run_gpu(args):
                     _cupy_extra_bytes(lambda: flash_cuda.backward(
                         q, k, v, *flash_cuda.forward(q, k, v, causal), grad_out, causal)))
                 try:
-                    probs = naive_forward(q, k, v, causal)[1]
+                    dense_forward = lambda: dense_attention_forward(q, k, v, causal)  # noqa: E731
+                    probs = dense_forward()[1]
                     results[NAIVE] = (
-                        seconds_per_call(lambda: naive_forward(q, k, v, causal), args.repeats, _device_sync),
-                        seconds_per_call(lambda: naive_backward(q, k, v, probs, grad_out), args.repeats,
+                        seconds_per_call(dense_forward, args.repeats, _device_sync),
+                        seconds_per_call(lambda: dense_attention_backward(q, k, v, probs, grad_out), args.repeats,
                                          _device_sync),
-                        _cupy_extra_bytes(lambda: naive_backward(q, k, v, naive_forward(q, k, v, causal)[1],
-                                                                 grad_out)))
+                        _cupy_extra_bytes(lambda: dense_attention_backward(q, k, v, dense_forward()[1], grad_out)))
                     probs = None  # free the N×N matrix before the next implementation
                 except cupy.cuda.memory.OutOfMemoryError:
                     results[NAIVE] = None
@@ -209,12 +187,12 @@ def run_cpu(args):
         for causal in args.causal:
             fwd_flops, bwd_flops = attention_flops(1, 4, n, 64, causal)
             out, lse = flash_forward_reference(q, k, v, causal)
-            _, probs = naive_forward(q, k, v, causal)
+            _, probs = dense_attention_forward(q, k, v, causal)
             impls = {
                 "flash": (lambda: flash_forward_reference(q, k, v, causal),
                           lambda: flash_backward_reference(q, k, v, out, lse, grad_out, causal)),
-                "dense": (lambda: naive_forward(q, k, v, causal),
-                          lambda: naive_backward(q, k, v, probs, grad_out)),
+                "dense": (lambda: dense_attention_forward(q, k, v, causal),
+                          lambda: dense_attention_backward(q, k, v, probs, grad_out)),
             }
             for impl, (forward, backward) in impls.items():
                 fwd_s = seconds_per_call(forward, args.cpu_repeats, lambda: None)

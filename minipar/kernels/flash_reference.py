@@ -22,7 +22,8 @@ Memory is O(N·d) plus one ``block_q × block_k`` tile — never N×N.
 
 Conventions.  q is (B, H, Nq, d); k and v are (B, H, Nk, d).  Causal masking is
 aligned to the bottom-right corner (as FlashAttention ≥ 2.1 and a KV cache do):
-query i sees key j iff ``j <= i + (Nk - Nq)``; with Nq == Nk that is plain ``j <= i``.
+query i sees key j iff ``j <= i + (Nk - Nq)`` (``causal_mask``, the rule dense attention and
+the model's softmax use too); with Nq == Nk that is plain ``j <= i``.
 Key tiles wholly above that diagonal are skipped, not masked.  A query row that
 sees no key at all (causal with Nq > Nk: the first Nq - Nk rows) gets output 0,
 log-sum-exp -inf and zero gradients — never NaN.  Inputs in float64 are computed in
@@ -32,7 +33,9 @@ from __future__ import annotations
 
 import math
 
+from minipar.autograd.ops_nn import causal_mask, causal_offset
 from minipar.backend import xp
+from minipar.kernels.dense import dense_attention_forward
 
 
 def accumulation_dtype(dtype):
@@ -40,19 +43,13 @@ def accumulation_dtype(dtype):
     return xp.float64 if xp.dtype(dtype) == xp.float64 else xp.float32
 
 
-def causal_offset(n_queries, n_keys):
-    """Query i sees key j iff j <= i + offset (bottom-right aligned causal mask)."""
-    return n_keys - n_queries
-
-
-def _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset):
-    """S = Q_i K_jᵀ · scale for one tile pair, with -inf where the causal mask hides a key."""
+def _masked_scores(q_tile, k_tile, q0, k0, scale, causal, shape):
+    """S = Q_i K_jᵀ · scale for one tile pair, with -inf where the causal mask hides a key
+    (``shape`` = (Nq, Nk) of the whole problem; the mask is built for this tile only)."""
     scores = q_tile @ k_tile.swapaxes(-1, -2) * scale
     rows, cols = q_tile.shape[-2], k_tile.shape[-2]
-    if causal and k0 + cols - 1 > q0 + offset:  # the tile crosses the diagonal
-        query_pos = xp.arange(q0, q0 + rows)[:, None]
-        key_pos = xp.arange(k0, k0 + cols)[None, :]
-        scores = xp.where(key_pos > query_pos + offset, -xp.inf, scores)
+    if causal and k0 + cols - 1 > q0 + causal_offset(*shape):  # the tile crosses the diagonal
+        scores = xp.where(causal_mask(*shape, q0, k0, rows, cols), scores, -xp.inf)
     return scores
 
 
@@ -82,7 +79,7 @@ def flash_forward_reference(q, k, v, causal=True, block_q=64, block_k=64):
             k1 = min(k0 + block_k, n_keys)
             k_tile = k[..., k0:k1, :].astype(acc_dtype)
             v_tile = v[..., k0:k1, :].astype(acc_dtype)
-            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset)
+            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, (n_queries, n_keys))
             new_max = xp.maximum(row_max, scores.max(axis=-1))
             # A row with nothing visible yet has max -inf; exponentiate against 0 instead
             # so that exp(-inf - (-inf)) = NaN never happens.
@@ -127,7 +124,7 @@ def flash_backward_reference(q, k, v, out, lse, grad_out, causal=True, block_q=6
             q1 = min(q0 + block_q, n_queries)
             q_tile = q[..., q0:q1, :].astype(acc_dtype)
             do_tile = grad_out[..., q0:q1, :].astype(acc_dtype)
-            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, offset)
+            scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, (n_queries, n_keys))
             probs = xp.exp(scores - safe_lse[..., q0:q1, None])
             dv_acc += probs.swapaxes(-1, -2) @ do_tile
             dprobs = do_tile @ v_tile.swapaxes(-1, -2)
@@ -139,26 +136,7 @@ def flash_backward_reference(q, k, v, out, lse, grad_out, causal=True, block_q=6
     return dq.astype(q.dtype), dk, dv
 
 
-def attention_mask(n_queries, n_keys, causal):
-    """Boolean (Nq, Nk) array, True where query i may see key j (None when nothing is hidden)."""
-    if not causal:
-        return None
-    offset = causal_offset(n_queries, n_keys)
-    return xp.arange(n_keys)[None, :] <= xp.arange(n_queries)[:, None] + offset
-
-
 def dense_attention(q, k, v, causal=True):
-    """softmax(Q Kᵀ/sqrt(d)) V with the whole (B, H, Nq, Nk) matrix in memory: the baseline.
-
-    Same conventions as the tiled version (bottom-right causal mask, rows that see
-    nothing give 0).  Computed in the input's dtype.
-    """
-    scores = q @ k.swapaxes(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
-    visible = attention_mask(q.shape[-2], k.shape[-2], causal)
-    if visible is not None:
-        scores = xp.where(visible, scores, -xp.inf)
-    row_max = scores.max(axis=-1, keepdims=True)
-    probs = xp.exp(scores - xp.where(row_max == -xp.inf, 0.0, row_max))
-    row_sum = probs.sum(axis=-1, keepdims=True)
-    probs = probs / xp.where(row_sum > 0, row_sum, 1.0)
-    return (probs @ v).astype(q.dtype)
+    """softmax(Q Kᵀ/sqrt(d)) V with the whole (B, H, Nq, Nk) matrix in memory: the baseline
+    (``dense.dense_attention_forward``, same conventions as the tiled version)."""
+    return dense_attention_forward(q, k, v, causal)[0]
