@@ -59,8 +59,11 @@ class Run:
         losses = [r["loss"] for r in steps if r.get("loss") is not None]
 
         def weighted(key):     # a per-step rate over the run: weighted by step length
-            pairs = [(r[key], r["step_time_s"]) for r in steps if r.get(key) is not None]
-            return sum(v * t for v, t in pairs) / sum(t for _, t in pairs) if pairs else None
+            pairs = [(r[key], r.get("step_time_s") or 0.0) for r in steps if r.get(key) is not None]
+            total = sum(t for _, t in pairs)
+            if not pairs:
+                return None
+            return sum(v * t for v, t in pairs) / total if total else sum(v for v, _ in pairs) / len(pairs)
         f.setdefault("steps", len(steps))
         f.setdefault("train_loss", losses[-1] if losses else None)
         f.setdefault("train_loss_last10", sum(losses[-10:]) / len(losses[-10:]) if losses else None)
@@ -100,6 +103,17 @@ class Run:
         split["compute_s"] = [max(0.0, split["step_time_s"][0] - split["comm_time_s"][0]
                                   - split["pipeline_wait_s"][0])]
         return split
+
+
+def _tell_apart(runs):
+    """Runs of the same layout: add the precision if that tells them apart, else the file."""
+    for extra in (lambda r: r.header.get("precision"), lambda r: f"({r.name})"):
+        labels = [r.label for r in runs]
+        dupes = [r for r in runs if labels.count(r.label) > 1]
+        tags = [extra(r) for r in dupes]
+        if dupes and all(tags) and len(set(tags)) == len(tags):
+            for r, tag in zip(dupes, tags):
+                r.label = f"{r.label} {tag}"
 
 
 def _plt():
@@ -248,10 +262,8 @@ def main(argv=None):
         parser.error(f"{len(args.label)} --label for {len(args.logs)} logs: give one per log")
     plt = _plt()
     runs = [Run(p, (args.label or [None] * len(args.logs))[i]) for i, p in enumerate(args.logs)]
-    labels = [r.label for r in runs]
-    for r in runs:               # two runs of the same layout: tell them apart by file
-        if labels.count(r.label) > 1 and not args.label:
-            r.label = f"{r.label} ({r.name})"
+    if not args.label:
+        _tell_apart(runs)
     os.makedirs(args.out, exist_ok=True)
     figures = [("loss.png", "loss per step (train), val loss at the end"),
                ("throughput.png", "tokens per second")]

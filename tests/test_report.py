@@ -12,10 +12,11 @@ import pytest
 from minipar import monitor, report
 
 
-def monitored_log(path, layout, fp16=False, val_loss=1.9, ranks=2):
+def monitored_log(path, layout, fp16=False, val_loss=1.9):
     """A log written by RunMonitor itself (one process standing in for ``ranks``)."""
     mon = monitor.RunMonitor(None, header=dict(layout=layout, params=1e5, tokens_per_step=256,
-                                               batch_size=4, backend="numpy", precision="fp32"),
+                                               batch_size=4, backend="numpy",
+                                               precision="fp16" if fp16 else "fp32"),
                              flops_per_step=1e8, peak_tflops=0.1, log_path=str(path),
                              progress=False, total_steps=5, out=io.StringIO())
     mon.start()
@@ -124,6 +125,10 @@ def test_labels_from_header_flag_or_file(tmp_path):
     out, _ = render(tmp_path, [a, b])                    # same layout: told apart by file
     text = (out / "index.html").read_text()
     assert "dp2 (a)" in text and "dp2 (b)" in text
+    half = monitored_log(tmp_path / "h.json", "dp2", fp16=True)
+    out, _ = render(tmp_path, [a, half])                 # ... or by precision
+    text = (out / "index.html").read_text()
+    assert "<th>dp2 fp32</th>" in text and "<th>dp2 fp16</th>" in text
     out, _ = render(tmp_path, [a, b], "--label", "first", "--label", "second")
     assert "<th>first</th>" in (out / "index.html").read_text()
     with pytest.raises(SystemExit):
