@@ -38,6 +38,7 @@ import zlib
 
 import numpy  # host metadata only, never data
 
+from minipar.comm import watchdog
 from minipar.comm.transport import CollectiveArgumentError, CollectiveMismatchError
 
 CHECK_TAG = 8  # not the data tag: a stray record can never be taken for data
@@ -127,15 +128,17 @@ def agree(comm, name, fields=None, error=None, count=0, out_count=-1):
         raise CollectiveArgumentError(
             "\n".join(lines) + f"\n(check mode, {comm.size} ranks: every rank raises this)")
     if (rows[:, _HEAD:] != rows[0, _HEAD:]).any():
-        texts = [_text(row) for row in rows]
-        lines = []
-        for t, rs in _groups(texts).items():
-            called, _, args = t.partition(" ")
-            lines.append(f"  ranks {','.join(map(str, rs))}: "
-                         + (args if called == name else f"called {t}"))
-        raise CollectiveMismatchError(
-            f"{name}: ranks disagree on its arguments (check mode, {comm.size} ranks):\n"
-            + "\n".join(lines))
+        groups = _groups(_text(row) for row in rows)
+        names = {t.partition(" ")[0] for t in groups}
+        if len(names) == 1:  # the same collective: show the arguments
+            title = f"{name}: ranks disagree on its arguments"
+            lines = [f"  ranks {','.join(map(str, rs))}: {t.partition(' ')[2]}"
+                     for t, rs in groups.items()]
+        else:  # the same words on every rank, whichever collective it called
+            title = "ranks called different collectives"
+            lines = [f"  ranks {','.join(map(str, rs))}: called {t}" for t, rs in groups.items()]
+        raise CollectiveMismatchError(f"{title} (check mode, {comm.size} ranks):\n"
+                                      + "\n".join(lines))
     return heads[:, 1:]
 
 
@@ -143,16 +146,19 @@ def check(comm, name, local):
     """Run ``local() -> (fields, count, out_count, result)`` — the collective's local
     checks — and, in check mode, agree on its fields.  Returns (result, every rank's
     (count, out count) or None without check mode)."""
+    agreeing = comm.check and comm.size > 1
     try:
         fields, count, out_count, result = local()
     except Exception as err:  # a local refusal: mine alone, or (check mode) everyone's
         why = err if isinstance(err, (ValueError, TypeError)) else f"{type(err).__name__}: {err}"
-        if comm.check and comm.size > 1:
+        if agreeing:
             try:
-                agree(comm, name, error=why)
+                with watchdog.doing(comm, f"{name} (check mode: agreeing on arguments)"):
+                    agree(comm, name, error=why)
             except CollectiveArgumentError as everyone:
                 raise everyone from err
         raise refused(comm, name, why) from err
-    if comm.check and comm.size > 1:
-        return result, agree(comm, name, fields, count=count, out_count=out_count)
+    if agreeing:
+        with watchdog.doing(comm, f"{name} (check mode: agreeing on arguments)"):
+            return result, agree(comm, name, fields, count=count, out_count=out_count)
     return result, None

@@ -54,9 +54,9 @@ def movable(x, what="array"):
     return x
 
 
-def writeable(x, what="out"):
+def writeable(x, what="out", why="the result is written into it"):
     if not x.flags.writeable:
-        raise ValueError(f"{what} is read-only; the result is written into it")
+        raise ValueError(f"{what} is read-only ({why})")
     return x
 
 

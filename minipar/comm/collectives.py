@@ -54,7 +54,10 @@ ALIASES = {"rd": "recursive_doubling", "rab": "rabenseifner", "binomial": "tree"
 def _hierarchical(comm, buf, reduce, inner_algorithm="auto"):
     """Two levels; the inter-node all-reduce uses ``inner_algorithm`` ("hierarchical:ring")."""
     def inner(cross, shard):
-        name = _auto(cross, shard.nbytes) if inner_algorithm == "auto" else inner_algorithm
+        name = inner_algorithm
+        if name == "auto":  # a flat algorithm, by the whole communicator's constants: no
+            # calibration or layout of ``cross`` (collective setup, maybe on a progress thread)
+            name = cost_model.choose(cross.size, shard.nbytes, _params(comm))
         _ALL_REDUCE[name](cross, shard, reduce)
     return hierarchical_all_reduce(comm, buf, reduce, inner)
 
@@ -69,6 +72,15 @@ _ALL_REDUCE = {
 ALL_REDUCE_ALGORITHMS = tuple(_ALL_REDUCE)
 
 
+def _params(comm):
+    """The cost model's constants (calibrating on first use — collective, so watched)."""
+    c = comm.cache.get("cost")
+    if c is None:
+        c = watchdog.watched(comm, None, "cost-model calibration", cost_model.params, comm) \
+            if comm.hang_timeout is not None else cost_model.params(comm)
+    return c
+
+
 def _auto(comm, nbytes):
     """The cost model's choice for this communicator and size (cached per size)."""
     key = ("auto", nbytes)
@@ -78,7 +90,7 @@ def _auto(comm, nbytes):
         if comm.ranks_per_node:  # only a declared node layout makes two levels worth it
             if 1 < node_layout(comm)[3] < comm.size:
                 candidates += ("hierarchical",)
-        choice = cost_model.choose(comm.size, nbytes, cost_model.params(comm), candidates)
+        choice = cost_model.choose(comm.size, nbytes, _params(comm), candidates)
         comm.cache[key] = choice
     return choice
 
@@ -115,7 +127,7 @@ def _in_place(array, out):
     """Check the array the result is written into: ``out``, or ``array`` itself."""
     if out is not None and out is not array:
         return checks.same_as(out, array)
-    return checks.writeable(array, "array (the result is written into it)")
+    return checks.writeable(array, "array", "the result is written into it in place")
 
 
 def all_reduce(comm, array, op="sum", algorithm="auto", out=None):
@@ -157,7 +169,7 @@ def reduce_scatter(comm, array, op="sum", out=None, inplace=False):
         if out is not None:
             checks.holds(out, b[ctx.rank + 1] - b[ctx.rank], array.dtype)
         if inplace:
-            checks.writeable(array, "array (inplace=True uses it as scratch)")
+            checks.writeable(array, "array", "inplace=True uses it as scratch")
         fields = ctx.check and dict(count=array.size, dtype=array.dtype, op=op)
         return fields, array.size, -1, (reduce, b)
 
@@ -247,7 +259,7 @@ def broadcast(comm, array, root=0, algorithm="auto"):
         rt = checks.root(root, ctx.size)
         checks.choice(algorithm, BROADCAST_ALGORITHMS, "broadcast algorithm")
         if ctx.rank != rt:
-            checks.writeable(array, "array (the broadcast writes into it)")
+            checks.writeable(array, "array", "the broadcast writes into it")
         fields = ctx.check and dict(count=array.size, dtype=array.dtype, root=rt,
                                     algorithm=algorithm)
         return fields, array.size, -1, rt
@@ -257,7 +269,7 @@ def broadcast(comm, array, root=0, algorithm="auto"):
     name = algorithm
     if ctx.size > 1 and buf.size:
         if name == "auto":
-            c = cost_model.params(ctx)
+            c = _params(ctx)
             name = min(("binomial", "scatter_allgather"),
                        key=lambda a: cost_model.predict_broadcast(a, ctx.size, buf.nbytes, c))
         with watchdog.doing(ctx, f"broadcast ({name})"):
@@ -296,7 +308,7 @@ def reduce(comm, array, root=0, op="sum", out=None, algorithm="auto"):
     name = algorithm
     if ctx.size > 1 and buf.size:
         if name == "auto":
-            c = cost_model.params(ctx)
+            c = _params(ctx)
             name = "ring" if (cost_model.predict("ring", ctx.size, buf.nbytes, c) <
                               cost_model.predict("tree", ctx.size, buf.nbytes, c) / 2) \
                 else "binomial"

@@ -18,7 +18,12 @@ Operand order: the reduction is ``op(mine, theirs)``, or ``op(theirs, mine)`` wi
 ``theirs_first``.  It matters when both partners compute the same element (recursive
 doubling): IEEE ``+`` of two NaNs returns one of the two payloads, and ``max(-0.0,
 +0.0)`` either zero, depending on the operand order — so both partners must use the
-same order, or the replicas differ in their bits.
+same order, or the replicas differ in their bits.  And the same *aliasing*: NumPy picks
+another inner loop (measured: one that swaps a commutative op's operands, for one
+element) when ``out`` is the second operand instead of the first.  So both compute
+``op(first, second, out=first)``: with ``theirs_first`` the first operand is the scratch
+copy of the partner's data, reduced there and copied into ``recv`` (S more bytes of
+copying — recursive doubling is the small-message algorithm).
 
 Why 1 MiB: every segment is a separate message, and for large messages MPI uses a
 rendezvous (handshake, then one copy), so each extra segment costs a round trip during
@@ -46,10 +51,7 @@ def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG,
     if nseg <= 1:
         tmp = comm.workspace(nr, recv.dtype)
         comm.sendrecv(send, dest, tmp, src, tag)
-        if theirs_first:
-            reduce(tmp, recv, out=recv)
-        else:
-            reduce(recv, tmp, out=recv)
+        _reduce_into(recv, tmp, reduce, theirs_first)
         return
     slot = -(-nr // nseg)
     tmp = comm.workspace(2 * slot, recv.dtype)
@@ -70,11 +72,17 @@ def exchange_reduce(comm, send, dest, recv, src, reduce, nseg=1, tag=COLL_TAG,
             rreq = comm.irecv(tmp[off: off + nxt.size], src, tag)
             sreqs.append(comm.isend(piece(send, ns, k + 1), dest, tag))
         sreqs[k].wait()  # its bytes have left: safe even when send is recv
-        if theirs_first:
-            reduce(landed, part, out=part)
-        else:
-            reduce(part, landed, out=part)
+        _reduce_into(part, landed, reduce, theirs_first)
     comm.waitall(sreqs[nseg - 1:])
+
+
+def _reduce_into(mine, theirs, reduce, theirs_first):
+    """mine[:] = op(mine, theirs), or op(theirs, mine) — always as op(a, b, out=a)."""
+    if theirs_first:
+        reduce(theirs, mine, out=theirs)
+        mine[...] = theirs
+    else:
+        reduce(mine, theirs, out=mine)
 
 
 def exchange(comm, send, dest, recv, src, tag=COLL_TAG):

@@ -46,7 +46,7 @@ def node_layout(comm):
     if comm.ranks_per_node:
         node = comm.rank // comm.ranks_per_node
     else:
-        shared = comm._like(comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank), True)
+        shared = comm._like(comm._setup(comm.mpi.Split_type, MPI.COMM_TYPE_SHARED, comm.rank), True)
         mine = numpy.array([comm.rank], dtype=numpy.int64)
         node = int(gather_rows(shared, mine).min())  # the lowest rank names the node
         shared.mpi.Free()

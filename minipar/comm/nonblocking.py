@@ -29,7 +29,7 @@ import time
 
 from mpi4py import MPI
 
-from minipar.comm import collectives, cost_model
+from minipar.comm import collectives
 from minipar.comm.hierarchical import node_layout
 
 
@@ -95,7 +95,7 @@ def _start(comm):
     coll = comm.context("coll")
     ctx = comm.context("async")  # collective Dup on first use: same order on all ranks
     if coll.size > 1:
-        ctx.cache["cost"] = cost_model.params(coll)  # calibrated once, shared
+        ctx.cache["cost"] = collectives._params(coll)  # calibrated once, shared
         node_layout(ctx)
     engine = ctx.cache["engine"] = _ProgressThread(ctx)
     return engine

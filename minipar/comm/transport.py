@@ -122,13 +122,19 @@ class Communicator:
         ``key`` (then old rank).  ``color=None`` opts out and returns None.
         ``share_counters`` adds the new one's traffic to this one's totals (the
         collectives use it for their internal node/leader communicators)."""
-        sub = self.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        sub = self._setup(self.mpi.Split, MPI.UNDEFINED if color is None else int(color), int(key))
         if sub == MPI.COMM_NULL:
             return None
         child = self._like(sub, share_counters)
         if share_counters:
             self._children.append(child)
         return child
+
+    def _setup(self, call, *args):
+        """A collective MPI setup call (Dup, Split), watched under a hang timeout."""
+        if self.hang_timeout is None:
+            return call(*args)
+        return watchdog.watched(self, None, "communicator setup", call, *args)
 
     def _like(self, mpi_comm, is_context):
         """A communicator over ``mpi_comm`` with my settings (check, timeout, ...)."""
@@ -142,7 +148,7 @@ class Communicator:
             return self
         ctx = self._contexts.get(name)
         if ctx is None:
-            ctx = self._like(self.mpi.Dup(), True)
+            ctx = self._like(self._setup(self.mpi.Dup), True)
             ctx.cache = self.cache if name == "coll" else {}
             self._contexts[name] = ctx
             self._children.append(ctx)

@@ -47,7 +47,7 @@ def _from_env():
 
 
 _state = {"timeout": _from_env(), "on_hang": None, "thread": None, "shortest": 60.0}
-_waits = {}            # thread id -> [t0, timeout, communicator, peer, what]
+_waits = {}  # thread id -> [t0, timeout, communicator, peer, what, outer record]
 _doing = threading.local()  # .what: the collective this thread is running, for reports
 _wake = threading.Event()
 
@@ -118,16 +118,22 @@ def watched(comm, peer, kind, call, *args):
 
 
 def begin(comm, peer, kind):
-    """Record that this thread starts waiting on ``peer`` of ``comm``; returns a token."""
-    rec = [time.perf_counter(), comm.hang_timeout, comm, peer, getattr(_doing, "what", None) or kind]
-    _waits[threading.get_ident()] = rec
+    """Record that this thread starts waiting on ``peer`` of ``comm`` (None: on all its
+    ranks, e.g. a communicator being created); returns the record for ``end``.  Records
+    nest (a calibration region around its messages): ``end`` restores the outer one."""
+    tid = threading.get_ident()
+    rec = [time.perf_counter(), comm.hang_timeout, comm, peer,
+           getattr(_doing, "what", None) or kind, _waits.get(tid)]
+    _waits[tid] = rec
     return rec
 
 
 def end(rec):
     tid = threading.get_ident()
-    if _waits.get(tid) is rec:
-        del _waits[tid]
+    if rec[5] is None:
+        _waits.pop(tid, None)
+    else:
+        _waits[tid] = rec[5]
 
 
 def _world_rank(comm, rank):
@@ -141,6 +147,8 @@ def _world_rank(comm, rank):
 
 
 def _peers(comm, peer):
+    if peer is None:
+        return f"the other {comm.size - 1} ranks of its communicator"
     peers = peer if isinstance(peer, (list, tuple)) else [peer]
     names = sorted({_world_rank(comm, q) for q in peers})
     return ("rank " if len(names) == 1 else "ranks ") + ",".join(map(str, names))
@@ -149,14 +157,13 @@ def _peers(comm, peer):
 def message(rec, now=None):
     """The report for a wait record, e.g. ``rank 1: all_reduce (ring) waited 20.0 s for rank 0``."""
     from mpi4py import MPI
-    t0, timeout, comm, peer, what = rec
+    t0, timeout, comm, peer, what = rec[:5]
     waited = (time.perf_counter() if now is None else now) - t0
     return (f"rank {MPI.COMM_WORLD.Get_rank()}: {what} waited {waited:.1f} s for "
             f"{_peers(comm, peer)}; ending the job (hang timeout {timeout:g} s)")
 
 
-def _report(rec):
-    text = message(rec)
+def _report(text):
     if _state["on_hang"] is not None:
         _state["on_hang"](text)
         return
@@ -174,8 +181,9 @@ def _watch():
         now = time.perf_counter()
         for tid, rec in list(_waits.items()):
             if now - rec[0] > rec[1]:
-                _waits.pop(tid, None)  # report each stuck wait once
-                _report(rec)
+                text = message(rec, now)
+                rec[0] = float("inf")  # report each stuck wait once
+                _report(text)
 
 
 def _ensure_thread(timeout):
