@@ -69,6 +69,9 @@ def add_train_flags(p):
     out.add_argument("--save-every", type=int, default=0, help="also save every K steps")
     out.add_argument("--resume", help="checkpoint directory to continue from")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument("--hang-timeout", type=float, default=300.0,
+                     help="seconds a rank may wait on a peer before the job ends, naming "
+                          "both (default 300; 0: no limit)")
 
 
 def build_parser():
@@ -90,23 +93,51 @@ def build_parser():
     return parser
 
 
+def _rank():
+    """This process's rank, without starting MPI if nothing started it."""
+    import os
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _stop(message, code):
+    """One line, printed once (rank 0), then the same exit status on every rank."""
+    if _rank() == 0:
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+    sys.exit(code)
+
+
+def run_train(args):
+    from minipar.config import ConfigError
+    from minipar.layout import LayoutError, as_flags, validate_layout
+    from minipar.train import TrainingStopped, train
+    try:
+        config = validate_layout(args)        # every check, before any message
+        train(config)
+    except LayoutError as err:
+        _stop(err.code, 2)
+    except ConfigError as err:                # found in setup (corpus, checkpoint, --save)
+        _stop(f"minipar train: {as_flags(err)}", 2)
+    except TrainingStopped as err:
+        _stop(f"minipar train: {err}", err.code)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "backend", None):
         from minipar.backend import set_backend
         set_backend(args.backend)
     if args.command == "train":
-        from minipar.config import ConfigError
-        from minipar.layout import LayoutError, as_flags, validate_layout
-        from minipar.train import train
-        config = validate_layout(args)        # every check, before any message
-        try:
-            train(config)
-        except ConfigError as err:            # found later (e.g. a foreign checkpoint)
-            raise LayoutError(as_flags(err)) from None
+        run_train(args)
     elif args.command == "sample":
-        from minipar.sample import sample_main
-        sample_main(args)
+        from minipar.sample import SampleError, sample_main
+        try:
+            sample_main(args)
+        except SampleError as err:
+            _stop(f"minipar sample: {err}", 2)
     elif args.command == "bench":
         if args.what == "comm":
             from minipar.comm.bench import main as bench_main

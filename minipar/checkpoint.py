@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 
 import numpy as np
@@ -18,13 +19,32 @@ FORMAT = "minipar-checkpoint-1"
 FILENAME = "checkpoint.npz"
 
 
+class CheckpointWriteError(OSError):
+    """The checkpoint could not be written; the previous one (if any) is intact."""
+
+
+def remove_stale_temporaries(directory):
+    """Delete ``checkpoint.npz.tmp-*`` left by writes that crashed (they can be large)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(FILENAME + ".tmp-"):
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
 def save(directory, params, optimizer_state, meta):
     """Write ``directory/checkpoint.npz`` atomically.
 
     params: {name: array}; optimizer_state: {"step": int, "m": {name: array}, "v": {...}};
-    meta: JSON-serialisable (model config, step, seed, ...).
+    meta: JSON-serialisable (model config, step, seed, ...).  A failed write (full disk,
+    lost permission) removes its temporary file and raises ``CheckpointWriteError``
+    with one line; the previous checkpoint stays as it was.
     """
-    os.makedirs(directory, exist_ok=True)
     arrays = {f"param/{k}": v for k, v in params.items()}
     for slot in ("m", "v"):
         arrays.update({f"adam_{slot}/{k}": v for k, v in optimizer_state.get(slot, {}).items()})
@@ -32,12 +52,63 @@ def save(directory, params, optimizer_state, meta):
     arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     final = os.path.join(directory, FILENAME)
     tmp = f"{final}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        remove_stale_temporaries(directory)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError as err:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise CheckpointWriteError(f"could not write the checkpoint to {directory}: "
+                                   f"{err.strerror or err}; the previous checkpoint is "
+                                   "unchanged") from None
     return final
+
+
+def probe_directory(directory, need_bytes=0):
+    """Before training: can a checkpoint of ``need_bytes`` be written to ``directory``?
+    Creates it, writes and removes a probe file, checks the free space; raises
+    ValueError with one line otherwise."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError("exists and is not a directory")
+    probe = os.path.join(directory, f".minipar-probe-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"probe")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"cannot write there: {err.strerror or err}") from None
+    remove_stale_temporaries(directory)
+    free = shutil.disk_usage(directory).free
+    if need_bytes and free < need_bytes:
+        raise ValueError(f"only {free / 2**20:.1f} MiB free; a checkpoint needs about "
+                         f"{need_bytes / 2**20:.1f} MiB (written beside the previous one)")
+
+
+def check_loadable(params, model, precision):
+    """One clear line for a checkpoint whose contents cannot be this run's: a missing or
+    extra parameter, a wrong shape or dtype, non-finite values, another precision."""
+    own = dict(model.named_parameters())
+    missing, extra = sorted(set(own) - set(params)), sorted(set(params) - set(own))
+    if missing or extra:
+        raise ValueError(f"parameters do not match the model: missing {missing[:3]}, "
+                         f"unexpected {extra[:3]}")
+    want = np.float64 if precision == "fp64" else np.float32
+    for name, p in own.items():
+        a = params[name]
+        if tuple(a.shape) != tuple(p.shape):
+            raise ValueError(f"{name} has shape {tuple(a.shape)}, the model {tuple(p.shape)}")
+        if a.dtype != want:
+            raise ValueError(f"{name} is {a.dtype}, a {precision} run keeps {np.dtype(want)}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"{name} holds non-finite values (inf or nan)")
 
 
 def load(directory):

@@ -13,13 +13,10 @@ pure: the world size and the arguments, nothing else, so every rank stops alike.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message says what to change."""
+from minipar.config_checks import ConfigError, check
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,7 @@ class TrainConfig:
     save_every: int = 0
     resume: Optional[str] = None
     quiet: bool = False
+    hang_timeout: float = 300.0         # seconds a rank may wait on a peer; 0: no limit
 
     @classmethod
     def from_namespace(cls, ns):
@@ -99,5 +97,4 @@ class TrainConfig:
 
     def resolve(self, world_size):
         """Checked, with every default that depends on the layout filled in."""
-        from minipar.config_checks import check
         return check(self, world_size)

@@ -11,7 +11,10 @@ import os
 from dataclasses import replace
 
 from minipar.backend import backend_name
-from minipar.config import ConfigError
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says what to change."""
 
 
 def _positive(config):
@@ -20,6 +23,44 @@ def _positive(config):
             raise ConfigError(f"`{name}` must be >= 1")
     if config.dp is not None and config.dp < 1:
         raise ConfigError("`dp` must be >= 1")
+
+
+def _finite(value):
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def _numbers(config):
+    """Every numeric setting in its range: NaN, negative or zero where it cannot be
+    would train silently wrong (an lr of nan gives nan losses, exit 0)."""
+    c = config
+    if not (_finite(c.lr) and c.lr > 0):
+        raise ConfigError(f"`lr` must be a finite number > 0, got {c.lr}")
+    for name in ("weight_decay", "grad_clip"):
+        value = getattr(c, name)
+        if not (_finite(value) and value >= 0):
+            raise ConfigError(f"`{name}` must be a finite number >= 0 (0 turns it off), got {value}")
+    for name in ("eval_batches", "warmup", "save_every", "seed", "hang_timeout"):
+        value = getattr(c, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"`{name}` must be >= 0, got {value}")
+    if c.seed >= 2 ** 63:
+        raise ConfigError(f"`seed` must be below 2^63, got {c.seed}")
+    if c.stop_at is not None and not 1 <= c.stop_at <= c.steps:
+        raise ConfigError(f"`stop_at` must be in [1, steps = {c.steps}], got {c.stop_at}")
+    for name in ("peak_tflops", "bucket_mb", "initial_loss_scale"):
+        value = getattr(c, name)
+        if value is not None and not (_finite(value) and value > 0):
+            raise ConfigError(f"`{name}` must be a finite number > 0, got {value}")
+
+
+def check_resumed_step(config, step):
+    """A resumed run must go forward: steps >= the checkpoint's step, and stop_at after it."""
+    if config.steps < step:
+        raise ConfigError(f"`resume` {config.resume} is at step {step}, past `steps` {config.steps}; "
+                          f"set `steps` to at least {step}")
+    if config.stop_at is not None and config.stop_at <= step:
+        raise ConfigError(f"`stop_at` {config.stop_at} is not after the resumed step {step}; "
+                          f"choose a `stop_at` in ({step}, {config.steps}]")
 
 
 def _data_parallel_size(config, world_size):
@@ -93,6 +134,7 @@ def _flags_have_effect(config):
 def check(config, world_size):
     """``config`` resolved for ``world_size`` ranks, or ConfigError."""
     _positive(config)
+    _numbers(config)
     dp = _data_parallel_size(config, world_size)
     try:
         cfg = config.model_config()

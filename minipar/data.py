@@ -37,31 +37,40 @@ def stdlib_files():
 
 
 def _read_files(paths, max_bytes):
+    """The files' bytes joined by a blank line (between files, not after the last)."""
     chunks, total = [], 0
     for path in paths:
         with open(path, "rb") as f:
             data = f.read()
-        chunks.append(data + b"\n\n")
+        chunks.append(data)
         total += len(data) + 2
         if max_bytes and total >= max_bytes:
             break
-    return b"".join(chunks)[:max_bytes or None]
+    return b"\n\n".join(chunks)[:max_bytes or None]
 
 
 def load_corpus(source="stdlib", max_bytes=None) -> np.ndarray:
     """Bytes of the corpus as a uint8 array: ``"stdlib"``, a text file, or a folder
-    (its files read recursively in sorted order)."""
-    if source == "stdlib":
-        raw = _read_files(stdlib_files(), max_bytes)
-    elif os.path.isdir(source):
-        paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
-        raw = _read_files(paths, max_bytes)
-    elif os.path.isfile(source):
-        raw = _read_files([source], max_bytes)
-    else:
-        raise FileNotFoundError(f"`data` {source!r} is neither 'stdlib', a file nor a folder")
+    (its files read recursively in sorted order).  Raises ValueError with one clear
+    line for a missing, unreadable or empty source."""
+    try:
+        if source == "stdlib":
+            raw = _read_files(stdlib_files(), max_bytes)
+        elif os.path.isdir(source):
+            paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
+            raw = _read_files(paths, max_bytes)
+        elif os.path.isfile(source):
+            raw = _read_files([source], max_bytes)
+        else:
+            raw = None
+    except OSError as err:
+        raise ValueError(f"`data` {source!r}: cannot read {err.filename or source}: "
+                         f"{err.strerror or err}") from None
+    if raw is None:
+        raise FileNotFoundError(f"`data` {source!r}: no such file or folder (give 'stdlib', a "
+                                "text file or a folder)")
     if len(raw) < 2:
-        raise ValueError(f"corpus {source!r} is empty")
+        raise ValueError(f"`data` {source!r} holds {len(raw)} bytes: nothing to train on")
     return np.frombuffer(raw, dtype=np.uint8)
 
 
@@ -74,7 +83,8 @@ class Dataset:
         self.val = tokens[len(tokens) - n_val:] if n_val > seq_len + 1 else self.train
         self.seq_len = seq_len
         if len(self.train) <= seq_len + 1:
-            raise ValueError(f"corpus of {len(tokens)} bytes is too short for --seq-len {seq_len}")
+            raise ValueError(f"corpus of {len(tokens)} bytes is too short for `seq_len` {seq_len} "
+                             f"(it needs more than {seq_len + 1} bytes of training text)")
 
     def batch(self, seed: int, step: int, batch_size: int, split="train"):
         """(inputs, targets), each (batch_size, seq_len) int64: random windows of the

@@ -14,11 +14,23 @@ from minipar.data import encode, decode
 from minipar.nn import GPT, GPTConfig
 
 
+class SampleError(ValueError):
+    """A bad flag or checkpoint for ``sample``; the message is one line."""
+
+
 def load_model(directory):
-    params, _, meta = checkpoint.load(directory)
+    try:
+        params, _, meta = checkpoint.load(directory)
+        cfg = GPTConfig(**meta["model"])
+    except (ValueError, FileNotFoundError, TypeError, KeyError) as err:
+        raise SampleError(f"--resume {directory}: {err}") from None
     # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
     backend.set_default_dtype(backend.dtype_of("fp64" if meta.get("precision") == "fp64" else "fp32"))
-    model = GPT(GPTConfig(**meta["model"]))
+    model = GPT(cfg)
+    try:
+        checkpoint.check_loadable(params, model, "fp64" if meta.get("precision") == "fp64" else "fp32")
+    except ValueError as err:
+        raise SampleError(f"--resume {directory}: {err}") from None
     model.load_state_dict(params)
     return model.eval()
 
@@ -39,7 +51,19 @@ def generate(model, prompt_ids, tokens, temperature=0.8, top_k=40, seed=0):
     return ids
 
 
+def check_sample_flags(args):
+    if args.tokens < 1:
+        raise SampleError(f"--tokens must be >= 1, got {args.tokens}")
+    if not args.temperature > 0 or args.temperature == float("inf"):
+        raise SampleError(f"--temperature must be a finite number > 0, got {args.temperature}")
+    if args.top_k < 1:
+        raise SampleError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.seed < 0:
+        raise SampleError(f"--seed must be >= 0, got {args.seed}")
+
+
 def sample_main(args):
+    check_sample_flags(args)
     model = load_model(args.resume)
     prompt = encode(args.prompt)
     out = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)

@@ -16,6 +16,8 @@ the contract of ``parallel.sync``.
 """
 from __future__ import annotations
 
+import math
+
 from minipar.backend import xp
 from minipar.comm import all_reduce
 from minipar.optim import adamw_update
@@ -47,7 +49,9 @@ class Optimizer:
     ``norm_comms``: the model's groups that hold other parts of the gradient (tp, pp);
     the synchroniser adds its own (ZeRO: dp).  ``tp_comm``: where sequence-parallel
     partial gradients are summed.  ``scaler``: an ``amp.DynamicLossScaler`` (fp16), or
-    None.  ``step(max_norm)`` returns the norm before clipping, None for a skipped step.
+    None.  ``step(max_norm)`` returns the norm before clipping, None for a skipped step
+    (fp16 overflow); a non-finite norm outside fp16's skipping raises FloatingPointError
+    on every rank before anything is updated.
     """
 
     def __init__(self, sync, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
@@ -85,6 +89,9 @@ class Optimizer:
                 self.sync.zero_grad()
                 return None
         norm = self.norm.of_slots(slots)
+        if not math.isfinite(norm):     # the same on every rank: all stop, nothing updated
+            self.sync.zero_grad()
+            raise FloatingPointError(f"the gradient norm is {norm}")
         clip = max_norm / (norm + 1e-6) if max_norm and norm > max_norm else 1.0
         self.step_count += 1
         b1, b2 = self.betas

@@ -28,40 +28,67 @@ def _world_size():
     return MPI.COMM_WORLD.Get_size()
 
 
-def load_resume(config, cfg):
-    """(params, optimizer state, meta) of ``config.resume``, or None; a missing, corrupt
-    or foreign checkpoint stops every rank here, before any message."""
+def load_resume(config, model):
+    """(params, optimizer state, meta) of ``config.resume``, or None.  A missing, corrupt
+    or foreign checkpoint, or one this run cannot continue (other parameters, shapes,
+    dtypes or precision, non-finite weights, a step past the run's end) stops every rank
+    here, before any message."""
     if not config.resume:
         return None
+    from minipar.config_checks import check_resumed_step  # noqa: F401 (same layer)
     try:
         resume = checkpoint.load(config.resume)
-        checkpoint.check_compatible(resume[2], cfg.to_dict())
+        meta = resume[2]
+        checkpoint.check_compatible(meta, model.config.to_dict())
+        if meta.get("precision", config.precision) != config.precision:
+            raise ValueError(f"it was written by a {meta['precision']} run; this run is "
+                             f"{config.precision} (pass --precision {meta['precision']})")
+        checkpoint.check_loadable(resume[0], model, config.precision)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"`resume` {config.resume}: {err}") from None
+    check_resumed_step(config, int(meta["step"]))
     return resume
 
 
+def _check_save_directory(config, model):
+    """The --save directory is writable and has room for a checkpoint (params, m, v)."""
+    if not config.save:
+        return
+    item = 8 if config.precision == "fp64" else 4
+    try:
+        checkpoint.probe_directory(config.save, need_bytes=3 * item * model.num_parameters())
+    except ValueError as err:
+        raise ConfigError(f"`save` {config.save}: {err}") from None
+
+
 def setup(config: TrainConfig):
-    """Everything a run needs, built in the order of the module docstring."""
-    from minipar.comm import Communicator, abort_on_exception
+    """Everything a run needs, built in the order of the module docstring.  Every check
+    (the config, the corpus, the checkpoint to resume, the save directory) comes before
+    the first message between ranks."""
+    from minipar.comm import Communicator, abort_on_exception, set_hang_timeout
     from minipar.data import Dataset, load_corpus
     from minipar.nn import GPT
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
     from minipar.train.loop import Run
     from minipar.train.saving import load_optimizer_state
-    config = config.resolve(_world_size())      # every check happens before any message
-    if config.world_size > 1:
-        abort_on_exception()
+    config = config.resolve(_world_size())
     half = config.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)
     backend.set_default_dtype(backend.dtype_of("fp32" if half else config.precision))
     cfg = config.model_config()
-    resume = load_resume(config, cfg)
-    dataset = Dataset(load_corpus(config.data), cfg.seq_len)
-    grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp)
+    try:
+        dataset = Dataset(load_corpus(config.data), cfg.seq_len)
+    except (ValueError, OSError) as err:
+        raise ConfigError(str(err)) from None
     model = GPT(cfg, seed=config.seed)
+    resume = load_resume(config, model)
     if resume is not None:
         model.load_state_dict(resume[0])
+    _check_save_directory(config, model)
+    if config.world_size > 1:
+        abort_on_exception()
+        set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
+    grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp)
     parallel = parallelize(model, config, grid)
     optimizer = build_optimizer(parallel, config, grid)
     start = load_optimizer_state(optimizer, parallel, resume) if resume else 0
@@ -75,4 +102,6 @@ def train(config: TrainConfig):
     return run
 
 
-__all__ = ["train", "setup", "TrainConfig", "ConfigError"]
+from minipar.train.errors import TrainingStopped  # noqa: E402
+
+__all__ = ["train", "setup", "TrainConfig", "ConfigError", "TrainingStopped"]

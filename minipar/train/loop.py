@@ -9,15 +9,17 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
 import numpy as np
 
 from minipar import backend
-from minipar.comm import all_gather
+from minipar.comm import all_gather, all_reduce
 from minipar.data import shard_rows
 from minipar.optim import lr_at
+from minipar.train.errors import Interrupt, TrainingStopped
 from minipar.train.saving import save_checkpoint
 from minipar.train.steps import evaluate, forward_backward, global_loss, pipeline_forward_backward
 
@@ -82,18 +84,47 @@ class Run:
         c = self.config
         self.warmup = c.warmup if c.warmup is not None else max(1, c.steps // 10)
         self.log = _Log(self)
-        for step in range(self.start, self.end):
-            shared, mine = self.step(step)
-            self.losses.append(shared["loss"])
-            self.log.step(step, shared, mine)
-            if c.save and c.save_every and (step + 1) % c.save_every == 0:
-                save_checkpoint(self, step + 1)
+        with Interrupt() as interrupt:
+            for step in range(self.start, self.end):
+                try:
+                    with np.errstate(all="ignore"):   # non-finite values are caught below
+                        shared, mine = self.step(step)
+                except FloatingPointError as err:     # agreed: the norm is global
+                    self.log.close_bar()
+                    raise TrainingStopped(f"step {step}: {err}; nothing was updated or saved "
+                                          "(lower --lr, or use --grad-clip)") from None
+                self.losses.append(shared["loss"])
+                if not math.isfinite(shared["loss"]):  # agreed: the loss is global
+                    self.log.close_bar()
+                    raise TrainingStopped(f"step {step}: the loss is {shared['loss']}; stopping "
+                                          "before a non-finite state is saved (lower --lr)")
+                self.log.step(step, shared, mine)
+                if self._interrupted(interrupt):
+                    self._stop_interrupted(step + 1)
+                if c.save and c.save_every and (step + 1) % c.save_every == 0:
+                    save_checkpoint(self, step + 1)
         self.log.close_bar()
         if c.save:
             save_checkpoint(self, self.end)
         if c.eval_batches:   # on every rank: tp, ZeRO-3 and pipelined forwards are collective
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
         self.log.finish(self.val_loss)
+
+
+    def _interrupted(self, interrupt):
+        """Did Ctrl-C reach any rank?  OR-ed over the world once per step, so all agree."""
+        flag = np.array([1.0 if interrupt.requested else 0.0])
+        if self.grid.world.size > 1:
+            flag = backend.to_host(all_reduce(self.grid.world, backend.to_device(flag), op="max"))
+        return bool(flag[0] > 0)
+
+    def _stop_interrupted(self, done):
+        self.log.close_bar()
+        saved = ""
+        if self.config.save:
+            save_checkpoint(self, done)
+            saved = f"; checkpoint of step {done} saved: continue with --resume {self.config.save}"
+        raise TrainingStopped(f"interrupted after step {done}{saved}", code=130)
 
 
 class _Log:

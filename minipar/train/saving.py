@@ -8,6 +8,7 @@ optimizer state is cut by the same rules.
 from __future__ import annotations
 
 from minipar import checkpoint
+from minipar.train.errors import TrainingStopped
 
 
 def save_checkpoint(run, step):
@@ -25,12 +26,20 @@ def save_checkpoint(run, step):
             params = {k: v for p, _ in parts for k, v in p.items()}
             state = {"step": state["step"], "m": {k: v for _, s in parts for k, v in s["m"].items()},
                      "v": {k: v for _, s in parts for k, v in s["v"].items()}}
+    failure = None
     if grid.rank == 0:
         c = run.config
         meta = {"model": run.cfg.to_dict(), "step": step, "seed": c.seed, "precision": c.precision}
         if optimizer.scaler:
             meta["loss_scaler"] = optimizer.scaler.state_dict()
-        checkpoint.save(c.save, params, state, meta)
+        try:
+            checkpoint.save(c.save, params, state, meta)
+        except checkpoint.CheckpointWriteError as err:
+            failure = str(err)
+    if grid.world.size > 1:                   # every rank learns the outcome: all stop alike
+        failure = grid.world.mpi.bcast(failure, root=0)
+    if failure:
+        raise TrainingStopped(f"step {step}: {failure}")
 
 
 def load_optimizer_state(optimizer, parallel, resume):

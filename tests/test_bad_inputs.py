@@ -1,0 +1,236 @@
+"""Nothing lost, nothing silent: every bad input to train and sample gets one clear line
+(no traceback), a non-zero exit, nothing trained, and the previous checkpoint untouched;
+a hung rank ends the job; Ctrl-C saves a checkpoint that resumes exactly."""
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from minipar import checkpoint
+from tests.mpirun import REPO, run_mpi
+
+TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "8"]
+RUN = ["--steps", "4", "--batch-size", "4", "--quiet", "--eval-batches", "0", "--seed", "0"]
+
+
+def minipar(*args, timeout=60):
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "minipar", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def digest(directory):
+    with open(os.path.join(directory, checkpoint.FILENAME), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A checkpoint at step 3 of a 4-step run (fp32), to resume and to keep intact."""
+    d = tmp_path_factory.mktemp("good") / "ckpt"
+    proc = minipar("train", *TINY, *RUN, "--stop-at", "3", "--save", d)
+    assert proc.returncode == 0, proc.stderr
+    return d
+
+
+def _edited(tmp_path, good, edit):
+    """A copy of the good checkpoint with valid CRCs but edited contents."""
+    params, state, meta = checkpoint.load(good)
+    edit(params, meta)
+    out = tmp_path / "edited"
+    checkpoint.save(out, params, state, meta)
+    return out
+
+
+def _nan_weight(params, meta):
+    params["ln_f.weight"] = params["ln_f.weight"] * np.nan
+
+
+BAD_TRAIN = [  # (flags, what the one line must say); {good} is the step-3 checkpoint
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--lr", "-1"], "--lr must be a finite number > 0"),
+    (["--grad-clip", "-1"], "--grad-clip must be a finite number >= 0"),
+    (["--eval-batches", "-1"], "--eval-batches must be >= 0"),
+    (["--warmup", "-5"], "--warmup must be >= 0"),
+    (["--save-every", "-1"], "--save-every must be >= 0"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--n-head", "0"], "--n-head must be >= 1"),
+    (["--stop-at", "-1"], "--stop-at must be in [1, steps = 4]"),
+    (["--hang-timeout", "-1"], "--hang-timeout must be >= 0"),
+    (["--data", "{missing}"], "no such file or folder"),
+    (["--data", "{empty}"], "holds 0 bytes"),
+    (["--data", "{ten}", "--seq-len", "16"], "corpus of 10 bytes is too short for --seq-len 16"),
+    (["--save", "{file}/sub"], "--save"),
+    (["--resume", "{good}", "--stop-at", "2", "--save", "{good}"], "--stop-at 2 is not after the resumed step 3"),
+    (["--resume", "{good}", "--steps", "2", "--stop-at", "2", "--save", "{good}"], "past --steps 2"),
+    (["--resume", "{good}", "--precision", "fp64", "--save", "{good}"], "written by a fp32 run"),
+    (["--resume", "{nan}", "--save", "{good}"], "ln_f.weight holds non-finite values"),
+    (["--resume", "{deleted}", "--save", "{good}"], "missing ['ln_f.bias']"),
+    (["--resume", "{reshaped}", "--save", "{good}"], "wpe.weight has shape (4, 16)"),
+    (["--resume", "{corrupt}", "--save", "{good}"], "corrupt or unreadable"),
+    (["--resume", "{good}", "--d-model", "32", "--save", "{good}"], "another model"),
+]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, good):
+    t = tmp_path_factory.mktemp("inputs")
+    (t / "empty.txt").write_bytes(b"")
+    (t / "ten.txt").write_bytes(b"0123456789")
+    (t / "afile").write_text("not a folder")
+    corrupt = t / "corrupt"
+    corrupt.mkdir()
+    (corrupt / checkpoint.FILENAME).write_bytes(b"PK\x03\x04 not really a zip")
+
+    def drop(params, meta):
+        del params["ln_f.bias"]
+
+    def reshape(params, meta):
+        params["wpe.weight"] = params["wpe.weight"][:4]
+    return {"missing": t / "nope.txt", "empty": t / "empty.txt", "ten": t / "ten.txt",
+            "file": t / "afile", "good": good, "corrupt": corrupt,
+            "nan": _edited(t / "n", good, _nan_weight), "deleted": _edited(t / "d", good, drop),
+            "reshaped": _edited(t / "r", good, reshape)}
+
+
+@pytest.mark.parametrize("flags,message", BAD_TRAIN, ids=[" ".join(f) for f, _ in BAD_TRAIN])
+def test_bad_train_input_is_one_clear_line(paths, flags, message):
+    before = digest(paths["good"])
+    flags = [f.format(**paths) for f in flags]
+    proc = minipar("train", *TINY, *RUN, *flags)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minipar train: "), proc.stderr
+    assert message in lines[0] and "Traceback" not in proc.stderr
+    assert digest(paths["good"]) == before                  # nothing trained over it
+
+
+BAD_SAMPLE = [
+    (["--tokens", "-1"], "--tokens must be >= 1"),
+    (["--temperature", "-1"], "--temperature must be a finite number > 0"),
+    (["--top-k", "0"], "--top-k must be >= 1"),
+    (["--resume", "{corrupt}"], "corrupt or unreadable"),
+    (["--resume", "{nan}"], "non-finite"),
+    (["--resume", "{missing}"], "no checkpoint"),
+]
+
+
+@pytest.mark.parametrize("flags,message", BAD_SAMPLE, ids=[" ".join(f) for f, _ in BAD_SAMPLE])
+def test_bad_sample_input_is_one_clear_line(paths, flags, message):
+    flags = [f.format(**paths) for f in flags]
+    if "--resume" not in flags:
+        flags += ["--resume", paths["good"]]
+    proc = minipar("sample", *flags)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minipar sample: ") and message in lines[0], proc.stderr
+
+
+def test_layout_error_printed_once_under_mpiexec():
+    proc = run_mpi(2, ["-m", "minipar", "train", *TINY, *RUN, "--tp", "3"], check=False, timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.count("minipar train: world size 2 != dp·tp·pp = ?·3·1") == 1, proc.stderr
+
+
+def test_non_finite_training_stops_before_saving(tmp_path, good):
+    before = digest(good)
+    proc = minipar("train", *TINY, *RUN[2:], "--steps", "30", "--lr", "1e4", "--grad-clip", "0",
+                   "--resume", good, "--save", good, "--save-every", "1")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and ("is nan" in lines[0] or "is inf" in lines[0]), proc.stderr
+    assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr
+    params, _, meta = checkpoint.load(good)   # saved every step while finite, never after
+    assert all(np.isfinite(a).all() for a in params.values())
+    stopped_at = int(lines[0].split("step ")[1].split(":")[0])
+    assert meta["step"] == stopped_at and (meta["step"] > 3 or digest(good) == before)
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    params, state = {"w": np.ones(3)}, {"step": 1, "m": {"w": np.zeros(3)}, "v": {"w": np.zeros(3)}}
+    checkpoint.save(tmp_path, params, state, {"step": 1})
+    (tmp_path / (checkpoint.FILENAME + ".tmp-99999")).write_bytes(b"left by a crash")
+    before = digest(tmp_path)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(np, "savez", full_disk)
+    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left on device"):
+        checkpoint.save(tmp_path, params, state, {"step": 2})
+    assert digest(tmp_path) == before
+    assert os.listdir(tmp_path) == [checkpoint.FILENAME]    # its tmp file and the crash's: gone
+
+
+def _two_ranks(*flags):
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", *map(str, flags)]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _ranks_of(marker):
+    """PIDs of the Python ranks whose command line holds ``marker`` (not mpiexec's)."""
+    pattern = f"^{re.escape(sys.executable)} -m minipar train .*{re.escape(str(marker))}"
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split())
+
+
+def _wait_for_lines(path, n, deadline):
+    while time.time() < deadline:
+        if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never reached {n} lines")
+
+
+def test_a_stopped_rank_ends_the_job(tmp_path):
+    log = tmp_path / "log.json"
+    proc = _two_ranks(*TINY, "--steps", "100000", "--batch-size", "4", "--quiet",
+                      "--hang-timeout", "20", "--log-json", log)
+    try:
+        _wait_for_lines(log, 3, time.time() + 60)
+        ranks = _ranks_of(log)
+        assert len(ranks) == 2, ranks
+        victim = ranks[-1]
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.time()
+        _, err = proc.communicate(timeout=60)
+        assert time.time() - t0 < 60 and proc.returncode != 0
+        assert "waited 20" in err and "ending the job (hang timeout 20 s)" in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(1)
+    assert _ranks_of(log) == [] and proc.poll() is not None   # no process left behind
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path):
+    flags = [*TINY, "--steps", "5000", "--batch-size", "4", "--quiet", "--precision", "fp64",
+             "--eval-batches", "0"]
+    log, ckpt = tmp_path / "first.json", tmp_path / "ckpt"
+    proc = _two_ranks(*flags, "--save", ckpt, "--log-json", log)
+    _wait_for_lines(log, 3, time.time() + 60)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = [l for l in err.strip().splitlines() if l.startswith("minipar train")]
+    assert len(lines) == 1 and "interrupted after step" in lines[0] and "Traceback" not in err
+    done = checkpoint.load(ckpt)[2]["step"]
+    first = [json.loads(l)["loss"] for l in open(log)]
+    assert len(first) == done
+    resumed_log = tmp_path / "resumed.json"
+    run_mpi(2, ["-m", "minipar", "train", *flags, "--resume", ckpt, "--stop-at", done + 2,
+                "--log-json", resumed_log], timeout=120)
+    straight_log = tmp_path / "straight.json"
+    run_mpi(2, ["-m", "minipar", "train", *flags, "--stop-at", done + 2, "--log-json", straight_log],
+            timeout=120)
+    straight = [json.loads(l)["loss"] for l in open(straight_log)]
+    resumed = [json.loads(l)["loss"] for l in open(resumed_log)]
+    np.testing.assert_allclose(first + resumed, straight, rtol=1e-12)
