@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,8 @@ def first_run(args):
         print(f"   val loss {loss:.4f} nats/byte ({loss / math.log(2):.3f} bits/byte)")
     print("   sample:")
     print("\n".join("   | " + line for line in text.rstrip().splitlines()))
+    if not args.save:
+        shutil.rmtree(save, ignore_errors=True)
 
 
 def timed_steps(args, env, log):
