@@ -164,9 +164,7 @@ def test_shape_errors_are_loud():
 def test_attention_implementation_is_checked(monkeypatch):
     from minipar.kernels import flash_attention as module
     q, k, v = random_qkv(8, 8, 16)
-    monkeypatch.setattr(module, "ATTENTION_IMPLEMENTATION", "fast")
     with pytest.raises(ValueError, match="must be None, 'reference' or 'emulated'"):
-        module.flash_forward(q, k, v)
-    monkeypatch.setattr(module, "ATTENTION_IMPLEMENTATION", "emulated")  # float64: no kernel
-    with pytest.raises(ValueError, match="float16 or float32"):
-        module.flash_forward(q, k, v)
+        module.flash_forward(q, k, v, implementation="fast")
+    with pytest.raises(ValueError, match="float16 or float32"):   # float64: no kernel
+        module.flash_forward(q, k, v, implementation="emulated")

@@ -107,7 +107,6 @@ def test_results_do_not_depend_on_schedule_or_shared_memory_contents(dtype):
 def test_gpt_with_flash_attention_runs_the_emulated_kernels(monkeypatch):
     """The whole path a GPU run takes — GPT, the autograd Function, flash_cuda's launches —
     with the kernels emulated: loss and every gradient equal the array reference's."""
-    from minipar.kernels import flash_attention as module
     from minipar.nn.gpt import GPT, GPTConfig
     config = GPTConfig(vocab_size=32, seq_len=40, n_layer=2, d_model=48, n_head=2, attention="flash")
     ids = np.random.default_rng(0).integers(0, 32, (2, 41))
@@ -116,8 +115,9 @@ def test_gpt_with_flash_attention_runs_the_emulated_kernels(monkeypatch):
     monkeypatch.setattr(flash_cuda, "forward", lambda *a, **kw: calls.append(kw["kernels"]) or real_forward(*a, **kw))
     results = {}
     for implementation in ("reference", "emulated"):
-        monkeypatch.setattr(module, "ATTENTION_IMPLEMENTATION", implementation)
         model = GPT(config, seed=0)
+        for block in model.blocks:                   # chosen per model, no global switch
+            block.attn.core.implementation = implementation
         _, loss = model(ids[:, :-1], ids[:, 1:])
         loss.backward()
         results[implementation] = (loss.data, {n: p.grad for n, p in model.named_parameters()})

@@ -98,7 +98,7 @@ def test_state_dict_roundtrip_and_mismatch():
 def test_config_validation():
     with pytest.raises(ValueError, match="divisible"):
         config_from_preset("tiny", n_head=3)
-    with pytest.raises(ValueError, match="unknown --model"):
+    with pytest.raises(ValueError, match="unknown `model`"):
         config_from_preset("huge")
     with pytest.raises(ValueError, match="longer than seq_len"):
         GPT(TINY)(np.zeros((1, 6), dtype=np.int64))

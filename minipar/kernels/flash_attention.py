@@ -13,9 +13,10 @@ runs is decided per call:
   fp32 in the plain kernel — when the dtype and head dim are ones they are built for,
   otherwise the same array reference running on the GPU through ``xp``.
 
-``ATTENTION_IMPLEMENTATION`` may be set to ``"reference"`` to force the array code on
-either backend (the GPU tests compare the two that way), or to ``"emulated"`` to run the
-CUDA kernels on NumPy arrays through ``kernels.emulator`` (slow; for testing without a GPU).
+``implementation=`` (an argument of every call, held by ``nn.AttentionCore``; no global)
+may be ``"reference"`` to force the array code on either backend (the GPU tests compare
+the two that way), or ``"emulated"`` to run the CUDA kernels on NumPy arrays through
+``kernels.emulator`` (slow; for testing without a GPU); None chooses by backend.
 """
 from __future__ import annotations
 
@@ -23,25 +24,23 @@ from minipar.autograd import Function
 from minipar.backend import backend_name
 from minipar.kernels import flash_reference
 
-# None: choose by backend; "reference": always the array code; "emulated": the CUDA
-# kernels run on the CPU (NumPy backend).
-ATTENTION_IMPLEMENTATION = None
+IMPLEMENTATIONS = (None, "reference", "emulated")
 
 
-def _cuda_kernels(q):
+def _cuda_kernels(q, implementation=None):
     """What launches the CUDA kernels for this call (see module doc), or None."""
     from minipar.kernels import flash_cuda
-    if ATTENTION_IMPLEMENTATION not in (None, "reference", "emulated"):
-        raise ValueError(f"ATTENTION_IMPLEMENTATION must be None, 'reference' or 'emulated', "
-                         f"got {ATTENTION_IMPLEMENTATION!r}")
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be None, 'reference' or 'emulated', "
+                         f"got {implementation!r}")
     supported = flash_cuda.supports(q.dtype, q.shape[-1])
-    if ATTENTION_IMPLEMENTATION == "emulated":
+    if implementation == "emulated":
         if not supported or backend_name() != "numpy":
             raise ValueError(f"'emulated' runs the CUDA kernels on NumPy arrays of float16 or float32 "
                              f"(head dim as flash_cuda.supports); got {backend_name()} {q.dtype}, d={q.shape[-1]}")
         from minipar.kernels.emulator import EmulatedKernels
         return EmulatedKernels()
-    if ATTENTION_IMPLEMENTATION is None and backend_name() == "cupy" and supported:
+    if implementation is None and backend_name() == "cupy" and supported:
         return flash_cuda.CupyKernels()
     return None
 
@@ -54,19 +53,19 @@ def _check_shapes(q, k, v):
                          "agree and k, v must have the same shape")
 
 
-def flash_forward(q, k, v, causal=True):
+def flash_forward(q, k, v, causal=True, implementation=None):
     """Arrays in; ``(out, lse)`` out, from the kernel or the reference (see module doc)."""
     _check_shapes(q, k, v)
-    kernels = _cuda_kernels(q)
+    kernels = _cuda_kernels(q, implementation)
     if kernels is not None:
         from minipar.kernels import flash_cuda
         return flash_cuda.forward(q, k, v, causal, kernels=kernels)
     return flash_reference.flash_forward_reference(q, k, v, causal)
 
 
-def flash_backward(q, k, v, out, lse, grad_out, causal=True):
+def flash_backward(q, k, v, out, lse, grad_out, causal=True, implementation=None):
     """Arrays in; ``(dq, dk, dv)`` out."""
-    kernels = _cuda_kernels(q)
+    kernels = _cuda_kernels(q, implementation)
     if kernels is not None:
         from minipar.kernels import flash_cuda
         return flash_cuda.backward(q, k, v, out, lse, grad_out, causal, kernels=kernels)
@@ -77,26 +76,26 @@ class FlashAttention(Function):
     """O = softmax(Q Kᵀ/sqrt(d) + causal mask) V, saving (q, k, v, O, L) for backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=True):
-        out, lse = flash_forward(q, k, v, causal)
+    def forward(ctx, q, k, v, causal=True, implementation=None):
+        out, lse = flash_forward(q, k, v, causal, implementation)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal = causal
+        ctx.causal, ctx.implementation = causal, implementation
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved
-        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal)
+        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.implementation)
         return dq, dk, dv
 
 
-def flash_attention(q, k, v, causal=True):
+def flash_attention(q, k, v, causal=True, implementation=None):
     """Tensors (B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d) -> Tensor (B, H, Nq, d).
 
     Causal masking is bottom-right aligned (query i sees key j iff j <= i + Nk - Nq);
-    rows that see no key give 0.
+    rows that see no key give 0.  ``implementation``: see the module doc.
     """
-    return FlashAttention.apply(q, k, v, causal=causal)
+    return FlashAttention.apply(q, k, v, causal=causal, implementation=implementation)
 
 
 dense_attention = flash_reference.dense_attention

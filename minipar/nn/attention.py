@@ -27,25 +27,27 @@ def naive_attention(q, k, v, causal=True):
     return ops.attention_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), causal) @ v
 
 
-def attention_core(q, k, v, kind="naive", causal=True):
+def attention_core(q, k, v, kind="naive", causal=True, implementation=None):
+    """``implementation`` (flash only): None, "reference" or "emulated" (kernels/flash_attention)."""
     if kind == "naive":
         return naive_attention(q, k, v, causal)
     if kind == "flash":
         from minipar.kernels.flash_attention import flash_attention
-        return flash_attention(q, k, v, causal=causal)
+        return flash_attention(q, k, v, causal=causal, implementation=implementation)
     raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
 
 
 class AttentionCore(Module):
-    """y = softmax(q kᵀ/sqrt(d) + causal mask) v, naive or flash; no parameters."""
+    """y = softmax(q kᵀ/sqrt(d) + causal mask) v, naive or flash; no parameters.
+    ``implementation`` picks the flash code explicitly (tests: "reference", "emulated")."""
 
-    def __init__(self, kind="naive", causal=True):
+    def __init__(self, kind="naive", causal=True, implementation=None):
         if kind not in ("naive", "flash"):
             raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
-        self.kind, self.causal = kind, causal
+        self.kind, self.causal, self.implementation = kind, causal, implementation
 
     def forward(self, q, k, v):
-        return attention_core(q, k, v, self.kind, self.causal)
+        return attention_core(q, k, v, self.kind, self.causal, self.implementation)
 
 
 class CausalSelfAttention(Module):
