@@ -3,7 +3,8 @@ import pytest
 
 from tests.mpirun import run_mpi
 
-CHECK = {"MINIPAR_COMM_CHECK": "1"}
+# check mode on; a wait longer than 60 s ends the launch with a report of who waits for whom
+CHECK = {"MINIPAR_COMM_CHECK": "1", "MINIPAR_HANG_TIMEOUT": "60"}
 
 
 # With more ranks than cores every message costs a context switch, so from 5 ranks up each

@@ -5,8 +5,8 @@ from tests.mpirun import run_mpi
 
 # check mode on, as in every comm test; fixed cost-model constants skip the calibration
 # each fresh communicator would otherwise run (the overlap section makes 20 of them)
-ENV = {"MINIPAR_COMM_CHECK": "1", "MINIPAR_COMM_ALPHA": "5e-6", "MINIPAR_COMM_BETA": "2e-10",
-       "MINIPAR_COMM_GAMMA": "2e-10"}
+ENV = {"MINIPAR_COMM_CHECK": "1", "MINIPAR_HANG_TIMEOUT": "60", "MINIPAR_COMM_ALPHA": "5e-6",
+       "MINIPAR_COMM_BETA": "2e-10", "MINIPAR_COMM_GAMMA": "2e-10"}
 
 
 @pytest.mark.parametrize("nprocs,sections", [(1, "strided,bits"), (3, "strided,bits,overlap"),

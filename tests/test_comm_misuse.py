@@ -8,7 +8,7 @@ import pytest
 
 from tests.mpirun import run_mpi
 
-CHECK = {"MINIPAR_COMM_CHECK": "1"}
+CHECK = {"MINIPAR_COMM_CHECK": "1", "MINIPAR_HANG_TIMEOUT": "60"}  # a hang reports who waits
 ARG, MISMATCH = "CollectiveArgumentError", "CollectiveMismatchError"
 
 # case -> (error type on every rank, text the message must contain)

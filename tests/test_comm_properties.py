@@ -49,17 +49,50 @@ def test_sizes_round_trip(text):
     assert parse_size(fmt_size(parse_size(text))) == parse_size(text)
 
 
-case = st.tuples(st.integers(0, 300), st.sampled_from(["float16", "float32", "float64", "int32", "int64"]),
-                 st.sampled_from(["sum", "max", "min"]),
-                 st.sampled_from(["auto", "ring", "recursive_doubling", "rabenseifner", "tree",
-                                  "hierarchical"]))
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+          "uint32", "uint64", "complex64", "complex128", "bool"]
+small = st.lists(st.integers(0, 9), max_size=3)             # 0-d to 3-D, empty axes too
+medium = st.integers(0, 3000).map(lambda n: [n])            # odd and prime lengths
+big = st.sampled_from([[(1 << 18) + 3], [7, 1 << 15]])       # > 1 MiB of float32: segments
+shapes = st.one_of(small, small, small, medium, medium, big)  # (repeats weight the draw)
 
 
-@pytest.mark.parametrize("nprocs", [3, 4])
-@settings(max_examples=2, deadline=None, derandomize=True)
-@given(cases=st.lists(case, min_size=10, max_size=25))
-def test_generated_cases_on_mpi(nprocs, cases):
-    # many generated cases, one launch: keeps hypothesis affordable on 2 cores
-    proc = run_mpi(nprocs, ["tests/scripts/comm_cases.py", json.dumps(cases)], timeout=90,
-                   env={"MINIPAR_COMM_CHECK": "1", "MINIPAR_RANKS_PER_NODE": "2"})
+def case_strategy(nprocs):
+    return st.fixed_dictionaries({
+        "k": st.integers(1, nprocs),
+        "coll": st.sampled_from(["all_reduce", "all_reduce", "reduce_scatter", "all_gather",
+                                 "broadcast", "reduce"]),
+        "shape": shapes, "step": st.sampled_from([1, 1, 2, 3]),
+        "out": st.sampled_from(["none", "contig", "strided"]),
+        "dtype": st.sampled_from(DTYPES), "op": st.sampled_from(["sum", "max", "min"]),
+        "root": st.integers(0, 7), "alg": st.integers(0, 7),
+        "async": st.booleans(), "sizes": st.booleans(),
+    })
+
+
+def generated_cases(nprocs, examples=4):
+    """The case list hypothesis draws (several examples pooled into one batch: one launch
+    per batch keeps it affordable on 2 cores; a failure is reported in full, not shrunk)."""
+    batches = []
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None)
+    @given(cases=st.lists(case_strategy(nprocs), min_size=8, max_size=14))
+    def collect(cases):
+        batches.append(cases)
+
+    collect()
+    return [c for batch in batches for c in batch]
+
+
+@pytest.mark.parametrize("nprocs,ranks_per_node", [(4, "2"), (8, "3")])
+def test_generated_cases_on_mpi(nprocs, ranks_per_node, tmp_path):
+    # sub-communicators of 1..nprocs ranks; sizes 0 to 2^18, 0-d to 3-D, strided inputs and
+    # outputs, every dtype, op, root and algorithm, blocking and non-blocking
+    cases = generated_cases(nprocs)
+    assert len({c["k"] for c in cases}) >= nprocs // 2  # many communicator sizes, not one
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    proc = run_mpi(nprocs, ["tests/scripts/comm_cases.py", path], timeout=150,
+                   env={"MINIPAR_COMM_CHECK": "1", "MINIPAR_HANG_TIMEOUT": "60",
+                        "MINIPAR_RANKS_PER_NODE": ranks_per_node})
     assert f"OK {len(cases)} generated cases" in proc.stdout

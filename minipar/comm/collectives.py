@@ -1,4 +1,4 @@
-"""The public collectives: pick an algorithm, check the arguments, run it on the p2p layer.
+"""The public collectives: check the arguments, pick an algorithm, run it on the p2p layer.
 
     all_reduce(comm, array, op="sum", algorithm="auto", out=None) -> out or array
     reduce_scatter(comm, array, op="sum", out=None, inplace=False) -> my shard (1-D)
@@ -40,77 +40,13 @@ import numpy  # host metadata (all_gather's counts) only
 from minipar.backend import xp
 from minipar.comm import checks, cost_model, watchdog
 from minipar.comm.agree import check, gather_rows
+from minipar.comm.algorithms import (_ALL_REDUCE, ALL_REDUCE_ALGORITHMS, _algorithm,  # noqa: F401
+                                     _auto, _hierarchical, _params)
 from minipar.comm.chunks import bounds_from_sizes, chunk_bounds, flat, ufunc
-from minipar.comm.doubling import rabenseifner_all_reduce, recursive_doubling_all_reduce
-from minipar.comm.hierarchical import hierarchical_all_reduce, node_layout
-from minipar.comm.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from minipar.comm.ring import ring_all_gather, ring_reduce_scatter
 from minipar.comm.transport import COLL_TAG, CollectiveArgumentError
 from minipar.comm.tree import (binomial_broadcast, binomial_reduce, ring_reduce,
-                               scatter_allgather_broadcast, tree_all_reduce)
-
-ALIASES = {"rd": "recursive_doubling", "rab": "rabenseifner", "binomial": "tree"}
-
-
-def _hierarchical(comm, buf, reduce, inner_algorithm="auto"):
-    """Two levels; the inter-node all-reduce uses ``inner_algorithm`` ("hierarchical:ring")."""
-    def inner(cross, shard):
-        name = inner_algorithm
-        if name == "auto":  # a flat algorithm, by the whole communicator's constants: no
-            # calibration or layout of ``cross`` (collective setup, maybe on a progress thread)
-            name = cost_model.choose(cross.size, shard.nbytes, _params(comm))
-        _ALL_REDUCE[name](cross, shard, reduce)
-    return hierarchical_all_reduce(comm, buf, reduce, inner)
-
-
-_ALL_REDUCE = {
-    "ring": ring_all_reduce,
-    "recursive_doubling": recursive_doubling_all_reduce,
-    "rabenseifner": rabenseifner_all_reduce,
-    "tree": tree_all_reduce,
-    "hierarchical": _hierarchical,
-}
-ALL_REDUCE_ALGORITHMS = tuple(_ALL_REDUCE)
-
-
-def _params(comm):
-    """The cost model's constants (calibrating on first use — collective, so watched)."""
-    c = comm.cache.get("cost")
-    if c is None:
-        c = watchdog.watched(comm, None, "cost-model calibration", cost_model.params, comm) \
-            if comm.hang_timeout is not None else cost_model.params(comm)
-    return c
-
-
-def _auto(comm, nbytes):
-    """The cost model's choice for this communicator and size (cached per size)."""
-    key = ("auto", nbytes)
-    choice = comm.cache.get(key)
-    if choice is None:
-        candidates = ("ring", "recursive_doubling", "rabenseifner", "tree")
-        if comm.ranks_per_node:  # only a declared node layout makes two levels worth it
-            if 1 < node_layout(comm)[3] < comm.size:
-                candidates += ("hierarchical",)
-        choice = cost_model.choose(comm.size, nbytes, _params(comm), candidates)
-        comm.cache[key] = choice
-    return choice
-
-
-def _algorithm(name):
-    if name in _ALL_REDUCE or name == "auto":  # the common case, kept cheap
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"algorithm must be a name, not {name!r}")
-    name = ALIASES.get(name, name)
-    if name.startswith("hierarchical:"):
-        inner = _algorithm(name.split(":", 1)[1])
-        if inner == "hierarchical" or ":" in inner:
-            raise ValueError("hierarchical:X needs a flat inner algorithm X")
-        return name
-    if name != "auto" and name not in _ALL_REDUCE:
-        raise ValueError(f"unknown all-reduce algorithm {name!r}; choose auto, one of "
-                         f"{', '.join(_ALL_REDUCE)}, or hierarchical:<inner algorithm>")
-    return name
-
+                               scatter_allgather_broadcast)
 
 def _work_on(array, out):
     """(target, contiguous 1-D view to compute on, write-back needed?)."""
