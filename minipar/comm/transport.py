@@ -7,8 +7,9 @@ collectives do their own reductions, so MPI never needs to know the dtype, float
 bfloat16 work like any other type, and nothing is ever pickled on the hot path.
 
 Counters (``bytes_sent``, ``bytes_recv``, ``msgs_sent``, ``msgs_recv``) record every
-message, which makes textbook volumes checkable: a ring all-reduce of S bytes over n
-ranks must show ``bytes_sent == 2(n-1)/n·S`` (up to uneven chunks) on every rank.
+data message (not check mode's or setup's tiny metadata exchanges), which makes textbook
+volumes checkable: a ring all-reduce of S bytes over n ranks must show
+``bytes_sent == 2(n-1)/n·S`` (up to uneven chunks) on every rank.
 
 Device arrays (CuPy) are handed to MPI directly when ``cuda_aware=True`` (or
 ``MINIPAR_CUDA_AWARE=1``) and staged through a host copy otherwise.
@@ -72,16 +73,16 @@ class Request:
     """A pending isend/irecv.  ``wait()`` completes it (and copies a staged receive
     back to the device); ``test()`` says whether it has completed, without blocking."""
 
-    __slots__ = ("mpi", "finish", "comm", "peer")
+    __slots__ = ("mpi", "finish", "comm", "peer", "kind")
 
-    def __init__(self, mpi_request, finish=None, comm=None, peer=None):
+    def __init__(self, mpi_request, finish=None, comm=None, peer=None, kind="wait"):
         self.mpi = mpi_request
         self.finish = finish  # host->device copy for staged receives
-        self.comm, self.peer = comm, peer  # for the watchdog's report
+        self.comm, self.peer, self.kind = comm, peer, kind  # for the watchdog's report
 
     def wait(self):
         if self.comm is not None and self.comm.hang_timeout is not None:
-            watchdog.watched(self.comm, self.peer, "wait", self.mpi.Wait)
+            watchdog.watched(self.comm, self.peer, self.kind, self.mpi.Wait)
         else:
             self.mpi.Wait()
         if self.finish is not None:
@@ -259,7 +260,7 @@ class Communicator:
         keep_alive = None
         if spec[0] is not buf:  # the staged host copy must outlive the send
             keep_alive = lambda _host=spec[0]: None  # noqa: E731
-        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive, self, dest)
+        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive, self, dest, "isend (wait)")
         c = self.counters
         c.bytes_sent += buf.nbytes
         c.msgs_sent += 1
@@ -270,7 +271,7 @@ class Communicator:
         c = self.counters
         c.bytes_recv += buf.nbytes
         c.msgs_recv += 1
-        return Request(self.mpi.Irecv(spec, source, tag), finish, self, source)
+        return Request(self.mpi.Irecv(spec, source, tag), finish, self, source, "irecv (wait)")
 
     @staticmethod
     def wait(req):
