@@ -167,9 +167,9 @@ def _report(text):
     if _state["on_hang"] is not None:
         _state["on_hang"](text)
         return
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
     sys.stdout.flush()
+    os.write(2, (text + "\n").encode())  # unbuffered: nothing may sit in a buffer at the abort
+    time.sleep(0.5)  # let the launcher forward it before it kills the job
     from mpi4py import MPI
     MPI.COMM_WORLD.Abort(1)
 
