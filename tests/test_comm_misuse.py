@@ -22,7 +22,8 @@ EXPECTED = {
     "all_reduce list": (ARG, "rank 1: all_reduce: array must be an array, not list"),
     "all_reduce unknown op, one rank": (ARG, "rank 1: all_reduce: unknown reduction op 'prod'"),
     "all_reduce unknown algorithm": (ARG, "unknown all-reduce algorithm 'butterfly'"),
-    "all_reduce algorithm mismatch": (MISMATCH, "ranks 1: count=3 dtype=float32 op=sum algorithm=tree"),
+    "all_reduce algorithm mismatch": (MISMATCH, "ranks 1: count=3 dtype=float32 op=sum "
+                                                "algorithm=tree"),
     "all_reduce count mismatch": (MISMATCH, "ranks 1: count=7"),
     "all_reduce dtype mismatch": (MISMATCH, "ranks 1: count=6 dtype=float64"),
     "async all_reduce out shape, one rank": (ARG, "rank 1: all_reduce: out has shape (3,)"),
@@ -39,13 +40,15 @@ EXPECTED = {
     "reduce_scatter out dtype (int16 from float)": (ARG, "out has dtype int16; the result is float32"),
     "async reduce_scatter out size, one rank": (ARG, "rank 1: reduce_scatter: out has 3 elements"),
     "all_gather out too big (sizes given)": (ARG, "out has 9 elements (shape (9,)); the result has 6"),
-    "all_gather out too big, one rank (sizes exchanged)": (ARG, "rank 1: all_gather: out has 7 elements; the result has 6"),
+    "all_gather out too big, one rank (sizes exchanged)": (
+        ARG, "rank 1: all_gather: out has 7 elements; the result has 6"),
     "all_gather out too big, every rank (sizes exchanged)": (ARG, "rank 2: all_gather: out has 7 elements"),
     "all_gather out dtype": (ARG, "out has dtype float64; the result is float32"),
     "all_gather dtype mismatch": (MISMATCH, "ranks 1: dtype=float64"),
     "all_gather sizes on one rank only": (MISMATCH, "ranks 1: dtype=float32 sizes=(2, 2, 2)"),
     "all_gather sizes wrong length": (ARG, "sizes has 4 entries for a 3-rank communicator"),
-    "all_gather shard is not sizes[rank]": (ARG, "rank 1: all_gather: the shard has 3 elements but sizes[1] = 2"),
+    "all_gather shard is not sizes[rank]": (
+        ARG, "rank 1: all_gather: the shard has 3 elements but sizes[1] = 2"),
     "barrier vs all_reduce": (MISMATCH, "ranks 1: called barrier"),  # and the same words everywhere
 }
 

@@ -26,21 +26,28 @@ def cases(p, r):
     ro = ones(4)
     ro.flags.writeable = False
     return {
-        "all_reduce out shape, one rank": (lambda c: all_reduce(c, ones(4), out=ones(5 if odd else 4)), False),
+        "all_reduce out shape, one rank": (
+            lambda c: all_reduce(c, ones(4), out=ones(5 if odd else 4)), False),
         "all_reduce out dtype": (lambda c: all_reduce(c, ones(4), out=ones(4, np.float64)), True),
         "all_reduce read-only": (lambda c: all_reduce(c, ro), True),
         "all_reduce str": (lambda c: all_reduce(c, np.array(["ab", "c"])), True),
         "all_reduce object": (lambda c: all_reduce(c, np.array([1, "x"], dtype=object)), True),
         "all_reduce bool sum": (lambda c: all_reduce(c, np.ones(3, bool)), True),
         "all_reduce list": (lambda c: all_reduce(c, [1.0, 2.0] if odd else ones(2)), False),
-        "all_reduce unknown op, one rank": (lambda c: all_reduce(c, ones(3), op="prod" if odd else "sum"), False),
-        "all_reduce unknown algorithm": (lambda c: all_reduce(c, ones(3), algorithm="butterfly"), True),
-        "all_reduce algorithm mismatch": (lambda c: all_reduce(c, ones(3), algorithm="tree" if odd else "ring"), False),
+        "all_reduce unknown op, one rank": (
+            lambda c: all_reduce(c, ones(3), op="prod" if odd else "sum"), False),
+        "all_reduce unknown algorithm": (
+            lambda c: all_reduce(c, ones(3), algorithm="butterfly"), True),
+        "all_reduce algorithm mismatch": (
+            lambda c: all_reduce(c, ones(3), algorithm="tree" if odd else "ring"), False),
         "all_reduce count mismatch": (lambda c: all_reduce(c, ones(6 + odd)), False),
-        "all_reduce dtype mismatch": (lambda c: all_reduce(c, ones(6, np.float64 if odd else np.float32)), False),
+        "all_reduce dtype mismatch": (
+            lambda c: all_reduce(c, ones(6, np.float64 if odd else np.float32)), False),
         "async all_reduce out shape, one rank": (
-            lambda c: all_reduce_async(c, ones(4), out=ones(3 if odd else 4)).wait(timeout=60), False),
-        "reduce out on root only": (lambda c: reduce(c, ones(4), root=1, out=ones(2) if odd else None), False),
+            lambda c: all_reduce_async(c, ones(4), out=ones(3 if odd else 4)).wait(timeout=60),
+            False),
+        "reduce out on root only": (
+            lambda c: reduce(c, ones(4), root=1, out=ones(2) if odd else None), False),
         "reduce root = size": (lambda c: reduce(c, ones(4), root=p), True),
         "reduce root = -1": (lambda c: reduce(c, ones(4), root=-1), True),
         "reduce root not an int": (lambda c: reduce(c, ones(4), root=0.5), True),
@@ -54,19 +61,24 @@ def cases(p, r):
         "reduce_scatter out dtype (int16 from float)": (
             lambda c: reduce_scatter(c, ones(2 * p) * 4.5, out=np.zeros(2, np.int16)), True),
         "async reduce_scatter out size, one rank": (
-            lambda c: reduce_scatter_async(c, ones(2 * p), out=ones(3 if odd else 2)).wait(timeout=60), False),
+            lambda c: reduce_scatter_async(c, ones(2 * p), out=ones(3 if odd else 2)).wait(timeout=60),
+            False),
         "all_gather out too big (sizes given)": (
             lambda c: all_gather(c, ones(2), sizes=[2] * p, out=ones(2 * p + 3)), True),
         "all_gather out too big, one rank (sizes exchanged)": (
             lambda c: all_gather(c, ones(2), out=ones(2 * p + odd)), True),  # the size exchange checks it
         "all_gather out too big, every rank (sizes exchanged)": (
             lambda c: all_gather(c, ones(2), out=ones(2 * p + 1)), True),
-        "all_gather out dtype": (lambda c: all_gather(c, ones(2), out=np.zeros(2 * p, np.float64)), True),
-        "all_gather dtype mismatch": (lambda c: all_gather(c, ones(2, np.float64 if odd else np.float32)), False),
+        "all_gather out dtype": (
+            lambda c: all_gather(c, ones(2), out=np.zeros(2 * p, np.float64)), True),
+        "all_gather dtype mismatch": (
+            lambda c: all_gather(c, ones(2, np.float64 if odd else np.float32)), False),
         "all_gather sizes on one rank only": (
             lambda c: all_gather(c, ones(2), sizes=[2] * p if odd else None), False),
-        "all_gather sizes wrong length": (lambda c: all_gather(c, ones(2), sizes=[2] * (p + 1)), True),
-        "all_gather shard is not sizes[rank]": (lambda c: all_gather(c, ones(3 if odd else 2), sizes=[2] * p), False),
+        "all_gather sizes wrong length": (
+            lambda c: all_gather(c, ones(2), sizes=[2] * (p + 1)), True),
+        "all_gather shard is not sizes[rank]": (
+            lambda c: all_gather(c, ones(3 if odd else 2), sizes=[2] * p), False),
         "barrier vs all_reduce": (lambda c: barrier(c) if odd else all_reduce(c, ones(2)), False),
     }
 
