@@ -28,8 +28,9 @@ Exported:
 Modules: transport (p2p + counters), checks (local argument checks), agree (check
 mode's descriptor exchange), watchdog (hang timeout), exchange (pipelined
 send/receive/reduce), ring, doubling (recursive doubling, Rabenseifner), tree
-(binomial), hierarchical, collectives (the API above), nonblocking, cost_model, abort,
-bench.
+(binomial), hierarchical, algorithms (the all-reduce registry, ``auto``), collectives
+(the API above), nonblocking, cost_model, abort, bench (``--check-overhead`` measures
+check mode's cost per call).
 """
 from minipar.comm import cost_model
 from minipar.comm.abort import abort_on_exception

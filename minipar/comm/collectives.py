@@ -48,6 +48,7 @@ from minipar.comm.transport import COLL_TAG, CollectiveArgumentError
 from minipar.comm.tree import (binomial_broadcast, binomial_reduce, ring_reduce,
                                scatter_allgather_broadcast)
 
+
 def _work_on(array, out):
     """(target, contiguous 1-D view to compute on, write-back needed?)."""
     target = array if out is None else out
@@ -73,6 +74,7 @@ def all_reduce(comm, array, op="sum", algorithm="auto", out=None):
     def local():
         reduce, name = ufunc(op), _algorithm(algorithm)
         _in_place(checks.reducible(array, op), out)
+        # what the ranks must agree on (built only in check mode, the one that sends it)
         fields = ctx.check and dict(count=array.size, dtype=array.dtype, op=op, algorithm=name)
         return fields, array.size, -1, (reduce, name)
 
