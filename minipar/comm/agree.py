@@ -34,6 +34,7 @@ collectives or in a different order.
 """
 from __future__ import annotations
 
+import struct
 import zlib
 
 import numpy  # host metadata only, never data
@@ -70,26 +71,25 @@ def gather_rows(comm, row):
         dist <<= 1
     for k, v in saved.items():
         setattr(comm.counters, k, v)
-    return numpy.roll(blocks, r, axis=0)  # row q <- block (q - r) mod p, rank q's
+    # row q <- block (q - r) mod p, which is rank q's
+    return numpy.concatenate((blocks[p - r:], blocks[:p - r])) if r else blocks
 
 
 def text_of(name, fields):
     """``name k=v ...``; a long value (e.g. 64 ranks' sizes) as a checksum."""
     parts = [name]
     for k, v in fields.items():
-        v = str(v)
+        v = v if type(v) is str else str(v)
         parts.append(f"{k}={v}" if len(v) <= 64 else f"{k}=#{zlib.crc32(v.encode()):08x}")
     return " ".join(parts)
 
 
 def _record(flag, count, out_count, text):
-    rec = numpy.zeros(RECORD, dtype=numpy.uint8)
-    rec[:_HEAD].view(numpy.int64)[:] = (flag, count, out_count)
     data = text.encode()
     if len(data) > RECORD - _HEAD:  # keep a checksum of what does not fit
         data = data[:RECORD - _HEAD - 10] + f" #{zlib.crc32(data):08x}".encode()
-    rec[_HEAD:_HEAD + len(data)] = numpy.frombuffer(data, dtype=numpy.uint8)
-    return rec
+    raw = struct.pack("<qqq", flag, count, out_count) + data.ljust(RECORD - _HEAD, b"\0")
+    return numpy.frombuffer(raw, dtype=numpy.uint8)
 
 
 def _text(row):

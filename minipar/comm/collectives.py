@@ -75,7 +75,7 @@ def all_reduce(comm, array, op="sum", algorithm="auto", out=None):
         reduce, name = ufunc(op), _algorithm(algorithm)
         _in_place(checks.reducible(array, op), out)
         # what the ranks must agree on (built only in check mode, the one that sends it)
-        fields = ctx.check and dict(count=array.size, dtype=array.dtype, op=op, algorithm=name)
+        fields = ctx.check and dict(count=array.size, dtype=array.dtype.name, op=op, algorithm=name)
         return fields, array.size, -1, (reduce, name)
 
     (reduce, name), _ = check(ctx, "all_reduce", local)
@@ -108,7 +108,7 @@ def reduce_scatter(comm, array, op="sum", out=None, inplace=False):
             checks.holds(out, b[ctx.rank + 1] - b[ctx.rank], array.dtype)
         if inplace:
             checks.writeable(array, "array", "inplace=True uses it as scratch")
-        fields = ctx.check and dict(count=array.size, dtype=array.dtype, op=op)
+        fields = ctx.check and dict(count=array.size, dtype=array.dtype.name, op=op)
         return fields, array.size, -1, (reduce, b)
 
     (reduce, b), _ = check(ctx, "reduce_scatter", local)
@@ -157,7 +157,7 @@ def all_gather(comm, shard, sizes=None, out=None):
         known = None if sizes is None else checks.sizes(sizes, ctx.size, ctx.rank, shard.size)
         if out is not None:
             checks.holds(out, sum(known) if known is not None else out.size, shard.dtype)
-        fields = ctx.check and dict(dtype=shard.dtype,
+        fields = ctx.check and dict(dtype=shard.dtype.name,
                                     sizes="exchanged" if known is None else tuple(known))
         return fields, shard.size, -1 if out is None else out.size, known
 
@@ -198,7 +198,7 @@ def broadcast(comm, array, root=0, algorithm="auto"):
         checks.choice(algorithm, BROADCAST_ALGORITHMS, "broadcast algorithm")
         if ctx.rank != rt:
             checks.writeable(array, "array", "the broadcast writes into it")
-        fields = ctx.check and dict(count=array.size, dtype=array.dtype, root=rt,
+        fields = ctx.check and dict(count=array.size, dtype=array.dtype.name, root=rt,
                                     algorithm=algorithm)
         return fields, array.size, -1, rt
 
@@ -234,7 +234,7 @@ def reduce(comm, array, root=0, op="sum", out=None, algorithm="auto"):
             _in_place(array, out)
         elif out is not None:
             checks.same_as(out, array)
-        fields = ctx.check and dict(count=array.size, dtype=array.dtype, root=rt, op=op,
+        fields = ctx.check and dict(count=array.size, dtype=array.dtype.name, root=rt, op=op,
                                     algorithm=algorithm)
         return fields, array.size, -1, (red, rt)
 
