@@ -64,7 +64,9 @@ def train(nprocs, model_flags, extra, workdir, tag, timeout):
     cmd = ["mpiexec", "-n", str(nprocs), sys.executable, "-m", "minipar", "train", *model_flags,
            "--log-json", log, "--quiet", "--eval-batches", "0", *extra]
     subprocess.run(cmd, cwd=ROOT, env=env(), check=True, timeout=timeout)
-    return [json.loads(line) for line in open(log)][1:]     # drop step 0 (warm-up)
+    sys.path.insert(0, ROOT)
+    from minipar.monitor import step_records
+    return step_records(log)[1:]     # drop step 0 (warm-up)
 
 
 def main():

@@ -2,6 +2,7 @@
 
     mpiexec -n N python -m minipar train [layout] [numerics] [model] [run] [output]
     python -m minipar sample --resume DIR [--prompt TEXT]
+    python -m minipar report LOG.json [LOG2.json ...] --out DIR
     mpiexec -n N python -m minipar bench comm [...]
     python -m minipar bench attention [...]
 
@@ -15,9 +16,15 @@ import sys
 
 
 def add_train_flags(p):
+    from minipar.config import TrainConfig as D         # the defaults live there, once
+    from minipar.config_checks import EVAL_BATCHES
     layout = p.add_argument_group("layout")
     layout.add_argument("--dp", type=int, default=None, help="data-parallel size (default: all ranks)")
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    layout.add_argument("--cp", type=int, default=1,
+                        help="context-parallel size: the sequence split over cp ranks (ring attention)")
+    layout.add_argument("--cp-split", default="zigzag", choices=["zigzag", "contiguous"],
+                        help="how the sequence is cut: zigzag balances the causal mask's work")
     layout.add_argument("--sequence-parallel", action="store_true")
     layout.add_argument("--pp", type=int, default=1, help="pipeline stages")
     layout.add_argument("--chunks", type=int, default=1, help="model chunks per pipeline rank")
@@ -49,18 +56,18 @@ def add_train_flags(p):
     model.add_argument("--dropout", type=float)
     model.add_argument("--tie-weights", action="store_true", default=None)
     run = p.add_argument_group("run")
-    run.add_argument("--steps", type=int, default=200, help="total steps (the LR schedule spans them)")
+    run.add_argument("--steps", type=int, default=D.steps, help="total steps (the LR schedule spans them)")
     run.add_argument("--stop-at", type=int, default=None,
                      help="end this run at that step (saving with --save); resume later")
-    run.add_argument("--batch-size", type=int, default=32, help="global batch, in sequences")
-    run.add_argument("--lr", type=float, default=3e-3)
+    run.add_argument("--batch-size", type=int, default=D.batch_size, help="global batch, in sequences")
+    run.add_argument("--lr", type=float, default=D.lr)
     run.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/10)")
     run.add_argument("--weight-decay", type=float, default=0.1)
     run.add_argument("--grad-clip", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
     run.add_argument("--eval-batches", type=int,
-                     help="validation batches after training (default 4; 0 to skip)")
+                     help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
     out = p.add_argument_group("output")
     out.add_argument("--log-json", help="write one JSON object per step to this file")
     out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")
@@ -87,6 +94,8 @@ def build_parser():
     sample.add_argument("--top-k", type=int, default=40)
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--backend", default=None, choices=["numpy", "cupy"])
+    report = sub.add_parser("report", help="plots and an HTML page of one or more --log-json runs")
+    report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     bench = sub.add_parser("bench", help="benchmarks: comm, attention")
     bench.add_argument("what", choices=["comm", "attention"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
@@ -138,6 +147,9 @@ def main(argv=None):
             sample_main(args)
         except SampleError as err:
             _stop(f"minipar sample: {err}", 2)
+    elif args.command == "report":
+        from minipar.report import main as report_main
+        sys.exit(report_main(args.rest))
     elif args.command == "bench":
         if args.what == "comm":
             from minipar.comm.bench import main as bench_main

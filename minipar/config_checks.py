@@ -13,12 +13,15 @@ from dataclasses import replace
 from minipar.backend import backend_name
 
 
+EVAL_BATCHES = 16      # validation batches by default: 16 of the default 8 sequences = 16 KiB
+
+
 class ConfigError(ValueError):
     """A configuration that cannot run; the message says what to change."""
 
 
 def _positive(config):
-    for name in ("tp", "pp", "chunks", "steps", "batch_size", "grad_accum"):
+    for name in ("tp", "pp", "cp", "chunks", "steps", "batch_size", "grad_accum"):
         if getattr(config, name) < 1:
             raise ConfigError(f"`{name}` must be >= 1")
     if config.dp is not None and config.dp < 1:
@@ -64,13 +67,33 @@ def check_resumed_step(config, step):
 
 
 def _data_parallel_size(config, world_size):
-    tp, pp = config.tp, config.pp
-    dp = config.dp if config.dp is not None else world_size // (tp * pp)
-    if dp < 1 or dp * tp * pp != world_size:
+    tp, pp, cp = config.tp, config.pp, config.cp
+    dp = config.dp if config.dp is not None else world_size // (cp * tp * pp)
+    if dp < 1 or dp * cp * tp * pp != world_size:
         shown = config.dp if config.dp is not None else "?"
-        raise ConfigError(f"world size {world_size} != dp·tp·pp = {shown}·{tp}·{pp}; "
-                          f"launch mpiexec -n {max(dp, 1) * tp * pp} or change the layout")
+        if cp == 1:
+            raise ConfigError(f"world size {world_size} != dp·tp·pp = {shown}·{tp}·{pp}; "
+                              f"launch mpiexec -n {max(dp, 1) * tp * pp} or change the layout")
+        raise ConfigError(f"world size {world_size} != dp·cp·tp·pp = {shown}·{cp}·{tp}·{pp}; "
+                          f"launch mpiexec -n {max(dp, 1) * cp * tp * pp} or change the layout")
     return dp
+
+
+def _context(config, cfg):
+    if config.cp_split not in ("zigzag", "contiguous"):
+        raise ConfigError(f"`cp_split` must be zigzag or contiguous, got {config.cp_split!r}")
+    if config.cp == 1:
+        if config.cp_split != "zigzag":
+            raise ConfigError("`cp_split` belongs to context parallelism; set `cp` C or leave it out")
+        return
+    from minipar.parallel.context import check_context_parallel
+    try:
+        check_context_parallel(cfg.seq_len, config.cp)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if config.sequence_parallel and (cfg.seq_len // config.cp) % config.tp:
+        raise ConfigError(f"with `cp` {config.cp} and `sequence_parallel` each rank's "
+                          f"{cfg.seq_len // config.cp} positions must divide by `tp` {config.tp}")
 
 
 def _pipeline(config, cfg, dp):
@@ -142,6 +165,7 @@ def check(config, world_size):
     except ValueError as err:
         raise ConfigError(str(err)) from None
     _flags_have_effect(config)
+    _context(config, cfg)
     m = _pipeline(config, cfg, dp)
     if config.batch_size % (dp * config.grad_accum):
         raise ConfigError(f"`batch_size` {config.batch_size} must be divisible by "
@@ -158,4 +182,4 @@ def check(config, world_size):
         scale = 2.0 ** 16
     return replace(config, dp=dp, microbatches=m, bucket_mb=bucket_mb, initial_loss_scale=scale,
                    schedule=config.schedule or ("1f1b" if config.pipelined else None),
-                   eval_batches=4 if config.eval_batches is None else config.eval_batches)
+                   eval_batches=EVAL_BATCHES if config.eval_batches is None else config.eval_batches)

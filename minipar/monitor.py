@@ -317,3 +317,25 @@ def _plain(v):
     """JSON-ready: NumPy scalars to Python numbers, NaN to None."""
     v = v.item() if isinstance(v, np.generic) else v
     return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def read_log(path):
+    """(header, step records, final) of a ``--log-json`` file (header/final may be None)."""
+    header, steps, final = None, [], None
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if "header" in rec:
+                header = rec["header"]
+            elif "final" in rec:
+                final = rec["final"]
+            else:
+                steps.append(rec)
+    return header, steps, final
+
+
+def step_records(path):
+    """The per-step records of a log, in order (what most readers want)."""
+    return read_log(path)[1]

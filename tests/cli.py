@@ -4,6 +4,7 @@ import json
 import numpy as np
 
 from minipar import checkpoint
+from minipar.monitor import step_records
 from tests.mpirun import run_mpi
 
 SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
@@ -20,7 +21,7 @@ def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=
     proc = run_mpi(nprocs, args, timeout=timeout, check=check)
     if not check:
         return proc
-    losses = [json.loads(line)["loss"] for line in open(log)]
+    losses = [r["loss"] for r in step_records(log)]
     params, state, meta = checkpoint.load(ckpt)
     return losses, params, state
 

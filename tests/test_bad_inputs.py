@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from minipar import checkpoint
+from minipar.monitor import step_records
 from tests.mpirun import REPO, run_mpi
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "8"]
@@ -195,7 +196,7 @@ def test_a_stopped_rank_ends_the_job(tmp_path):
     proc = _two_ranks(*TINY, "--steps", "100000", "--batch-size", "4", "--quiet",
                       "--hang-timeout", "20", "--log-json", log)
     try:
-        _wait_for_lines(log, 3, time.time() + 60)
+        _wait_for_lines(log, 4, time.time() + 60)
         ranks = _ranks_of(log)
         assert len(ranks) == 2, ranks
         victim = ranks[-1]
@@ -216,14 +217,14 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path):
              "--eval-batches", "0"]
     log, ckpt = tmp_path / "first.json", tmp_path / "ckpt"
     proc = _two_ranks(*flags, "--save", ckpt, "--log-json", log)
-    _wait_for_lines(log, 3, time.time() + 60)
+    _wait_for_lines(log, 4, time.time() + 60)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     lines = [l for l in err.strip().splitlines() if l.startswith("minipar train")]
     assert len(lines) == 1 and "interrupted after step" in lines[0] and "Traceback" not in err
     done = checkpoint.load(ckpt)[2]["step"]
-    first = [json.loads(l)["loss"] for l in open(log)]
+    first = [r["loss"] for r in step_records(log)]
     assert len(first) == done
     resumed_log = tmp_path / "resumed.json"
     run_mpi(2, ["-m", "minipar", "train", *flags, "--resume", ckpt, "--stop-at", done + 2,
@@ -231,6 +232,6 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path):
     straight_log = tmp_path / "straight.json"
     run_mpi(2, ["-m", "minipar", "train", *flags, "--stop-at", done + 2, "--log-json", straight_log],
             timeout=120)
-    straight = [json.loads(l)["loss"] for l in open(straight_log)]
-    resumed = [json.loads(l)["loss"] for l in open(resumed_log)]
+    straight = [r["loss"] for r in step_records(straight_log)]
+    resumed = [r["loss"] for r in step_records(resumed_log)]
     np.testing.assert_allclose(first + resumed, straight, rtol=1e-12)

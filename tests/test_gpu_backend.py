@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from minipar import backend
+from minipar.monitor import step_records
 from tests.mpirun import run_mpi
 
 pytestmark = pytest.mark.skipif(not backend.cupy_available(), reason="needs CuPy and a GPU")
@@ -43,8 +44,8 @@ def test_train_cli_on_cupy_matches_numpy(tmp_path):
              "--quiet", "--eval-batches", "0", "--batch-size", "8"]
     run_mpi(1, flags + ["--backend", "numpy", "--log-json", tmp_path / "cpu.json"])
     run_mpi(2, flags + ["--backend", "cupy", "--dp", "2", "--log-json", tmp_path / "gpu.json"])
-    cpu = [json.loads(line)["loss"] for line in open(tmp_path / "cpu.json")]
-    gpu = [json.loads(line)["loss"] for line in open(tmp_path / "gpu.json")]
+    cpu = [r["loss"] for r in step_records(tmp_path / "cpu.json")]
+    gpu = [r["loss"] for r in step_records(tmp_path / "gpu.json")]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-10)
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.cli import train
+from minipar.monitor import step_records
 from tests.mpirun import run_mpi
 
 MODEL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
@@ -14,7 +15,7 @@ def losses(tmp_path, name, n, *flags, steps=12):
     log = tmp_path / f"{name}.json"
     run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", str(steps), "--batch-size", "8",
                 "--quiet", "--eval-batches", "0", "--log-json", log, *flags], timeout=180)
-    return [json.loads(line) for line in open(log)]
+    return step_records(log)
 
 
 def test_half_precision_tracks_fp32_and_logs_the_scale(tmp_path):

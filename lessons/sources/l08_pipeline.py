@@ -44,6 +44,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
+from minipar.monitor import step_records
 from minipar.parallel.pipeline import build_schedule, draw_timeline, simulate, validate
 
 %matplotlib inline
@@ -116,10 +117,10 @@ MODEL = ["--n-layer", "4", "--d-model", "64", "--n-head", "4", "--seq-len", "64"
 trace_path, log_path = os.path.join(work, "trace.json"), os.path.join(work, "pp.json")
 mpirun(2, ["-m", "minipar", "train", *MODEL, "--pp", "2", "--schedule", "1f1b", "--microbatches", "4",
            "--trace", trace_path, "--log-json", log_path])
-pp_log = [json.loads(line) for line in open(log_path)]
+pp_log = step_records(log_path)
 last = pp_log[-1]
 mpirun(1, ["-m", "minipar", "train", *MODEL, "--log-json", os.path.join(work, "single.json")])
-single = [json.loads(line)["loss"] for line in open(os.path.join(work, "single.json"))]
+single = [r["loss"] for r in step_records(os.path.join(work, "single.json"))]
 np.testing.assert_allclose([r["loss"] for r in pp_log], single, rtol=1e-12)
 print("pp=2 losses == single-process losses:", [round(r["loss"], 12) for r in pp_log])
 ''', r'''

@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minipar.parallel.grid import coordinates
+from minipar.monitor import step_records
 
 %matplotlib inline
 ''' + LAUNCH, r'''
@@ -81,7 +82,7 @@ for name, (n, flags) in LAYOUTS.items():
     log, trace = os.path.join(work, tag + ".json"), os.path.join(work, tag + ".trace.json")
     extra = ["--trace", trace] if "--pp" in flags else []
     mpirun(n, ["-m", "minipar", "train", *MODEL, *flags, *extra, "--log-json", log], timeout=300)
-    logs[name] = [json.loads(line) for line in open(log)]
+    logs[name] = step_records(log)
     traces[name] = json.load(open(trace)) if extra else None
 ''', r'''
 fig, ax = plt.subplots(figsize=(6, 3.5))

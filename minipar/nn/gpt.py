@@ -93,12 +93,24 @@ class GPT(Module):
         self.ln_f = LayerNorm(cfg.d_model)
         self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng, bias=False)
 
+    # The positions of the tokens this model sees: 0..n-1, unless context parallelism
+    # gave this rank other positions of the sequence (parallel/context).
+    token_positions = None
+
+    def positions(self, n):
+        if self.token_positions is None:
+            return np.arange(n)
+        if n != len(self.token_positions):
+            raise ValueError(f"this rank holds {len(self.token_positions)} positions of the "
+                             f"sequence, got {n} tokens")
+        return self.token_positions
+
     def embed(self, ids):
         ids = ops.raw(ids)
         n = ids.shape[-1]
         if n > self.config.seq_len:
             raise ValueError(f"sequence of {n} tokens is longer than seq_len {self.config.seq_len}")
-        positions = to_device(np.arange(n))
+        positions = to_device(self.positions(n))
         return self.drop(self.wte(ids) + self.wpe(positions))
 
     def head(self, x):

@@ -1,17 +1,21 @@
-"""ProcessGrid: the dp × tp × pp arrangement of ranks and its sub-communicators.
+"""ProcessGrid: the dp × cp × tp × pp arrangement of ranks and its sub-communicators.
 
-Ranks are numbered with tensor parallelism fastest, then data, then pipeline:
+Ranks are numbered with tensor parallelism fastest, then context, data, pipeline:
 
-    rank = pp_rank · (dp · tp) + dp_rank · tp + tp_rank
+    rank = pp_rank · (dp · cp · tp) + dp_rank · (cp · tp) + cp_rank · tp + tp_rank
 
 so the tp ranks of one stage are adjacent (one node, where the heavy per-layer
-all-reduces belong), the replicas of a stage come next, and pipeline stages are
-farthest apart (they only exchange activations).  Each rank belongs to one group
-of each kind:
+all-reduces belong), the context-parallel ring next (K/V blocks every layer), the
+replicas of a stage after that, and pipeline stages are farthest apart (they only
+exchange activations).  Each rank belongs to one group of each kind:
 
-- ``tp_comm``: same (pp, dp) — tensor-parallel all-reduces;
-- ``dp_comm``: same (pp, tp) — gradient all-reduce / ZeRO;
-- ``pp_comm``: same (dp, tp) — activations between stages (rank i = stage i).
+- ``tp_comm``: same (pp, dp, cp) — tensor-parallel all-reduces;
+- ``cp_comm``: same (pp, dp, tp) — the ring of ring attention;
+- ``dp_comm``: same (pp, cp, tp) — the replicas;
+- ``dp_cp_comm``: same (pp, tp) — gradient all-reduce / ZeRO: a cp rank's gradient is
+  its positions' share, so gradients are averaged over dp × cp as one group (with
+  cp = 1 it is ``dp_comm``);
+- ``pp_comm``: same (dp, cp, tp) — activations between stages (rank i = stage i).
 
 The grid is an explicit object passed around, never a global, so a test can build
 several.  ``check_grid_sizes`` validates before any communicator is created.
@@ -21,14 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def check_grid_sizes(world_size, dp, tp, pp):
-    """Raise ValueError (saying what to change) unless world_size == dp·tp·pp."""
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+def check_grid_sizes(world_size, dp, tp, pp, cp=1):
+    """Raise ValueError (saying what to change) unless world_size == dp·cp·tp·pp."""
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if dp * tp * pp != world_size:
-        raise ValueError(f"world size {world_size} != dp·tp·pp = {dp}·{tp}·{pp} = {dp * tp * pp}; "
-                         f"launch mpiexec -n {dp * tp * pp} or change --dp/--tp/--pp")
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+    n = dp * cp * tp * pp
+    if n != world_size:
+        raise ValueError(f"world size {world_size} != dp·cp·tp·pp = {dp}·{cp}·{tp}·{pp} = {n}; "
+                         f"launch mpiexec -n {n} or change `dp`/`cp`/`tp`/`pp`")
 
 
 @dataclass(frozen=True)
@@ -36,29 +41,34 @@ class Coordinates:
     dp: int
     tp: int
     pp: int
+    cp: int = 0
 
 
-def coordinates(rank, dp, tp, pp) -> Coordinates:
-    return Coordinates(dp=(rank // tp) % dp, tp=rank % tp, pp=rank // (dp * tp))
+def coordinates(rank, dp, tp, pp, cp=1) -> Coordinates:
+    return Coordinates(dp=(rank // (cp * tp)) % dp, tp=rank % tp, pp=rank // (dp * cp * tp),
+                       cp=(rank // tp) % cp)
 
 
-def rank_of(coords: Coordinates, dp, tp, pp) -> int:
-    return coords.pp * dp * tp + coords.dp * tp + coords.tp
+def rank_of(coords: Coordinates, dp, tp, pp, cp=1) -> int:
+    return ((coords.pp * dp + coords.dp) * cp + coords.cp) * tp + coords.tp
 
 
 class ProcessGrid:
-    def __init__(self, comm, dp=1, tp=1, pp=1):
-        """``comm``: a minipar.comm.Communicator spanning the dp·tp·pp ranks."""
-        check_grid_sizes(comm.size, dp, tp, pp)
+    def __init__(self, comm, dp=1, tp=1, pp=1, cp=1):
+        """``comm``: a minipar.comm.Communicator spanning the dp·cp·tp·pp ranks."""
+        check_grid_sizes(comm.size, dp, tp, pp, cp)
         self.world = comm
-        self.dp, self.tp, self.pp = dp, tp, pp
+        self.dp, self.tp, self.pp, self.cp = dp, tp, pp, cp
         self.rank = comm.rank
-        self.coords = coordinates(comm.rank, dp, tp, pp)
+        self.coords = coordinates(comm.rank, dp, tp, pp, cp)
         c = self.coords
         # one split per group kind; colour = the coordinates that stay fixed
-        self.tp_comm = comm.split(color=c.pp * dp + c.dp, key=c.tp)
-        self.dp_comm = comm.split(color=c.pp * tp + c.tp, key=c.dp)
-        self.pp_comm = comm.split(color=c.dp * tp + c.tp, key=c.pp)
+        self.tp_comm = comm.split(color=(c.pp * dp + c.dp) * cp + c.cp, key=c.tp)
+        self.cp_comm = comm.split(color=(c.pp * dp + c.dp) * tp + c.tp, key=c.cp)
+        self.dp_comm = comm.split(color=(c.pp * cp + c.cp) * tp + c.tp, key=c.dp)
+        self.dp_cp_comm = (self.dp_comm if cp == 1 else
+                           comm.split(color=c.pp * tp + c.tp, key=c.dp * cp + c.cp))
+        self.pp_comm = comm.split(color=(c.dp * cp + c.cp) * tp + c.tp, key=c.pp)
 
     @property
     def is_first_stage(self):
@@ -70,5 +80,5 @@ class ProcessGrid:
 
     def __repr__(self):
         c = self.coords
-        return (f"ProcessGrid(rank={self.rank}, dp={c.dp}/{self.dp}, tp={c.tp}/{self.tp}, "
-                f"pp={c.pp}/{self.pp})")
+        return (f"ProcessGrid(rank={self.rank}, dp={c.dp}/{self.dp}, cp={c.cp}/{self.cp}, "
+                f"tp={c.tp}/{self.tp}, pp={c.pp}/{self.pp})")

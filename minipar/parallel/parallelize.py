@@ -3,6 +3,7 @@ visible order, each step a wrapper or a layer swap over the model before it:
 
     1. tensor parallelism   TensorParallelGPT: column/row/vocab-parallel layers sliced
                             from the plain model (+ sequence parallelism)
+    1b. context parallelism this rank's positions; attention cores become ring attention
     2. recomputation        Recompute(block) or Recompute(attn.core)
     3. pipeline stages      RankStages (this rank's chunks) and the PipelineEngine
     4. the synchroniser     DDPSync | ZeroSync (ZeRO-1/2) | Zero3Sync, with the masters
@@ -29,6 +30,11 @@ class Parallelized:
     sync: Any             # the gradient synchroniser
     engine: Any = None    # PipelineEngine when pp > 1 or chunks > 1
     tp_model: Any = None  # TensorParallelGPT when tp > 1 (checkpoint gathering)
+    positions: Any = None  # the sequence positions this rank holds (cp > 1), else None
+
+    def local_tokens(self, x):
+        """This rank's columns of a (rows, seq_len) batch."""
+        return x if self.positions is None else x[:, self.positions]
 
 
 def _rules(tp_model, config):
@@ -40,16 +46,16 @@ def _rules(tp_model, config):
 
 
 def make_sync(module, config, grid, rules, model=None):
-    """The synchroniser for ``config.zero`` over the data-parallel group."""
+    """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp)."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
     bucket_bytes = int((config.bucket_mb or 25.0) * 2**20)
     if config.zero == 0:
-        return DDPSync(module, grid.dp_comm, rules, bucket_bytes=bucket_bytes,
+        return DDPSync(module, grid.dp_cp_comm, rules, bucket_bytes=bucket_bytes,
                        algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half)
     if config.zero == 3:
-        return Zero3Sync(model if model is not None else module, grid.dp_comm, rules, half_dtype=half)
-    return ZeroSync(module, grid.dp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,
+        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, rules, half_dtype=half)
+    return ZeroSync(module, grid.dp_cp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,
                     half_dtype=half)
 
 
@@ -60,6 +66,11 @@ def parallelize(model, config, grid):
     if config.tp > 1:                                               # 1. tensor parallel
         from minipar.parallel.tensor import to_tensor_parallel
         model = tp_model = to_tensor_parallel(model, grid, config.sequence_parallel)
+    positions = None
+    if getattr(config, "cp", 1) > 1:                                # 1b. context parallel
+        from minipar.parallel.context import apply_context_parallel
+        apply_context_parallel(model, grid.cp_comm, config.cp_split == "zigzag")
+        positions = model.token_positions
     if config.recompute != "none":                                  # 2. recomputation
         from minipar.recompute import apply_recompute
         apply_recompute(model, config.recompute)
@@ -68,7 +79,8 @@ def parallelize(model, config, grid):
         sync = make_sync(model, config, grid, rules)                # 4. synchroniser
         if config.zero == 3:
             model = sync.wrap(model)
-        return Parallelized(model=model, module=model, sync=sync, tp_model=tp_model)
+        return Parallelized(model=model, module=model, sync=sync, tp_model=tp_model,
+                            positions=positions)
     from minipar.parallel.pipeline.engine import PipelineEngine     # 3. pipeline stages
     from minipar.parallel.pipeline.stage import RankStages
     module = RankStages(model, grid.coords.pp, config.pp, config.chunks)
@@ -80,7 +92,8 @@ def parallelize(model, config, grid):
                             config.chunks, activation_shape=act_shape,
                             dtype=backend.dtype_of(config.precision))
     sync = make_sync(module, config, grid, rules)                   # 4. synchroniser
-    return Parallelized(model=None, module=module, sync=sync, engine=engine, tp_model=tp_model)
+    return Parallelized(model=None, module=module, sync=sync, engine=engine, tp_model=tp_model,
+                        positions=positions)
 
 
 def build_optimizer(parallel, config, grid):

@@ -88,11 +88,14 @@ def setup(config: TrainConfig):
     if config.world_size > 1:
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
-    grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp)
+    grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
+    from minipar.threads import budget_threads
+    budget_threads(grid.world)     # collective: MPI's count of the ranks sharing this node
+    n_params = model.num_parameters()
     parallel = parallelize(model, config, grid)
     optimizer = build_optimizer(parallel, config, grid)
     start = load_optimizer_state(optimizer, parallel, resume) if resume else 0
-    return Run(config, grid, cfg, dataset, parallel, optimizer, start)
+    return Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params)
 
 
 def train(config: TrainConfig):

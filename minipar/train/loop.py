@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -16,7 +15,7 @@ import time
 import numpy as np
 
 from minipar import backend
-from minipar.comm import all_gather, all_reduce
+from minipar.comm import all_reduce
 from minipar.data import shard_rows
 from minipar.optim import lr_at
 from minipar.train.errors import Interrupt, TrainingStopped
@@ -35,8 +34,9 @@ def _inject_failure(step, rank):
 class Run:
     """One training run: the config, the grid, the parallelized model and its optimizer."""
 
-    def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start):
+    def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start, n_params=None):
         self.config, self.grid, self.cfg, self.dataset = config, grid, cfg, dataset
+        self.n_params = n_params        # of the whole (plain) model
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
@@ -51,6 +51,7 @@ class Run:
         opt.lr = lr_at(step, c.lr, self.warmup, c.steps)
         x, y = self.dataset.batch(c.seed, step, c.batch_size)
         x, y = shard_rows(x, grid.coords.dp, grid.dp), shard_rows(y, grid.coords.dp, grid.dp)
+        x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
         _inject_failure(step, grid.rank)
         backend.memory.reset_peak()
         if engine is not None:
@@ -83,33 +84,55 @@ class Run:
     def loop(self):
         c = self.config
         self.warmup = c.warmup if c.warmup is not None else max(1, c.steps // 10)
-        self.log = _Log(self)
-        with Interrupt() as interrupt:
-            for step in range(self.start, self.end):
-                try:
-                    with np.errstate(all="ignore"):   # non-finite values are caught below
-                        shared, mine = self.step(step)
-                except FloatingPointError as err:     # agreed: the norm is global
-                    self.log.close_bar()
-                    raise TrainingStopped(f"step {step}: {err}; nothing was updated or saved "
-                                          "(lower --lr, or use --grad-clip)") from None
-                self.losses.append(shared["loss"])
-                if not math.isfinite(shared["loss"]):  # agreed: the loss is global
-                    self.log.close_bar()
-                    raise TrainingStopped(f"step {step}: the loss is {shared['loss']}; stopping "
-                                          "before a non-finite state is saved (lower --lr)")
-                self.log.step(step, shared, mine)
-                if self._interrupted(interrupt):
-                    self._stop_interrupted(step + 1)
-                if c.save and c.save_every and (step + 1) % c.save_every == 0:
-                    save_checkpoint(self, step + 1)
-        self.log.close_bar()
+        self.monitor = self._monitor()
+        self.monitor.start()
+        try:
+            with Interrupt() as interrupt:
+                for step in range(self.start, self.end):
+                    self._one_step(step)
+                    if self._interrupted(interrupt):
+                        self._stop_interrupted(step + 1)
+                    if c.save and c.save_every and (step + 1) % c.save_every == 0:
+                        save_checkpoint(self, step + 1)
+        except TrainingStopped:
+            self.monitor.finish(None)           # the steps that were done, and their log
+            raise
         if c.save:
             save_checkpoint(self, self.end)
         if c.eval_batches:   # on every rank: tp, ZeRO-3 and pipelined forwards are collective
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
-        self.log.finish(self.val_loss)
+        self.monitor.finish(self.val_loss)
+        if self.val_loss is not None and self.grid.rank == 0:
+            print(f"val loss {self.val_loss!r} after {self.end} steps", flush=True)  # every digit
 
+    def _one_step(self, step):
+        try:
+            with np.errstate(all="ignore"):   # non-finite values are caught below
+                shared, mine = self.step(step)
+        except FloatingPointError as err:     # agreed: the norm is global
+            raise TrainingStopped(f"step {step}: {err}; nothing was updated or saved "
+                                  "(lower --lr, or use --grad-clip)") from None
+        self.losses.append(shared["loss"])
+        if not math.isfinite(shared["loss"]):  # agreed: the loss is global
+            raise TrainingStopped(f"step {step}: the loss is {shared['loss']}; stopping "
+                                  "before a non-finite state is saved (lower --lr)")
+        engine = self.parallel.engine
+        extra = _trace(self) if engine is not None and self.config.trace and step == self.end - 1 else None
+        if engine is None:
+            mine["pipeline_wait_s"] = None      # not a pipeline run: no such column
+        self.monitor.step(step, shared=shared, mine=mine, extra=extra)
+
+    def _monitor(self):
+        from minipar.monitor import RunMonitor
+        c, grid = self.config, self.grid
+        tokens = c.batch_size * self.cfg.seq_len
+        header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,
+                      batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
+                      precision=c.precision, config=c.to_dict())
+        return RunMonitor(grid.world, rank=grid.rank, world_size=grid.world.size, header=header,
+                          flops_per_step=self.parallel.module.flops_per_token() * tokens,
+                          peak_tflops=c.peak_tflops, log_path=c.log_json, progress=not c.quiet,
+                          total_steps=c.steps, start_step=self.start)
 
     def _interrupted(self, interrupt):
         """Did Ctrl-C reach any rank?  OR-ed over the world once per step, so all agree."""
@@ -119,62 +142,11 @@ class Run:
         return bool(flag[0] > 0)
 
     def _stop_interrupted(self, done):
-        self.log.close_bar()
         saved = ""
         if self.config.save:
             save_checkpoint(self, done)
             saved = f"; checkpoint of step {done} saved: continue with --resume {self.config.save}"
         raise TrainingStopped(f"interrupted after step {done}{saved}", code=130)
-
-
-class _Log:
-    """The per-step JSON log and the progress bar (rank 0 writes)."""
-
-    def __init__(self, run):
-        c, self.run = run.config, run
-        self.is_logger = run.grid.rank == 0
-        self.file = open(c.log_json, "w") if (c.log_json and self.is_logger) else None
-        self.bar = None
-        self.tokens_per_step = c.batch_size * run.cfg.seq_len
-        module = run.parallel.module
-        self.flops_per_step = module.flops_per_token() * self.tokens_per_step
-        if not c.quiet and self.is_logger:
-            from tqdm import tqdm
-            self.bar = tqdm(total=c.steps, initial=run.start, desc="train", unit="step")
-
-    def step(self, step, shared, mine):
-        run, c, grid = self.run, self.run.config, self.run.grid
-        dt, comm = mine["step_time_s"], mine["comm_time_s"]
-        peaks = backend.to_host(all_gather(
-            grid.world, backend.to_device(np.array([mine["peak_mem_bytes"]], dtype=np.int64)),
-            sizes=[1] * grid.world.size))
-        record = {"step": step, **shared, "tokens_per_s": self.tokens_per_step / dt,
-                  "step_time_s": dt, "comm_time_s": comm, "comm_share": comm / dt,
-                  "peak_mem_bytes": int(peaks.max()),
-                  "peak_mem_bytes_per_rank": [int(p) for p in peaks]}
-        engine = run.parallel.engine
-        if engine is not None:   # waiting for other stages: the bubble plus the transfers
-            record["pipeline_wait_s"] = mine["pipeline_wait_s"]
-        if c.peak_tflops:
-            record["mfu"] = self.flops_per_step / dt / (c.peak_tflops * 1e12 * grid.world.size)
-        if engine is not None and c.trace and step == run.end - 1:
-            record.update(_trace(run))
-        if self.file:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-        if self.bar:
-            self.bar.set_postfix(loss=f"{shared['loss']:.4f}")
-            self.bar.update(1)
-
-    def close_bar(self):
-        if self.bar:
-            self.bar.close()
-
-    def finish(self, val_loss):
-        if val_loss is not None and self.is_logger:
-            print(f"val loss {val_loss!r} after {self.run.end} steps", flush=True)
-        if self.file:
-            self.file.close()
 
 
 def _trace(run):

@@ -38,11 +38,13 @@ def pipeline_forward_backward(engine, optimizer, x, y):
 
 
 def global_loss(grid, local_loss):
-    """The mean loss of the global batch: the last stage's value, averaged over dp."""
+    """The mean loss of the global batch: the last stage's value, averaged over dp and cp
+    (every cp rank holds the same number of positions, so the mean of means is the mean)."""
     value = backend.to_device(np.array([local_loss if grid.is_last_stage else 0.0]))
     if grid.pp > 1:
         value = all_reduce(grid.pp_comm, value)
-    return float(backend.to_host(all_reduce(grid.dp_comm, value))[0]) / grid.dp
+    group = grid.dp_cp_comm
+    return float(backend.to_host(all_reduce(group, value))[0]) / group.size
 
 
 def evaluate(parallel, dataset, config, grid):
@@ -61,6 +63,7 @@ def evaluate(parallel, dataset, config, grid):
         for i in range(config.eval_batches):
             x, y = dataset.batch(config.seed, i, config.batch_size, split="val")
             x, y = shard_rows(x, grid.coords.dp, grid.dp), shard_rows(y, grid.coords.dp, grid.dp)
+            x, y = parallel.local_tokens(x), parallel.local_tokens(y)
             if engine is not None:
                 loss = engine.evaluate(x, y)
                 total += loss if grid.is_last_stage else 0.0

@@ -76,7 +76,7 @@ class TensorParallelGPT(Module):
         n = ids.shape[-1]
         if n > self.config.seq_len:
             raise ValueError(f"sequence of {n} tokens is longer than seq_len {self.config.seq_len}")
-        positions = np.arange(n)
+        positions = GPT.positions(self, n)      # 0..n-1, or this cp rank's positions
         if self.sequence_parallel:
             check_sequence_length(n, self.comm.size)
             b = chunk_bounds(n, self.comm.size)
@@ -102,6 +102,7 @@ class TensorParallelGPT(Module):
 
     # embed -> blocks -> head -> loss, exactly as the plain model (logits: my shard)
     forward = GPT.forward
+    token_positions = None
 
     def gather_logits(self, logits):
         """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""
