@@ -1,0 +1,100 @@
+"""Activation memory: Korthikanti et al. 2022's formulas, and minipar's own accounting.
+
+Per transformer layer, s tokens, b sequences, hidden h, a heads, tp degree t, 16-bit
+activations (Korthikanti et al., "Reducing Activation Recomputation", Table 2):
+
+    no parallelism            s·b·h·(34 + 5·a·s/h)                 bytes
+    tensor parallel           s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    tensor + sequence par.    s·b·h/t·(34 + 5·a·s/h)
+    selective recompute       s·b·h·(10 + 24/t)      (with SP: 34·s·b·h/t)
+    full recompute            2·s·b·h                (with SP: 2·s·b·h/t)
+
+The 34 = 2 (LN in) ×2 + 6 (qkv in, Q, K) + 2 (V) ... the byte count of every tensor
+a Megatron layer keeps; 5as/h the attention scores, softmax and its dropout mask.
+A pipeline stage holds the activations of the micro-batches in flight: 1F1B keeps p
+of them on the first stage, AFAB all m, interleaving with v chunks
+p·(1 + (p-1)/(p·v)) micro-batch stages' worth (``pipeline.in_flight``).
+
+``minipar_block_bytes`` is the same count for minipar's autograd, where every op's
+output lives until backward: per block (e: activation bytes, w: 4 — LayerNorm and the
+loss compute in fp32)
+
+    25·N·h·e + 2·b·a·s²·e   (t = 1, naive attention, N = b·s tokens)
+    ln out, xhat (w), qkv 3, scores + P (2·a·s²/h), P·v, head merge, proj, add,
+    ln out, xhat (w), fc 4, gelu out 4 + its tanh 4, proj, add
+
+flash keeps b·a·s log-sum-exp values instead of scores and P; selective recompute
+keeps neither; full recompute keeps the block's input and recomputes one block at
+a time.  Checked against ``backend.memory``'s peak in ``tests/test_perf_memory.py``.
+"""
+from __future__ import annotations
+
+from minipar.perf.profile import DTYPE_BYTES
+
+
+def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, recompute="none"):
+    """Bytes of one layer's activations (16-bit), Korthikanti et al. 2022, Table 2."""
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    if recompute == "selective":
+        return 34 * sbh / t if sp else sbh * (10 + 24 / t)
+    if sp:
+        return sbh / t * (34 + 5 * a * s / h)
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def _wide(dtype):
+    return 4 if DTYPE_BYTES[dtype] < 4 else DTYPE_BYTES[dtype]
+
+
+def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naive",
+                        recompute="none"):
+    """Bytes one of minipar's blocks keeps for backward (see the module docstring)."""
+    e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
+    seq = N / t if sp else N                      # tokens of the LN / residual parts
+    norms = 2 * (seq * h * e + seq * h * w + seq * w)        # out, xhat, inv_sigma
+    residual = 2 * seq * h * e                               # the two adds
+    rows = 2 * N * h * e                                     # proj outputs, full rows
+    if t > 1:
+        rows += 2 * seq * h * e                              # their reduced (scattered) copy
+    gathered = 2 * N * h * e if sp else 0                    # all-gathered LN outputs
+    sliced = (3 + 1 + 1 + 4 + 8) * N * h / t * e             # qkv, P·v, merge, fc, gelu ×2
+    core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
+    if recompute == "selective":
+        core = 0.0
+    if recompute == "full":
+        return seq * h * e                                   # the block's input only
+    return norms + residual + rows + gathered + sliced + core
+
+
+def minipar_embed_bytes(b, s, h, dtype="fp32", sp=False, t=1):
+    e = DTYPE_BYTES[dtype]
+    return (2 * b * s * h + s * h) * e
+
+
+def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32"):
+    """ln_f (out, xhat, inv_sigma), logits, and the loss's exp(z - max) and its sums."""
+    e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
+    v = -(-vocab // t)
+    return N * h * e + N * h * w + N * w + N * v * e + N * v * w + N * w
+
+
+def minipar_peak_activation_bytes(b, s, h, a, vocab, layers, t=1, sp=False, dtype="fp32",
+                                  attention="naive", recompute="none", first=True,
+                                  last=True, in_flight=1.0):
+    """Peak bytes of activations on one rank: ``in_flight`` micro-batches' worth of
+    ``layers`` blocks (+ embeddings on the first stage, head on the last); with full
+    recompute the recomputed block's working set on top during backward."""
+    kw = dict(t=t, sp=sp, dtype=dtype, attention=attention)
+    per_mb = layers * minipar_block_bytes(b, s, h, a, recompute=recompute, **kw)
+    if first:
+        per_mb += minipar_embed_bytes(b, s, h, dtype)
+    if last:
+        per_mb += minipar_head_bytes(b, s, h, vocab, t, dtype)
+    peak = in_flight * per_mb
+    if recompute == "full":
+        e = DTYPE_BYTES[dtype]
+        working = minipar_block_bytes(b, s, h, a, **kw) + b * s * h * e  # + upstream grad
+        peak += working
+    return peak

@@ -1,0 +1,191 @@
+"""``minipar calibrate``: measure this machine into a hardware profile (``profile.py``).
+
+    python -m minipar.perf.calibrate [--model tiny ...] [--out profile.json]
+    mpiexec -n 2 python -m minipar.perf.calibrate --out p.json     (+ the link curves)
+
+What is timed (medians of a few repetitions; the machine's load is written down):
+
+- GEMM seconds against FLOPs, per dtype, at the model's own matmul shapes
+  (b·s × h · h × 3h, ... for a few micro-batch sizes b);
+- the per-op overhead: one autograd op on one element, forward + backward, halved;
+- elementwise bandwidth *as minipar's ops reach it*: LayerNorm, GELU and an add,
+  forward and backward through autograd on (b·s, h), over the bytes the compute
+  model counts for them (``compute.elementwise_bytes``) — one effective rate;
+- attention (naive and flash), forward and backward, against b·a·s²·d;
+- AdamW per parameter (fp32, fp64);
+- with ranks, for the world group: all-reduce, all-gather, reduce-scatter and
+  send/recv curves (placement ``intra``: one machine; ranks sharing cores when there
+  are more ranks than cores), and the comm cost model's constants and winners.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from minipar import backend
+from minipar.backend import xp
+from minipar.perf.profile import Profile
+
+SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+
+
+def _time(fn, reps=5):
+    fn()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        backend.sync()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _dtype(name):
+    return backend.dtype_of(name)
+
+
+def gemm_curve(shapes, dtype):
+    """[[flops, seconds]] of x @ w for each (m, n, k)."""
+    pts = []
+    for m, n, k in shapes:
+        a = xp.ones((m, k), dtype=_dtype(dtype))
+        w = xp.ones((k, n), dtype=_dtype(dtype))
+        pts.append([2.0 * m * n * k, _time(lambda: a @ w)])
+    return sorted(pts)
+
+
+def op_overhead():
+    from minipar.autograd import Tensor
+    x = Tensor(xp.ones(1), requires_grad=True)
+
+    def one():
+        (x + x).sum().backward()
+    return _time(one, 50) / 4        # add and sum, forward and backward each
+
+
+def elementwise_rate(N, h, dtype="fp32"):
+    """Effective bytes/s of LN + GELU + add through autograd (see the docstring)."""
+    from minipar.autograd import Tensor, ops
+    from minipar.perf.compute import LayerShape, elementwise_bytes
+    x = Tensor(xp.ones((N, h), dtype=_dtype(dtype)), requires_grad=True)
+    w, bias = Tensor(xp.ones(h, dtype=_dtype(dtype))), Tensor(xp.zeros(h, dtype=_dtype(dtype)))
+    x4 = Tensor(xp.ones((N, 4 * h), dtype=_dtype(dtype)), requires_grad=True)
+
+    def layer():
+        y = ops.layer_norm(x, w, bias, 1e-5)
+        z = ops.layer_norm(y + x, w, bias, 1e-5) + y
+        (ops.gelu(x4).sum() + z.sum()).backward()
+    t = _time(layer) - 8 * op_overhead()
+    nbytes = 3 * elementwise_bytes(LayerShape(1, N, h, 1, 1, dtype=dtype))   # fwd + 2x bwd
+    return nbytes / max(t, 1e-9)
+
+
+def attention_curve(kind, shapes, dtype="fp32"):
+    """[[b·a·s²·d, forward s, backward s]] of the attention core."""
+    from minipar.autograd import Tensor
+    from minipar.nn.attention import attention_core
+    pts = []
+    for b, a, s, d in shapes:
+        q, k, v = (Tensor(xp.ones((b, a, s, d), dtype=_dtype(dtype)) * 0.01, requires_grad=True)
+                   for _ in range(3))
+        fwd = _time(lambda: attention_core(q, k, v, kind))
+
+        def both():
+            attention_core(q, k, v, kind).sum().backward()
+        pts.append([float(b * a * s * s * d), fwd, max(_time(both, 7) - fwd, 0.5 * fwd)])
+    return sorted(pts)
+
+
+def optimizer_per_param(dtype, n=1 << 20):
+    from minipar.optim import adamw_update
+    p, g, m, v = (xp.ones(n, dtype=_dtype(dtype)) for _ in range(4))
+    return _time(lambda: adamw_update(p, g, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)) / n
+
+
+def comm_curves(comm, sizes=SIZES):
+    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median."""
+    from mpi4py import MPI
+    from minipar.comm import all_gather, all_reduce, reduce_scatter
+    p = comm.size
+    out = {k: {} for k in ("all_reduce", "all_gather", "reduce_scatter", "p2p")}
+    for n in sizes:
+        buf = xp.ones(n // 4, dtype=xp.float32)
+        part = buf[: buf.size // p]
+        peer = comm.rank ^ 1
+        fns = {"all_reduce": lambda: all_reduce(comm, buf),
+               "all_gather": lambda: all_gather(comm, part, sizes=[part.size] * p),
+               "reduce_scatter": lambda: reduce_scatter(comm, buf[: part.size * p]),
+               "p2p": lambda: comm.sendrecv(buf, peer, buf.copy(), peer, 12)
+               if peer < p else None}
+        for kind, fn in fns.items():
+            def timed():
+                comm.mpi.Barrier()
+                fn()
+            t = comm.mpi.allreduce(_time(timed), op=MPI.MAX)
+            key = f"{2 if kind == 'p2p' else p}:intra"
+            out[kind].setdefault(key, []).append([n, t])
+    return out
+
+
+def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"), comm=None):
+    """A measured Profile of this machine for the shapes of model ``cfg``."""
+    h, s, V, a = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.n_head
+    shapes = []
+    for b in micro_rows:
+        m = b * s
+        shapes += [(m, 3 * h, h), (m, h, h), (m, 4 * h, h), (m, h, 4 * h), (m, V, h), (m, h // 2, h)]
+    prof = Profile(name="measured", kind="measured", description="minipar calibrate on "
+                   f"{os.uname().nodename}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    for dt in dtypes:
+        try:
+            prof.gemm_curve[dt] = gemm_curve(shapes, dt)
+        except (TypeError, ValueError):
+            continue
+    prof.op_overhead_s = op_overhead()
+    prof.mem_bw = elementwise_rate(4 * s, h)
+    att = [(b, a, s, h // a) for b in micro_rows]
+    prof.attention = {k: attention_curve(k, att) for k in ("naive", "flash")}
+    prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
+    prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
+    prof.cores_per_node = os.cpu_count() or 1
+    prof.ranks_per_node = max(comm.size if comm else 1, 1)
+    prof.links = {"intra": {"alpha": 3e-5, "bw": 1e9}}
+    if comm is not None and comm.size > 1:
+        from minipar.comm import cost_model
+        ctx = comm.context("coll")
+        prof.collectives = comm_curves(ctx)
+        c, _ = cost_model.measure_winners(ctx, SIZES, cost_model.calibrate(ctx))
+        prof.cost_params = c.to_dict()
+        prof.links = {"intra": {"alpha": c.alpha, "bw": 1 / (c.beta_large or c.beta)}}
+    prof.notes = [f"measured for {cfg}", "placement intra: every rank on this machine"]
+    return prof
+
+
+def calibrate_main(argv=None):
+    """The ``minipar calibrate`` command: flags of the model, ``--out``."""
+    from minipar.nn import config_from_preset
+    ap = argparse.ArgumentParser(prog="minipar calibrate", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="small")
+    for f in ("n_layer", "d_model", "n_head", "seq_len"):
+        ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
+    ap.add_argument("--out", default="profile.json")
+    ap.add_argument("--quick", action="store_true", help="fp32/fp64 GEMMs only")
+    args = ap.parse_args(argv)
+    cfg = config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
+                             n_head=args.n_head, seq_len=args.seq_len)
+    comm = None
+    if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
+        from minipar.comm import Communicator
+        comm = Communicator()
+    dtypes = ("fp32", "fp64") if args.quick else ("fp32", "fp64", "bf16", "fp16")
+    prof = calibrate(cfg, dtypes=dtypes, comm=comm)
+    if comm is None or comm.rank == 0:
+        prof.save(args.out)
+        print(f"wrote {args.out}: {prof.description}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(calibrate_main())

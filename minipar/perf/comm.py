@@ -1,0 +1,120 @@
+"""Communication time of a layout, from the profile's curves or its links' α and β.
+
+A collective over p ranks of S bytes (ring algorithms; α the latency, B the bandwidth
+per rank of the slowest link the group crosses):
+
+    all-reduce       2(p-1)·α + 2(p-1)/p · S / B
+    all-gather       (p-1)·α  +  (p-1)/p · S / B      (S: the gathered size)
+    reduce-scatter   (p-1)·α  +  (p-1)/p · S / B      (S: the input size)
+    send/recv        α + S / B
+
+A measured profile has curves ``collectives[kind]["p:placement"]`` (seconds against
+bytes), used where present.  Placement: ranks are numbered tp fastest, then dp, then
+pp (``parallel/grid.py``), so a group of p ranks ``stride`` apart stays inside a
+node of R ranks when p·stride <= R ("intra"), else it crosses nodes ("inter").
+
+What counts towards a step (``exposed``):
+
+- tensor parallelism: 2 all-reduces of b·s·h per layer forward and 2 in backward
+  (with sequence parallelism an all-gather + reduce-scatter each: the same bytes),
+  on the critical path;
+- data parallelism: buckets all-reduced as backward produces them; a bucket starts
+  when its gradients are ready and the previous one is done, so only what runs past
+  the end of backward is exposed (all of it without overlap);
+- ZeRO-1: reduce-scatter after backward + all-gather after the step;  ZeRO-2: the
+  reduce-scatters overlap like DDP, the all-gather does not;  ZeRO-3: per unit an
+  all-gather in forward and in backward (prefetched: hidden behind the previous
+  unit's compute) and a reduce-scatter;
+- pipeline: one activation send per stage boundary (the simulator's t_comm).
+"""
+from __future__ import annotations
+
+from minipar.perf.profile import interp_loglog
+
+FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
+
+
+def placement(p, stride, ranks_per_node):
+    return "intra" if p * stride <= max(ranks_per_node, 1) else "inter"
+
+
+def collective_seconds(prof, kind, p, nbytes, where="intra"):
+    """Seconds of one ``kind`` collective of ``nbytes`` over ``p`` ranks."""
+    if p <= 1 and kind != "p2p" or nbytes <= 0:
+        return 0.0
+    curve = prof.curve(kind, p, where)
+    if curve:
+        return interp_loglog(curve, nbytes)
+    alpha, bw = prof.link(where)
+    if kind == "p2p":
+        return alpha + nbytes / bw
+    f = FACTOR[kind]
+    return f * (p - 1) * alpha + f * (p - 1) / p * nbytes / bw
+
+
+def overlapped_buckets(bucket_seconds, backward_s, overlap=True):
+    """Exposed seconds of buckets whose gradients become ready evenly through a
+    backward of ``backward_s`` (the first bucket after its share of it):
+
+        ready_i = backward_s · (i+1)/n,  start_i = max(ready_i, end_{i-1}),
+        exposed = end_last - backward_s         (no overlap: Σ bucket times)
+    """
+    if not bucket_seconds:
+        return 0.0
+    if not overlap:
+        return sum(bucket_seconds)
+    n, end = len(bucket_seconds), 0.0
+    for i, t in enumerate(bucket_seconds):
+        end = max(backward_s * (i + 1) / n, end) + t
+    return max(end - backward_s, 0.0)
+
+
+def tp_seconds_per_layer(prof, tp, act_bytes, ranks_per_node, sp=False):
+    """(forward, backward) seconds of one layer's tensor-parallel collectives."""
+    if tp <= 1:
+        return 0.0, 0.0
+    where = placement(tp, 1, ranks_per_node)
+    if sp:
+        one = (collective_seconds(prof, "all_gather", tp, act_bytes, where)
+               + collective_seconds(prof, "reduce_scatter", tp, act_bytes, where))
+    else:
+        one = 2 * collective_seconds(prof, "all_reduce", tp, act_bytes, where)
+    return one, one
+
+
+def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, forward_s,
+                       overlap, stride, ranks_per_node, accum=1):
+    """Exposed seconds of the gradient synchronisation of one step (see the docstring).
+    ``bucket_bytes``: the gradient buckets (ZeRO-3: ``unit_bytes``, the units)."""
+    if dp <= 1:
+        return 0.0
+    where = placement(dp, stride, ranks_per_node)
+    memo = {}
+
+    def t(kind, n):          # buckets mostly share one size: time each size once
+        if (kind, n) not in memo:
+            memo[kind, n] = collective_seconds(prof, kind, dp, n, where)
+        return memo[kind, n]
+    if zero == 0:
+        ar = [t("all_reduce", n) for n in bucket_bytes]
+        return overlapped_buckets(ar, backward_s / accum, overlap)
+    if zero in (1, 2):
+        rs = [t("reduce_scatter", n) for n in bucket_bytes]
+        ag = sum(t("all_gather", n) for n in bucket_bytes)
+        if zero == 1:
+            return sum(rs) + ag
+        return accum * overlapped_buckets(rs, backward_s / accum) + ag
+    units = [(t("all_gather", n), t("reduce_scatter", n)) for n in unit_bytes]
+    k = max(len(units), 1)
+    f_unit, b_unit = forward_s / accum / k, backward_s / accum / k
+    fwd = units[0][0] + sum(max(g - f_unit, 0.0) for g, _ in units[1:])
+    bwd = units[-1][0] + sum(max(g + r - b_unit, 0.0) for g, r in units[:-1]) + units[0][1]
+    return accum * (fwd + bwd)
+
+
+def pp_send_seconds(prof, pp, act_bytes, stride, ranks_per_node):
+    """One activation (or its gradient) between neighbouring stages."""
+    if pp <= 1:
+        return 0.0
+    return collective_seconds(prof, "p2p", 2, act_bytes, placement(2, stride, ranks_per_node))
+

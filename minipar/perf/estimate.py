@@ -1,0 +1,173 @@
+"""One layout's predicted step: time, tokens/s, MFU and memory per rank.
+
+For a resolved TrainConfig on ``world`` ranks (dp·tp·pp), micro-batch b = B/(dp·M)
+with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwise):
+
+    t_f, t_b, t_w   one micro-batch through this rank's layers (compute.py), tp
+                    collectives added on the critical path (comm.py); the last stage
+                    also runs the head and loss, the first the embeddings
+    pipeline        makespan of the schedule from the simulator (pipeline.py);
+                    without one, M·(t_f + t_b + t_w)
+    + exposed data-parallel communication (comm.py)
+    + optimizer     AdamW on this rank's master parameters (profile, per parameter)
+    + step overhead the profile's fixed cost of a step (loss reduction, logging)
+
+    tokens/s = B·s / step         MFU = (6N + 12·L·h·s)·B·s / (step · world · peak)
+
+Memory per rank = model state (memory.py, exact) + peak activations
+(activations.py; the micro-batches in flight from the schedule) + communication
+buffers.  ``fits`` compares it with the profile's (or the given) memory per rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minipar.perf import activations as act
+from minipar.perf import comm as pcomm
+from minipar.perf import memory as pmem
+from minipar.perf.compute import LayerShape, embed_time, head_time, layer_time
+from minipar.perf.pipeline import pipeline_time
+from minipar.perf.profile import DTYPE_BYTES
+
+
+def compute_dtype(precision):
+    return precision if precision in DTYPE_BYTES else "fp32"
+
+
+def flops_per_token(cfg):
+    """6N + 12·L·h·s: 2 FLOPs per weight forward, 4 backward, plus the attention."""
+    h, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
+    n = L * 12 * h * h + L * 13 * h + V * h * (1 if cfg.tie_weights else 2) + 2 * h
+    return 6 * n + 12 * L * h * cfg.seq_len
+
+
+@dataclass
+class Prediction:
+    config: object
+    step_s: float
+    tokens_per_s: float
+    mfu: float
+    mem_bytes: float              # peak per rank (the largest rank)
+    model_state_bytes: dict
+    activation_bytes: float
+    bubble: float
+    exposed_comm_s: float
+    breakdown: dict = field(default_factory=dict)
+
+    @property
+    def comm_share(self):
+        return self.exposed_comm_s / self.step_s if self.step_s else 0.0
+
+
+def micro_rows(config):
+    m = config.microbatches if config.pipelined else config.grad_accum
+    return config.batch_size // (config.dp * m), m
+
+
+def predict(config, prof, ranks_per_node=None, korthikanti=None):
+    """Prediction for a resolved ``config``.  ``korthikanti``: count activations with
+    Korthikanti et al.'s formula (Megatron's kernels) instead of minipar's own
+    (default: for spec-sheet profiles)."""
+    cfg = config.model_config()
+    rpn = ranks_per_node or prof.ranks_per_node or 1
+    dtype = compute_dtype(config.precision)
+    b, M = micro_rows(config)
+    tp, pp, v, dp = config.tp, config.pp, config.chunks, config.dp
+    x = LayerShape(b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, tp,
+                   config.sequence_parallel, dtype, config.attention)
+    lt = layer_time(prof, x, config.recompute)
+    per_rank_layers = cfg.n_layer // pp
+    e = DTYPE_BYTES[dtype]
+    act_bytes = b * cfg.seq_len * cfg.d_model * e
+    tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel)
+    redo_tp = tp_f if config.recompute == "full" else 0.0
+    hf, hb = head_time(prof, x)
+    ef, eb = embed_time(prof, x)
+    # the slowest stage (the last: its layers and the head) sets a pipeline's pace
+    t_f = per_rank_layers * (lt.forward + tp_f) + hf + (ef if pp == 1 else 0.0)
+    t_b = per_rank_layers * (lt.backward_input + lt.recompute + tp_b + redo_tp) + hb \
+        + (eb if pp == 1 else 0.0)
+    t_w = per_rank_layers * lt.backward_weight
+    t_comm = pcomm.pp_send_seconds(prof, pp, act_bytes / (tp if config.sequence_parallel else 1),
+                                   dp * tp, rpn)
+    kind = config.schedule or "1f1b"
+    span, bubble, in_flight = pipeline_time(kind, pp, M, v, t_f, t_b, t_w, t_comm)
+    # data-parallel synchronisation over this rank's gradients
+    coords = (0, 0, pp - 1)                        # the last stage: the head's weights
+    gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
+    bb = int((config.bucket_mb or 25.0) * 2 ** 20)
+    buckets = [n * gbytes for n, _ in pmem.rank_buckets(
+        cfg, bb, DTYPE_BYTES["fp32" if gbytes == 2 else config.precision], dp,
+        tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
+    units = [sum(k for _, k in u) * gbytes for u in pmem.units(cfg, tp=tp, pp=pp, chunks=v,
+                                                                pp_rank=pp - 1)]
+    backward_all = M * (t_b + t_w) if pp == 1 else (t_b + t_w)
+    exposed_dp = pcomm.dp_exposed_seconds(prof, config.zero, dp, buckets, units, backward_all,
+                                          M * t_f, config.overlap, tp, rpn,
+                                          accum=M if pp == 1 else 1)
+    params_here = pmem.numel(cfg, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)
+    master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
+    opt = prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
+    overhead = prof.efficiency.get("step_overhead_s", 0.0)
+    step = span + exposed_dp + opt + overhead
+    tp_exposed = M * per_rank_layers * (tp_f + tp_b + redo_tp)
+    tokens = config.batch_size * cfg.seq_len
+    peak = prof.peak(dtype) * config.world_size
+    mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
+    # memory: the first stage holds the most activations, the last the head
+    if korthikanti is None:
+        korthikanti = prof.kind == "spec"
+    mems = []
+    for stage in sorted({0, pp - 1}):
+        state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
+        fl = in_flight if stage == 0 else 1.0
+        if korthikanti:
+            layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, tp,
+                                                config.sequence_parallel, config.recompute)
+            a_bytes = fl * per_rank_layers * layer * e / 2
+            if stage == pp - 1:
+                a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // tp) * 2
+        else:
+            a_bytes = act.minipar_peak_activation_bytes(
+                b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, per_rank_layers,
+                tp, config.sequence_parallel, dtype, config.attention, config.recompute,
+                first=stage == 0, last=stage == pp - 1, in_flight=fl)
+        total = pmem.total(state) + a_bytes + pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
+        mems.append((total, state, a_bytes))
+    mem, state, a_bytes = max(mems, key=lambda r: r[0])
+    return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
+                      exposed_dp + tp_exposed,
+                      dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
+                           optimizer_s=opt, overhead_s=overhead, t_f=t_f, t_b=t_b, t_w=t_w,
+                           t_comm=t_comm, in_flight=in_flight, micro_rows=b, microbatches=M))
+
+
+def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
+    """What minipar's live-array counter (``peak_mem_bytes``) should read on the rank at
+    ``coords``: the tracked model state (weights; ZeRO-3's shards are untracked)
+    + activations (+ the gradients already accumulated when several micro-batches run
+    before the last forward)."""
+    cfg = config.model_config()
+    b, M = micro_rows(config)
+    state = pmem.model_state_bytes(cfg, config, coords)
+    live = 0 if config.zero == 3 else state["params"]
+    if config.zero in (1, 2) and config.precision in ("fp16", "bf16"):
+        live = state["params"]
+    pp, stage = config.pp, coords[2]
+    in_flight = 1.0
+    if config.pipelined:
+        kind = config.schedule or "1f1b"
+        in_flight = pipeline_time(kind, pp, M, config.chunks, 1.0, 2.0, None, 0.0)[2] \
+            if stage == 0 else 1.0
+    dtype = compute_dtype(config.precision)
+    a_bytes = act.minipar_peak_activation_bytes(
+        b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
+        config.tp, config.sequence_parallel, dtype, config.attention, config.recompute,
+        first=stage == 0, last=stage == pp - 1, in_flight=in_flight)
+    accumulate = (M > 1) if accumulate is None else accumulate
+    grads = 0
+    if accumulate and config.zero < 2:
+        item = DTYPE_BYTES[dtype]
+        grads = item * sum(k for _, k in pmem.param_sizes(
+            cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))
+    return live + a_bytes + grads

@@ -1,0 +1,187 @@
+"""``minipar plan``: every layout ``train`` accepts for N ranks, predicted and ranked.
+
+    python -m minipar.perf.plan --ranks 8 --model small --batch-size 32 [--profile cpu]
+    python -m minipar.perf.plan --ranks 3072 --nodes 384 --profile a100 --n-layer 128 \\
+        --d-model 25600 --n-head 160 --seq-len 2048 --vocab 51200 --batch-size 512 --precision bf16
+
+The search: tp over the divisors of N (at most the ranks of a node — tensor
+parallelism across nodes is never competitive and is skipped), pp over the divisors
+of N/tp, dp what is left; then chunks, schedule, micro-batches, ZeRO stage, sequence
+parallelism, recomputation and gradient accumulation.  Each candidate is a
+TrainConfig checked by ``config.resolve`` — the same checks as ``train``, so plan
+refuses exactly what train refuses, for the same reasons (``refusals``).  The ones
+that fit in memory are ranked by predicted step time (``estimate.predict``); the
+others are listed with how much they are over.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from dataclasses import dataclass, replace
+
+from minipar.config import ConfigError, TrainConfig
+from minipar.perf.estimate import predict
+from minipar.perf.profile import load_profile
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class Plan:
+    ranked: list            # Predictions that fit, fastest first
+    too_big: list           # (Prediction, bytes over)
+    refused: dict           # ConfigError message -> count
+    seconds: float
+    mem_limit: float
+
+
+def candidates(base, world, ranks_per_node=8, max_micro_rows=8):
+    """TrainConfigs (unresolved) for every layout of ``world`` ranks (see the docstring)."""
+    L = base.model_config().n_layer
+    B = base.batch_size
+    for tp in [d for d in divisors(world) if d <= max(ranks_per_node, 1)]:
+        for pp in divisors(world // tp):
+            dp = world // (tp * pp)
+            if B % dp:
+                continue
+            per_replica = B // dp
+            rows = [r for r in divisors(per_replica) if r <= max_micro_rows]
+            for sp, recompute, zero in itertools.product(
+                    (False, True) if tp > 1 else (False,), ("none", "selective", "full"),
+                    (0, 1, 2, 3) if dp > 1 else (0,)):
+                common = dict(dp=dp, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
+                              zero=zero)
+                if pp == 1:
+                    for b in rows:
+                        yield replace(base, **common, grad_accum=per_replica // b,
+                                      chunks=1, schedule=None, microbatches=None)
+                    continue
+                for b in rows:
+                    m = per_replica // b
+                    for kind in ("1f1b", "zb-h1", "interleaved", "afab"):
+                        for v in ((2, 3, 4) if kind == "interleaved" else (1,)):
+                            if (L // pp) % v if L % pp == 0 else True:
+                                continue
+                            yield replace(base, **common, chunks=v, schedule=kind,
+                                          microbatches=m, grad_accum=1)
+
+
+def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None):
+    """Rank every layout of ``world`` ranks for the model and run of ``base``."""
+    t0 = time.perf_counter()
+    prof = load_profile(profile)
+    rpn = -(-world // nodes) if nodes else (prof.ranks_per_node or world)
+    limit = mem_per_rank if mem_per_rank is not None else (prof.mem_per_rank_bytes or float("inf"))
+    ranked, too_big, refused = [], [], {}
+    for cand in candidates(base, world, rpn):
+        try:
+            config = cand.resolve(world)
+        except ConfigError as err:
+            key = str(err)
+            refused[key] = refused.get(key, 0) + 1
+            continue
+        p = predict(config, prof, ranks_per_node=rpn)
+        if p.mem_bytes > limit:
+            too_big.append((p, p.mem_bytes - limit))
+        else:
+            ranked.append(p)
+    ranked.sort(key=lambda p: p.step_s)
+    too_big.sort(key=lambda r: r[1])
+    return Plan(ranked, too_big, refused, time.perf_counter() - t0, limit)
+
+
+def describe(config):
+    """The layout as ``train`` flags."""
+    c = config
+    parts = [f"--dp {c.dp}", f"--tp {c.tp}"] + (["--sequence-parallel"] if c.sequence_parallel else [])
+    if c.pipelined:
+        parts += [f"--pp {c.pp}", f"--schedule {c.schedule}", f"--microbatches {c.microbatches}"]
+        parts += [f"--chunks {c.chunks}"] if c.chunks > 1 else []
+    if c.grad_accum > 1:
+        parts.append(f"--grad-accum {c.grad_accum}")
+    parts += [f"--zero {c.zero}"] if c.zero else []
+    parts += [f"--recompute {c.recompute}"] if c.recompute != "none" else []
+    return " ".join(parts)
+
+
+def train_command(config, world):
+    c = config
+    model = f"--model {c.model}" + "".join(f" --{k.replace('_', '-')} {getattr(c, k)}" for k in
+                                           ("n_layer", "d_model", "n_head", "seq_len")
+                                           if getattr(c, k) is not None)
+    return (f"mpiexec -n {world} python -m minipar train {describe(c)} {model} "
+            f"--batch-size {c.batch_size} --precision {c.precision}")
+
+
+def _gib(n):
+    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 27 else f"{n / 2 ** 20:.1f} MiB"
+
+
+def format_plan(pl: Plan, world, top=10):
+    lines = [f"{'#':>2} {'layout':<62} {'step s':>9} {'tokens/s':>10} {'MFU':>6} "
+             f"{'mem/rank':>10} {'bubble':>7} {'comm':>6}"]
+    for i, p in enumerate(pl.ranked[:top], 1):
+        lines.append(f"{i:>2} {describe(p.config):<62} {p.step_s:9.4g} {p.tokens_per_s:10.4g} "
+                     f"{p.mfu:6.1%} {_gib(p.mem_bytes):>10} {p.bubble:7.1%} {p.comm_share:6.1%}")
+    lines.append(f"{len(pl.ranked)} layouts fit, {len(pl.too_big)} do not fit in "
+                 f"{_gib(pl.mem_limit) if pl.mem_limit < float('inf') else 'memory'}, "
+                 f"{sum(pl.refused.values())} refused by train's checks; searched in {pl.seconds:.1f} s")
+    for p, over in pl.too_big[:3]:
+        lines.append(f"   too big: {describe(p.config)} needs {_gib(p.mem_bytes)} ({_gib(over)} over)")
+    if pl.ranked:
+        lines.append("best: " + train_command(pl.ranked[0].config, world))
+    return "\n".join(lines)
+
+
+def auto_layout(config: TrainConfig, world_size: int, profile=None):
+    """``train --layout auto``: (the plan's fastest layout for ``world_size`` ranks as a
+    TrainConfig — the run's other settings kept — and the plan's text)."""
+    base = replace(config, dp=None, tp=1, pp=1, chunks=1, schedule=None, microbatches=None,
+                   zero=0, grad_accum=1, sequence_parallel=False, recompute="none")
+    pl = plan(base, world_size, profile)
+    if not pl.ranked:
+        raise ConfigError(f"no layout of {world_size} ranks fits: " + format_plan(pl, world_size))
+    return pl.ranked[0].config, format_plan(pl, world_size)
+
+
+def plan_main(argv=None):
+    """The ``minipar plan`` command."""
+    ap = argparse.ArgumentParser(prog="minipar plan", description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--nodes", type=int, default=None)
+    ap.add_argument("--profile", default=None, help="a100 | h100 | h200 | cpu | a JSON path")
+    ap.add_argument("--mem-per-rank", type=float, default=None, help="GiB")
+    ap.add_argument("--json", default=None, help="write the full ranking here")
+    ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--model", default="small")
+    for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab"):
+        ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--attention", default="naive")
+    a = ap.parse_args(argv)
+    base = TrainConfig(model=a.model, n_layer=a.n_layer, d_model=a.d_model, n_head=a.n_head,
+                       seq_len=a.seq_len, batch_size=a.batch_size, precision=a.precision,
+                       attention=a.attention)
+    if a.vocab:
+        base = with_vocab(base, a.vocab)
+    mem = a.mem_per_rank * 2 ** 30 if a.mem_per_rank else None
+    pl = plan(base, a.ranks, a.profile, a.nodes, mem)
+    print(format_plan(pl, a.ranks, a.top))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([dict(layout=describe(p.config), step_s=p.step_s, tokens_per_s=p.tokens_per_s,
+                            mfu=p.mfu, mem_bytes=p.mem_bytes, bubble=p.bubble,
+                            comm_share=p.comm_share, **{k: v for k, v in p.breakdown.items()})
+                       for p in pl.ranked], f, indent=1)
+    return 0
+
+
+from minipar.perf.models import with_vocab  # noqa: E402
+
+if __name__ == "__main__":
+    raise SystemExit(plan_main())
