@@ -33,6 +33,7 @@ class TrainConfig:
     microbatches: Optional[int] = None
     zero: int = 0
     grad_accum: int = 1
+    balance: bool = False               # data-parallel shares of the batch by measured speed
     bucket_mb: Optional[float] = None
     overlap: bool = True
     comm_algorithm: str = "auto"

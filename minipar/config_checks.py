@@ -147,6 +147,9 @@ def _flags_have_effect(config):
         raise ConfigError("`bucket_mb` does not apply to `zero` 3, whose units are the layers")
     if config.initial_loss_scale is not None and config.precision != "fp16":
         raise ConfigError("`initial_loss_scale` needs `precision` fp16 (the only one scaled)")
+    if config.balance and config.pipelined:
+        raise ConfigError("`balance` with pipeline parallelism is not built (it would move layers "
+                          "between stages); use it with data parallelism")
     if config.save_every and not config.save:
         raise ConfigError("`save_every` needs `save` DIR")
     if config.recompute != "none" and (config.dropout or 0) > 0 and backend_name() == "cupy":
@@ -167,6 +170,9 @@ def check(config, world_size):
     _flags_have_effect(config)
     _context(config, cfg)
     m = _pipeline(config, cfg, dp)
+    if config.balance and dp == 1:
+        raise ConfigError("`balance` shares the batch between data-parallel replicas; with dp 1 "
+                          "there is nothing to balance")
     if config.batch_size % (dp * config.grad_accum):
         raise ConfigError(f"`batch_size` {config.batch_size} must be divisible by "
                           f"dp·grad-accum = {dp}·{config.grad_accum}")

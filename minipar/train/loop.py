@@ -16,8 +16,8 @@ import numpy as np
 
 from minipar import backend
 from minipar.comm import all_reduce
-from minipar.data import shard_rows
 from minipar.optim import lr_at
+from minipar.train.balance import Balancer, straggle
 from minipar.train.errors import Interrupt, TrainingStopped
 from minipar.train.saving import save_checkpoint
 from minipar.train.steps import evaluate, forward_backward, global_loss, pipeline_forward_backward
@@ -40,6 +40,8 @@ class Run:
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
+        self.balancer = Balancer(grid, config.batch_size, config.grad_accum, config.balance)
+        self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
 
     @property
     def model(self):
@@ -50,7 +52,7 @@ class Run:
         c, grid, engine, opt = self.config, self.grid, self.parallel.engine, self.optimizer
         opt.lr = lr_at(step, c.lr, self.warmup, c.steps)
         x, y = self.dataset.batch(c.seed, step, c.batch_size)
-        x, y = shard_rows(x, grid.coords.dp, grid.dp), shard_rows(y, grid.coords.dp, grid.dp)
+        x, y = self.balancer.my_rows(x), self.balancer.my_rows(y)   # this replica's share
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
         _inject_failure(step, grid.rank)
         backend.memory.reset_peak()
@@ -61,7 +63,9 @@ class Run:
         if engine is not None:
             local = pipeline_forward_backward(engine, opt, x, y)
         else:
-            local = forward_backward(self.parallel.model, opt, x, y, c.grad_accum)
+            weight = self.balancer.weight     # 1 with even shares
+            local = weight * forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight)
+        straggle(grid.rank, time.perf_counter() - t0)        # MINIPAR_SLOW_RANK, for lessons
         t_opt = time.perf_counter()
         norm = opt.step(c.grad_clip)
         t_loss = time.perf_counter()
@@ -79,6 +83,9 @@ class Run:
                   "model_state_bytes": opt.memory_bytes()}
         if opt.scaler and opt.scaler.enabled:
             shared.update(loss_scale=opt.last_scale, skipped=opt.last_skipped)
+        if c.balance:
+            shared["batch_shares"] = list(self.balancer.shares)
+        self.balancer.record(step, t_opt - t0)
         return shared, mine
 
     def loop(self):
@@ -121,6 +128,8 @@ class Run:
         if engine is None:
             mine["pipeline_wait_s"] = None      # not a pipeline run: no such column
         self.monitor.step(step, shared=shared, mine=mine, extra=extra)
+        if self.heartbeat:
+            _beat(self.heartbeat, self.grid.rank, step)
 
     def _monitor(self):
         from minipar.monitor import RunMonitor
@@ -147,6 +156,15 @@ class Run:
             save_checkpoint(self, done)
             saved = f"; checkpoint of step {done} saved: continue with --resume {self.config.save}"
         raise TrainingStopped(f"interrupted after step {done}{saved}", code=130)
+
+
+def _beat(directory, rank, step):
+    """A heartbeat for the elastic supervisor: ``DIR/rank<R>`` holds the last step done
+    (written to a temporary name and renamed, so a reader never sees half a number)."""
+    path = os.path.join(directory, f"rank{rank}")
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{step + 1} {time.time():.3f}\n")
+    os.replace(path + ".tmp", path)
 
 
 def _trace(run):

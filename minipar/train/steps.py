@@ -16,8 +16,9 @@ from minipar.comm import all_reduce
 from minipar.data import shard_rows
 
 
-def forward_backward(model, optimizer, x, y, grad_accum):
-    """K micro-batches of this replica's rows; returns the mean local loss."""
+def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0):
+    """K micro-batches of this replica's rows; returns the mean local loss.  ``weight``
+    multiplies what is back-propagated (load balancing's w_i = dp·n_i/N, ``balance.py``)."""
     rows = x.shape[0] // grad_accum
     loss_sum = 0.0
     for i in range(grad_accum):
@@ -25,7 +26,7 @@ def forward_backward(model, optimizer, x, y, grad_accum):
         with (contextlib.nullcontext() if last else optimizer.no_sync()):
             xs, ys = x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows]
             _, loss = model(backend.to_device(xs), backend.to_device(ys))
-            (optimizer.scale_loss(loss) * (1.0 / grad_accum)).backward()
+            (optimizer.scale_loss(loss) * (weight / grad_accum)).backward()
         loss_sum += loss.item()
     return loss_sum / grad_accum
 
