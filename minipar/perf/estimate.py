@@ -26,7 +26,7 @@ from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import memory as pmem
 from minipar.perf.compute import LayerShape, embed_time, head_time, layer_time
-from minipar.perf.pipeline import pipeline_time
+from minipar.perf.pipeline import in_flight as stage_in_flight, pipeline_time
 from minipar.perf.profile import DTYPE_BYTES
 
 
@@ -120,7 +120,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     mems = []
     for stage in sorted({0, pp - 1}):
         state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
-        fl = in_flight if stage == 0 else 1.0
+        fl = stage_in_flight(kind, pp, M, v, stage) if config.pipelined else 1.0
         if korthikanti:
             layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, tp,
                                                 config.sequence_parallel, config.recompute)
@@ -156,9 +156,7 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     pp, stage = config.pp, coords[2]
     in_flight = 1.0
     if config.pipelined:
-        kind = config.schedule or "1f1b"
-        in_flight = pipeline_time(kind, pp, M, config.chunks, 1.0, 2.0, None, 0.0)[2] \
-            if stage == 0 else 1.0
+        in_flight = stage_in_flight(config.schedule or "1f1b", pp, M, config.chunks, stage)
     dtype = compute_dtype(config.precision)
     a_bytes = act.minipar_peak_activation_bytes(
         b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,

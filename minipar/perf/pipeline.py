@@ -61,3 +61,19 @@ def pipeline_time(kind, pp, m, chunks, t_f, t_b, t_w=None, t_comm=0.0):
     makespan = span * t_f
     busy = m * (t_f + t_b + (t_w or 0.0))
     return makespan, max(1.0 - busy / makespan, 0.0), in_flight
+
+
+@lru_cache(maxsize=1024)
+def in_flight(kind, pp, m, chunks=1, rank=0):
+    """Micro-batches' worth of a stage's activations rank ``rank`` holds at its peak
+    (the schedule's own count for small schedules; AFAB m, 1F1B min(m, pp - rank))."""
+    if pp * m * chunks <= MAX_SIMULATED:
+        sched = build_schedule(kind, pp, m, chunks)
+        r = simulate(sched, pp, chunks)
+        held = r.peak_held if kind == "zb-h1" else r.peak_in_flight
+        return held[rank] / chunks
+    if kind == "afab":
+        return float(m)
+    v = chunks if kind == "interleaved" else 1
+    base = min(m, pp - rank)
+    return base * (1 + (pp - 1) / (pp * v)) if v > 1 else float(base)

@@ -74,7 +74,10 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None):
     """Rank every layout of ``world`` ranks for the model and run of ``base``."""
     t0 = time.perf_counter()
     prof = load_profile(profile)
-    rpn = -(-world // nodes) if nodes else (prof.ranks_per_node or world)
+    if nodes:
+        rpn = -(-world // nodes)
+    else:                       # a measured profile: this machine, every rank on it
+        rpn = world if prof.kind == "measured" else (prof.ranks_per_node or world)
     limit = mem_per_rank if mem_per_rank is not None else (prof.mem_per_rank_bytes or float("inf"))
     ranked, too_big, refused = [], [], {}
     for cand in candidates(base, world, rpn):
