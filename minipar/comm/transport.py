@@ -116,6 +116,9 @@ class Communicator:
         self._contexts = {}
         self.cache = {}  # per-communicator state of the collectives (sub-comms, cost model)
         self._workspace = {}
+        # seconds callers spent in blocking collectives they chose to time on this
+        # communicator (tensor parallelism's regions: time on the critical path)
+        self.blocking_comm_s = 0.0
 
     # ----------------------------------------------------------- structure
     def split(self, color, key=0, *, share_counters=False) -> "Communicator | None":

@@ -58,7 +58,7 @@ class Run:
         backend.memory.reset_peak()
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
-        tp_before = getattr(grid.tp_comm, "blocking_comm_s", 0.0)
+        tp_before = grid.tp_comm.blocking_comm_s
         t0 = time.perf_counter()
         if engine is not None:
             local = pipeline_forward_backward(engine, opt, x, y)
@@ -72,7 +72,7 @@ class Run:
         loss = global_loss(grid, local)
         backend.sync()
         t1 = time.perf_counter()
-        tp_comm = getattr(grid.tp_comm, "blocking_comm_s", 0.0) - tp_before
+        tp_comm = grid.tp_comm.blocking_comm_s - tp_before
         comm = opt.exposed_comm_s + (t1 - t_loss) + tp_comm   # dp sync not hidden, loss, tp
         wait = engine.comm_wait_s if engine is not None else 0.0
         mine = {"step_time_s": t1 - t0, "comm_time_s": comm, "pipeline_wait_s": wait,

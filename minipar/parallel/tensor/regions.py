@@ -62,7 +62,7 @@ def timed(comm, collective, *args, **kwargs):
     communication."""
     start = time.perf_counter()
     result = collective(comm, *args, **kwargs)
-    comm.blocking_comm_s = getattr(comm, "blocking_comm_s", 0.0) + time.perf_counter() - start
+    comm.blocking_comm_s += time.perf_counter() - start
     return result
 
 
