@@ -1,0 +1,98 @@
+"""Predicted against measured on this machine: step time and peak memory per rank.
+
+    python benchmarks/plan_accuracy.py [--steps 6] [--model tiny] [--batch-size 8]
+
+1. calibrates a profile here (``mpiexec -n 2 python -m minipar.perf.calibrate``: the
+   GEMM/attention/elementwise/optimizer curves and the 2-rank collective curves);
+2. trains each layout for a few steps (``tests/scripts/perf_layouts.py``; 1 and 2
+   ranks for time, up to 8 ranks for memory), every row measured in this run;
+3. prints measured and predicted side by side and the errors.
+
+One BLAS thread per rank for calibration and runs alike (the shared 2-core machine:
+with 2 BLAS threads per process under load, a GEMM waits for a descheduled thread
+and steps vary 2x).  The load average is printed: other agents share the cores, so
+measurements are noisy.  Last line: ``plan accuracy: step mean X% max Y%; memory mean Z% max W%``.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+           PYTHONPATH=ROOT)
+
+TIME_1 = [dict(), dict(recompute="full"), dict(recompute="selective"), dict(precision="bf16"),
+          dict(precision="fp64")]
+TIME_2 = [dict(), dict(overlap=False), dict(grad_accum=2), dict(zero=1), dict(zero=2), dict(zero=3),
+          dict(tp=2), dict(tp=2, sequence_parallel=True),
+          dict(pp=2, schedule="afab", microbatches=4), dict(pp=2, schedule="1f1b", microbatches=4),
+          dict(pp=2, schedule="zb-h1", microbatches=4),
+          dict(pp=2, schedule="interleaved", chunks=2, microbatches=4)]
+MEM_8 = [(4, dict(zero=1)), (4, dict(tp=2, zero=2)), (4, dict(pp=2, tp=2, microbatches=2)),
+         (8, dict(zero=3)), (8, dict(tp=2, pp=2, microbatches=2, zero=1))]
+
+
+def mpi(n, args, timeout=900):
+    out = subprocess.run(["mpiexec", "-n", str(n), sys.executable] + args, cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=timeout)
+    if out.returncode:
+        raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
+    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+
+
+def layouts(n, kws, base, steps, profile):
+    full = [dict(base, **kw) for kw in kws]
+    return mpi(n, ["tests/scripts/perf_layouts.py", json.dumps(full), "--steps", str(steps),
+                   "--profile", profile])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--profile", default=None, help="skip calibration, use this profile")
+    a = ap.parse_args()
+    print(f"load average at start: {os.getloadavg()} on {os.cpu_count()} cores")
+    profile = a.profile
+    if profile is None:
+        profile = os.path.join(tempfile.mkdtemp(), "profile.json")
+        mpi(2, ["-m", "minipar.perf.calibrate", "--model", a.model, "--quick", "--out", profile])
+        print(f"calibrated {profile}")
+    base = dict(model=a.model, batch_size=a.batch_size)
+    step_err, mem_err = [], []
+    print(f"{'ranks':>5} {'layout':<58} {'measured ms':>11} {'predicted ms':>12} {'error':>7} "
+          f"{'peak MiB':>9} {'model MiB':>9} {'error':>7}")
+    rows = [(1, r) for r in layouts(1, TIME_1, base, a.steps, profile)]
+    rows += [(2, r) for r in layouts(2, TIME_2, base, a.steps, profile)]
+    for n, kw in MEM_8:
+        rows += [(n, r) for r in layouts(n, [kw], base, 1, profile)]
+    for n, r in rows:
+        timed = n <= 2
+        peak = max(x["peak"] for x in r["ranks"])
+        model = max(x["peak_model"] for x in r["ranks"])
+        me = (model - peak) / peak
+        mem_err.append(abs(me))
+        lay = {k: v for k, v in r["layout"].items() if k not in base} or "single / pure dp"
+        line = f"{n:>5} {str(lay):<58} "
+        if timed:
+            se = (r["pred_step_s"] - r["step_s"]) / r["step_s"]
+            step_err.append(abs(se))
+            line += f"{r['step_s'] * 1e3:11.1f} {r['pred_step_s'] * 1e3:12.1f} {se:+7.1%} "
+        else:
+            line += f"{'-':>11} {'-':>12} {'':>7} "
+        print(line + f"{peak / 2 ** 20:9.2f} {model / 2 ** 20:9.2f} {me:+7.1%}")
+    print(f"load average at end: {os.getloadavg()}")
+    print(f"{len(step_err)} layouts timed, {len(mem_err)} memory rows; goal step mean <= 10% "
+          f"max <= 25%, memory <= 5%")
+    print(f"plan accuracy: step mean {100 * statistics.mean(step_err):.1f}% max "
+          f"{100 * max(step_err):.1f}%; memory mean {100 * statistics.mean(mem_err):.1f}% max "
+          f"{100 * max(mem_err):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
