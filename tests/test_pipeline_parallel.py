@@ -63,3 +63,38 @@ def test_trace_is_a_timeline_with_its_bubble_and_the_simulators(tmp_path):
     summary = data["metadata"]
     assert abs(bubble_fraction(timelines) - summary["measured_bubble"]) < 1e-6
     assert 0.0 < summary["measured_bubble"] < 1.0 and 0.0 < summary["simulated_bubble"] < 1.0
+
+
+def _trace_timelines(path):
+    data = json.load(open(path))
+    timelines = {}
+    for e in (e for e in data["traceEvents"] if e.get("ph") == "X"):
+        a = e["args"]
+        timelines.setdefault(e["tid"], []).append(
+            (e["cat"], a["microbatch"], a["chunk"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6))
+    return timelines, data["metadata"]
+
+
+@pytest.mark.parametrize("microbatches", [4, 8])
+def test_a_slow_stage_shows_as_wait_and_the_bubble_matches_the_simulator(tmp_path, monkeypatch,
+                                                                        microbatches):
+    """Stage 1 slowed 4x (MINIPAR_SLOW_RANK): no F/B span contains a receive (an op's span
+    is its compute only), stage 0's idle time is receive spans, and the measured bubble
+    (1 - compute/wall) is within 5 points of the simulator fed with each stage's
+    measured op times."""
+    monkeypatch.setenv("MINIPAR_SLOW_RANK", "1:4")
+    trace = tmp_path / "trace.json"
+    model = ["--model", "tiny", "--n-layer", "4", "--d-model", "64", "--seq-len", "64"]
+    train(tmp_path, "slow", 2, "--pp", "2", "--schedule", "1f1b", "--microbatches", str(microbatches),
+          "--trace", trace, model=model, batch=2 * microbatches, steps=2)
+    timelines, summary = _trace_timelines(trace)
+    for spans in timelines.values():
+        ops = [s for s in spans if s[0] in "FBW"]
+        waits = [s for s in spans if s[0] in ("recv", "wait")]
+        for op in ops:
+            for w in waits:
+                assert min(op[4], w[4]) - max(op[3], w[3]) <= 1e-6, (op, w)
+    wall = max(s[4] for s in timelines[0]) - min(s[3] for s in timelines[0])
+    recv0 = sum(s[4] - s[3] for s in timelines[0] if s[0] == "recv")
+    assert recv0 > 0.3 * wall                  # the fast stage waits, and it shows as waiting
+    assert abs(summary["measured_bubble"] - summary["simulated_bubble"]) <= 0.05, summary

@@ -16,24 +16,12 @@ and the new shares are N·speed_i/Σ speed rounded (largest remainders) to multi
 gradient-accumulation count, at least one micro-batch each.  Every rank computes them
 from the same gathered numbers, so all agree without another message.
 
-``MINIPAR_SLOW_RANK="R:F"`` makes world rank R sleep (F-1)× its compute after every
-forward/backward: a documented way to show a straggler in lessons and tests.
+``MINIPAR_SLOW_RANK="R:F"`` (``minipar/faults.py``) makes world rank R sleep (F-1)× its
+compute after every forward/backward: a documented way to show a straggler.
 """
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
-
-
-def slow_rank_factor(rank):
-    """F from MINIPAR_SLOW_RANK="R:F" when R is this rank, else 1."""
-    spec = os.environ.get("MINIPAR_SLOW_RANK", "")
-    if not spec:
-        return 1.0
-    r, f = spec.split(":")
-    return float(f) if int(r) == rank else 1.0
 
 
 def even_shares(rows, dp):
@@ -88,10 +76,3 @@ class Balancer:
             per_replica[int(d)] = max(per_replica[int(d)], t)
         speeds = np.array(self.shares) / np.maximum(per_replica, 1e-9)
         self.shares = proportional_shares(self.rows, speeds, self.quantum)
-
-
-def straggle(rank, seconds):
-    """Sleep (F-1)·seconds on the rank MINIPAR_SLOW_RANK names (no-op elsewhere)."""
-    factor = slow_rank_factor(rank)
-    if factor > 1:
-        time.sleep((factor - 1) * seconds)

@@ -17,18 +17,11 @@ import numpy as np
 from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
-from minipar.train.balance import Balancer, straggle
+from minipar.faults import inject_failure, straggle
+from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
 from minipar.train.saving import save_checkpoint
 from minipar.train.steps import evaluate, forward_backward, global_loss, pipeline_forward_backward
-
-
-def _inject_failure(step, rank):
-    """Fault injection for tests: MINIPAR_INJECT_FAILURE="RANK:STEP" raises on that
-    rank at that step, to show that one rank's exception ends the whole job."""
-    spec = os.environ.get("MINIPAR_INJECT_FAILURE")
-    if spec and tuple(int(v) for v in spec.split(":")) == (rank, step):
-        raise RuntimeError(f"injected failure on rank {rank} at step {step}")
 
 
 class Run:
@@ -54,7 +47,7 @@ class Run:
         x, y = self.dataset.batch(c.seed, step, c.batch_size)
         x, y = self.balancer.my_rows(x), self.balancer.my_rows(y)   # this replica's share
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
-        _inject_failure(step, grid.rank)
+        inject_failure(step, grid.rank)
         backend.memory.reset_peak()
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
@@ -65,7 +58,7 @@ class Run:
         else:
             weight = self.balancer.weight     # 1 with even shares
             local = weight * forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight)
-        straggle(grid.rank, time.perf_counter() - t0)        # MINIPAR_SLOW_RANK, for lessons
+            straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
         t_opt = time.perf_counter()
         norm = opt.step(c.grad_clip)
         t_loss = time.perf_counter()

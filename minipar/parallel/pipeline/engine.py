@@ -27,6 +27,7 @@ import time
 from minipar import backend
 from minipar.backend import xp
 from minipar.autograd import Tensor, WeightGradDeferral, no_grad
+from minipar.faults import straggle
 from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
 from minipar.parallel.pipeline.timeline import Span
 
@@ -47,6 +48,8 @@ class PipelineEngine:
         self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
         self.S = self.pp * chunks
         self.rank = pp_comm.rank
+        from mpi4py import MPI
+        self.world_rank = MPI.COMM_WORLD.Get_rank()   # what MINIPAR_SLOW_RANK names
         self.actions = build_schedule(kind, self.pp, microbatches, chunks)[self.rank]
         self.split = any(a.kind == "W" for a in self.actions)
         self.spans = []
@@ -94,18 +97,22 @@ class PipelineEngine:
             c, mb = action.chunk, action.microbatch
             s = virtual_stage(self.rank, c, self.pp)
             stage = self.stages[c]
-            start = self._now()
+            # an op's span covers its compute only: the receive before it and the send after
+            # it are spans of their own (``_recv``/``_send``), so waits never hide in F or B
             if action.kind == "F":
                 if s == 0:
                     x = backend.to_device(inputs[mb * rows:(mb + 1) * rows])
                 else:
                     x = Tensor(self._recv("act", mb, s, s - 1, act_shape, dtype), requires_grad=True)
+                start = self._now()
                 out = stage(x)
                 if s == self.S - 1:
                     y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
                     out = self.loss_fn(out, y) * (1.0 / self.M)
                     loss_total += out.item()
-                else:
+                straggle(self.world_rank, self._now() - start)   # MINIPAR_SLOW_RANK
+                self.spans.append(Span("F", mb, c, start, self._now()))
+                if s < self.S - 1:
                     self._send(out.data, "act", mb, s + 1)
                 saved[(mb, c)] = (x, out)
             elif action.kind == "B":
@@ -114,17 +121,21 @@ class PipelineEngine:
                     grad = xp.full(out.shape, loss_scale, dtype=out.dtype)
                 else:
                     grad = self._recv("grad", mb, s, s + 1, out.shape, out.dtype)
-                    start = self._now()
+                start = self._now()
                 if self.split:
                     d = deferred[(mb, c)] = WeightGradDeferral()
                     out.backward(grad, deferral=d)
                 else:
                     out.backward(grad)
+                straggle(self.world_rank, self._now() - start)
+                self.spans.append(Span("B", mb, c, start, self._now()))
                 if s > 0:
                     self._send(x.grad, "grad", mb, s - 1)
             else:
+                start = self._now()
                 deferred.pop((mb, c)).run()
-            self.spans.append(Span(action.kind, mb, c, start, self._now()))
+                straggle(self.world_rank, self._now() - start)
+                self.spans.append(Span("W", mb, c, start, self._now()))
         t0 = self._now()
         for request, _ in self.pending_sends:
             request.wait()

@@ -63,6 +63,11 @@ class SimResult:
         return {r: n / self.chunks for r, n in self.peak_in_flight.items()}
 
 
+def _per_rank(value, rank):
+    """An op cost: one number for every stage, or {rank: number} per stage."""
+    return value.get(rank) if isinstance(value, dict) else value
+
+
 def _durations(split: bool, chunks: int, t_f: float, t_b: float, t_w: float | None):
     if split:
         b, w = (t_b / 2, t_b / 2) if t_w is None else (t_b, t_w)
@@ -85,11 +90,13 @@ def _peak(actions: list[Action], release: str) -> int:
 
 def simulate(schedule: dict, pp: int, chunks: int = 1, t_f: float = 1.0, t_b: float = 1.0,
              t_w: float | None = None, t_comm: float = 0.0) -> SimResult:
-    """Validate `schedule`, then time it with the given per-stage op costs."""
+    """Validate `schedule`, then time it with the given op costs: numbers for every stage,
+    or {rank: number} dicts when the stages differ (a slow stage)."""
     microbatches = 1 + max((a.microbatch for acts in schedule.values() for a in acts), default=-1)
     order = validate(schedule, pp, microbatches, chunks)
     split = splits_backward(schedule)
-    cost = _durations(split, chunks, t_f, t_b, t_w)
+    costs = {r: _durations(split, chunks, _per_rank(t_f, r), _per_rank(t_b, r), _per_rank(t_w, r))
+             for r in schedule}
 
     end: dict[tuple[int, Action], float] = {}
     clock = {rank: 0.0 for rank in schedule}
@@ -98,7 +105,7 @@ def simulate(schedule: dict, pp: int, chunks: int = 1, t_f: float = 1.0, t_b: fl
         ready = clock[rank]
         for dep in dependencies(rank, action, pp, chunks):
             ready = max(ready, end[dep] + (t_comm if dep[0] != rank else 0.0))
-        finish = ready + cost[action.kind]
+        finish = ready + costs[rank][action.kind]
         end[(rank, action)] = clock[rank] = finish
         timelines[rank].append(Span(action.kind, action.microbatch, action.chunk, ready, finish))
 

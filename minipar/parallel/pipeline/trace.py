@@ -20,15 +20,20 @@ def gather_spans(pp_comm, spans):
 
 
 def summarize(timelines, kind, pp, microbatches, chunks):
-    """Measured bubble and the simulator's, given the measured mean F/B/W times."""
-    def mean(k):
-        d = [s[4] - s[3] for spans in timelines.values() for s in spans if s[0] == k]
-        return statistics.mean(d) if d else None
-    t_f, t_b, t_w = mean("F"), mean("B"), mean("W")
+    """Measured bubble (1 - compute / wall, per rank) and the simulator's, fed with each
+    stage's measured mean F/B/W times (a slow stage is simulated slow)."""
+    def mean(k, rank):
+        d = [s[4] - s[3] for s in timelines[rank] if s[0] == k]
+        return statistics.mean(d) * chunks if d else None
+    per = {k: {r: mean(k, r) for r in timelines} for k in "FBW"}
+    t_w = None if any(v is None for v in per["W"].values()) else per["W"]
     sim = simulate(build_schedule(kind, pp, microbatches, chunks), pp, chunks,
-                   t_f=t_f * chunks, t_b=t_b * chunks, t_w=None if t_w is None else t_w * chunks)
+                   t_f=per["F"], t_b=per["B"], t_w=t_w)
+    overall = {k: statistics.mean(v for v in per[k].values() if v is not None) / chunks
+               if any(v is not None for v in per[k].values()) else None for k in "FBW"}
     return {"measured_bubble": bubble_fraction(timelines), "simulated_bubble": sim.bubble_fraction,
-            "mean_op_s": {"F": t_f, "B": t_b, "W": t_w}}
+            "mean_op_s": overall, "mean_op_s_per_stage": {k: {str(r): v for r, v in d.items()}
+                                                          for k, d in per.items()}}
 
 
 def write_trace(path, timelines, summary):

@@ -1,0 +1,35 @@
+"""Faults you can ask for, to see what the system does with them (tests and lessons).
+
+    MINIPAR_INJECT_FAILURE="R:K"   world rank R raises at step K: one rank's exception
+                                   must end the whole job (``inject_failure``)
+    MINIPAR_SLOW_RANK="R:F"        world rank R computes F times slower: after each piece
+                                   of compute it sleeps (F-1)× its duration (``straggle``) —
+                                   a straggler for load balancing and pipeline traces
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+def inject_failure(step, rank):
+    """Raise on the rank and step MINIPAR_INJECT_FAILURE names."""
+    spec = os.environ.get("MINIPAR_INJECT_FAILURE")
+    if spec and tuple(int(v) for v in spec.split(":")) == (rank, step):
+        raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+
+
+def slow_rank_factor(rank):
+    """F from MINIPAR_SLOW_RANK="R:F" when R is this rank, else 1."""
+    spec = os.environ.get("MINIPAR_SLOW_RANK", "")
+    if not spec:
+        return 1.0
+    r, f = spec.split(":")
+    return float(f) if int(r) == rank else 1.0
+
+
+def straggle(rank, seconds):
+    """Sleep (F-1)·seconds on the rank MINIPAR_SLOW_RANK names (no-op elsewhere)."""
+    factor = slow_rank_factor(rank)
+    if factor > 1:
+        time.sleep((factor - 1) * seconds)
