@@ -3,6 +3,8 @@
     mpiexec -n N python -m minipar train [layout] [numerics] [model] [run] [output]
     python -m minipar sample --resume DIR [--prompt TEXT]
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
+    python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
+    mpiexec -n N python -m minipar calibrate [--out profile.json]
     mpiexec -n N python -m minipar bench comm [...]
     python -m minipar bench attention [...]
 
@@ -19,6 +21,8 @@ def add_train_flags(p):
     from minipar.config import TrainConfig as D         # the defaults live there, once
     from minipar.config_checks import EVAL_BATCHES
     layout = p.add_argument_group("layout")
+    layout.add_argument("--layout", default="manual", choices=["manual", "auto"],
+                        help="auto: the performance model picks the layout (`minipar plan`)")
     layout.add_argument("--dp", type=int, default=None, help="data-parallel size (default: all ranks)")
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     layout.add_argument("--cp", type=int, default=1,
@@ -98,6 +102,10 @@ def build_parser():
     sample.add_argument("--backend", default=None, choices=["numpy", "cupy"])
     report = sub.add_parser("report", help="plots and an HTML page of one or more --log-json runs")
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
+    for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
+                       ("calibrate", "measure this machine into a hardware profile (JSON)")):
+        cmd = sub.add_parser(name, help=text, add_help=False)
+        cmd.add_argument("rest", nargs=argparse.REMAINDER)
     bench = sub.add_parser("bench", help="benchmarks: comm, attention")
     bench.add_argument("what", choices=["comm", "attention"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
@@ -136,7 +144,19 @@ def run_train(args):
         _stop(f"minipar train: {err}", err.code)
 
 
+PASS_THROUGH = {   # subcommands with parsers of their own: everything after the name is theirs
+    "plan": ("minipar.perf.plan", "plan_main"),
+    "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
+    "report": ("minipar.report", "main"),
+}
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PASS_THROUGH:
+        import importlib
+        module, name = PASS_THROUGH[argv[0]]
+        return getattr(importlib.import_module(module), name)(argv[1:])
     args = build_parser().parse_args(argv)
     if getattr(args, "backend", None):
         from minipar.backend import set_backend
@@ -149,9 +169,6 @@ def main(argv=None):
             sample_main(args)
         except SampleError as err:
             _stop(f"minipar sample: {err}", 2)
-    elif args.command == "report":
-        from minipar.report import main as report_main
-        sys.exit(report_main(args.rest))
     elif args.command == "bench":
         if args.what == "comm":
             from minipar.comm.bench import main as bench_main

@@ -30,10 +30,32 @@ def world():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
 
+LAYOUT_FLAGS = ("dp", "cp", "tp", "pp", "chunks", "schedule", "microbatches", "zero",
+                "grad_accum", "sequence_parallel", "recompute")
+
+
+def _auto(config, size, rank):
+    """``--layout auto``: the performance model's fastest layout for ``size`` ranks (the
+    plan printed first, on rank 0).  Layout flags given with it would be overridden: refused."""
+    default = TrainConfig()
+    given = [f for f in LAYOUT_FLAGS if getattr(config, f) != getattr(default, f)]
+    if given:
+        raise ConfigError(f"`layout` auto chooses the layout itself; drop `{given[0]}`")
+    from minipar.perf.plan import auto_layout
+    chosen, text = auto_layout(config, size)
+    if rank == 0:
+        print(text, flush=True)
+        print(f"--layout auto: running {chosen.layout_name()}", flush=True)
+    return chosen
+
+
 def validate_layout(args, rank_and_size=None) -> TrainConfig:
     """The resolved TrainConfig of parsed flags ``args``, or LayoutError (in flags)."""
-    _, size = rank_and_size or world()
+    rank, size = rank_and_size or world()
     try:
-        return TrainConfig.from_namespace(args).resolve(size)
+        config = TrainConfig.from_namespace(args)
+        if getattr(args, "layout", "manual") == "auto":
+            config = _auto(config, size, rank)
+        return config.resolve(size)
     except ConfigError as err:
         raise LayoutError(as_flags(err)) from None

@@ -163,3 +163,14 @@ def single_val_loss():
     loss = val_loss(1)
     assert loss < 5.3  # trained away from the untrained ~5.55, so layouts could disagree
     return loss
+
+
+def test_layout_auto_prints_the_plan_and_trains(tmp_path):
+    """--layout auto: the performance model's best layout for the ranks given, the plan
+    printed first, then an ordinary (resolved, checked) run of it."""
+    proc = run_mpi(2, ["-m", "minipar", "train", "--layout", "auto", *MODEL, "--steps", "2",
+                       "--batch-size", "8", "--quiet", "--eval-batches", "0"], timeout=120)
+    assert proc.stdout.count("--layout auto: running ") == 1
+    assert "layouts fit" in proc.stdout and "done: 2 steps" in proc.stdout
+    with pytest.raises(LayoutError, match="--layout auto chooses the layout itself; drop --tp"):
+        validate_layout(_args("--layout", "auto", "--tp", "2"), rank_and_size=(0, 2))

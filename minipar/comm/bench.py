@@ -91,7 +91,9 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
     itemsize = xp.dtype(dtype).itemsize
     base = xp.zeros(max(sizes) // itemsize, dtype=dtype)
     ctx = comm.context("coll")
-    params = cost_model.params(ctx)
+    params = cost_model.calibrate(ctx)        # explicit and collective: the model's constants
+    cost_model.use(ctx, params)               # ... and "auto" chooses by them
+    cost_model.measure_winners(ctx, sizes, params)   # then by the measured winners
     rows = []
     for size in sizes:
         buf = base[: size // itemsize]

@@ -163,7 +163,7 @@ def plan_main(argv=None):
     ap.add_argument("--model", default="small")
     for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--attention", default="naive")
     a = ap.parse_args(argv)
