@@ -2,9 +2,13 @@
 
 The notebooks are found by glob, so a new ``lessons/NN_topic.ipynb`` is tested without
 touching this file.  Each runs in a fresh kernel whose working directory is ``lessons/``
-(where a lesson's mpiexec script lives), with the Agg matplotlib backend and one BLAS thread.
+(where a lesson's mpiexec script lives), with the Agg matplotlib backend and one BLAS
+thread, and with the solutions of ``lessons/solutions/NN_topic.py`` put into its
+exercise cells (see ``lessons/make_notebooks.py``).  A blank exercise must fail its check
+with the hint; the notebooks must be what their sources build.
 """
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
@@ -58,9 +62,59 @@ def test_notebook_has_no_outputs(name):
                        "clear them before committing (jupyter nbconvert --clear-output --inplace)")
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_executes(name, kernel_env):
-    nb = nbformat.read(os.path.join(LESSONS, name), as_version=4)
+def exercise_cells(nb):
+    return [c for c in nb.cells if "exercise" in c.get("metadata", {}).get("tags", [])]
+
+
+def solutions(name):
+    """{exercise name: solution code} of a notebook (empty when it has none)."""
+    path = os.path.join(LESSONS, "solutions", name.replace(".ipynb", ".py"))
+    if not os.path.exists(path):
+        return {}
+    spec = importlib.util.spec_from_file_location("solutions_" + name[:2], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SOLUTIONS
+
+
+def _run(nb):
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": LESSONS}})
     client.execute()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes(name, kernel_env):
+    """With the solutions in its exercise cells, every cell runs and every check passes."""
+    nb = nbformat.read(os.path.join(LESSONS, name), as_version=4)
+    answers = solutions(name)
+    for cell in exercise_cells(nb):
+        key = cell.metadata.get("exercise")
+        assert key in answers, f"{name}: exercise {key!r} has no solution in lessons/solutions/"
+        cell.source = answers[key]
+    _run(nb)
+
+
+def test_a_blank_exercise_fails_with_its_hint(kernel_env):
+    """The first lesson with exercises, run as a learner finds it: the first exercise's
+    check fails, and the error carries the hint."""
+    for name in NAMES:
+        nb = nbformat.read(os.path.join(LESSONS, name), as_version=4)
+        cells = exercise_cells(nb)
+        if cells:
+            break
+    else:
+        pytest.skip("no lesson has exercises")
+    first = nb.cells.index(cells[0])
+    nb.cells = nb.cells[:first + 2]            # up to the exercise's check cell
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match="(?i)hint"):
+        _run(nb)
+
+
+def test_notebooks_are_built_from_their_sources():
+    """One authoring style: each source builds its committed notebook byte for byte."""
+    sys.path.insert(0, LESSONS)
+    import make_notebooks
+    for notebook, built in make_notebooks.lessons():
+        with open(os.path.join(LESSONS, notebook)) as f:
+            assert f.read() == nbformat.writes(built) + "\n", f"{notebook}: run lessons/make_notebooks.py"
