@@ -5,7 +5,7 @@
 1. The README's first command, install excluded, from a clean environment (no
    OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS, as on a fresh machine):
 
-       mpiexec -n 2 python -m minipar train --save DIR
+       mpiexec -n 2 python -m minipar train --save DIR --log-json DIR.json
        python -m minipar sample --resume DIR --prompt "def "
 
    printing the wall time of each, the validation loss and the sample.
@@ -66,7 +66,8 @@ def val_loss(output):
 def first_run(args):
     save = args.save or tempfile.mkdtemp(prefix="minipar_first_run_")
     steps = ["--steps", str(args.steps)] if args.steps else []
-    train = ["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", "--save", save, *steps]
+    train = ["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", "--save", save,
+             "--log-json", save + ".json", *steps]
     sample = [sys.executable, "-m", "minipar", "sample", "--resume", save, "--prompt", "def "]
     print("1. the README's first command, thread variables unset")
     print("   $ " + " ".join(train[:2] + ["2", "python"] + train[4:]))
@@ -99,6 +100,7 @@ def timed_steps(args, env, log):
     wall, _ = run(cmd, env, timeout=1800)
     steps = [json.loads(line) for line in open(log)]
     times = [r["step_time_s"] for r in steps if "step_time_s" in r][1:]   # first: warm-up
+    # (header and final records have no step_time_s)
     return wall, statistics.median(times)
 
 

@@ -311,6 +311,9 @@ class RunMonitor:
               + (f" ({', '.join(shares)}{of})" if shares else ""))
         if f["skipped_steps"]:
             p(f"  skipped steps (fp16 overflow): {f['skipped_steps']}")
+        if self.log_path:
+            out = os.path.splitext(self.log_path)[0] + "_report"
+            p(f"  draw it: python -m minipar report {self.log_path} --out {out}")
 
 
 def _plain(v):
