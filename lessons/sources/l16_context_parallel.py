@@ -193,23 +193,12 @@ def check_merge(fn, blocks=4, seed=0):
         np.testing.assert_allclose(mine_lse, ref_lse, rtol=1e-12, err_msg="lse against full attention")
     return "correct: equals ring.merge and full softmax attention, in any block order"
 
+''', r'''%exercise merge
 def my_merge(out, lse, o, l):
-    raise NotImplementedError("your code here")
-
-try:
-    print(check_merge(my_merge))
-except NotImplementedError:
-    print("not written yet — the solution is in the next cell")
+    raise NotImplementedError("hint: with m = max(lse, l), new = m + log(e^(lse - m) + e^(l - m)); "
+                              "scale out by e^(lse - new) in place, add o·e^(l - new), then lse[...] = new")
 ''', r'''
-# Solution: subtract the larger of the two log-sum-exps before exponentiating
-def solution_merge(out, lse, o, l):
-    m = np.maximum(lse, l)                        # finite: l is, for every row it touches
-    new = m + np.log(np.exp(lse - m) + np.exp(l - m))
-    out *= np.exp(lse - new)[..., None]           # e^{-inf} = 0 on the first block
-    out += o * np.exp(l - new)[..., None]
-    lse[...] = new
-
-print(check_merge(solution_merge))
+print(check_merge(my_merge))      # the solution is in lessons/solutions/16_context_parallel.py
 print(inspect.getsource(ring.merge))
 ''', r'''%md
 minipar's version uses `logaddexp`, which does the same max-subtraction inside. (ring-flash-attention and
@@ -222,8 +211,23 @@ $b < a$, on its diagonal (half of the pairs) if $b = a$, not at all if $b > a$. 
 gives rank $r$ chunks $2r, 2r+1$: rank 0 attends to almost nothing, the last rank to everything. The
 **zig-zag** split gives rank $r$ chunks $r$ and $2C-1-r$ — an early and a late one:
 ''', r'''
-print(inspect.getsource(split.chunks_of))
 print(inspect.getsource(split.work_units))
+''', r'''%md
+**Exercise — the zig-zag split.** Write `my_chunks_of(rank, cp)`: the two chunk indices (of the $2C$)
+that rank `rank` holds under the zig-zag split, early one first. It is checked against `split.chunks_of`,
+and the check also counts each rank's work with your split: it must be the same on every rank.
+''', r'''%exercise zigzag
+def my_chunks_of(rank, cp):
+    raise NotImplementedError("hint: pair an early chunk with a late one so their indices sum to 2·cp - 1")
+''', r'''
+for cp in range(1, 7):
+    for r in range(cp):
+        assert tuple(my_chunks_of(r, cp)) == split.chunks_of(r, cp, True), (r, cp)
+    held = sorted(c for r in range(cp) for c in my_chunks_of(r, cp))
+    assert held == list(range(2 * cp)), "every chunk exactly once"
+print("correct: the zig-zag chunks, each chunk once, the same work on every rank:",
+      [work_units(r, 4, True) for r in range(4)])
+print(inspect.getsource(split.chunks_of))
 ''', r'''
 C = 4
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), gridspec_kw=dict(width_ratios=[1, 1, 1.2]))
