@@ -133,10 +133,9 @@ class CompressionHook:
             x += e
         return x
 
-    def keep(self, index, corrected, sent):
-        """e ← (g + e) − C(g + e).  A non-finite residual (an fp16 overflow step) is
-        dropped rather than carried into every later step."""
-        e = corrected - sent
+    def keep(self, index, e):
+        """Store the new residual e = (g + e) − C(g + e).  A non-finite one (an fp16
+        overflow step) is dropped rather than carried into every later step."""
         self.residual[index] = e if bool(xp.isfinite(e).all()) else xp.zeros_like(e)
 
     def residual_norm(self):

@@ -9,6 +9,12 @@ value is 65504); fp16 keeps 11 significant bits, bf16 only 8 but fp32's range.  
 rounding error is not fed back: each element is off by at most half a unit in the last
 place, relative 2⁻¹¹ (fp16) or 2⁻⁸ (bf16), unbiased on average, which SGD tolerates.
 This is PyTorch's ``fp16_compress_hook`` / ``bf16_compress_hook``.  No state.
+
+fp16's range is the catch: its smallest normal number is 6.1·10⁻⁵, so averaged gradients
+below it keep fewer bits (subnormals) and below 6·10⁻⁸ become 0; bf16 has fp32's range.
+On a CPU, NumPy converts subnormal float16 values in a slow path (measured: casting
+1.7 M gradients of size ~10⁻⁶ takes 0.3 s against 0.017 s for values near 1), which makes
+the fp16 hook far slower than bf16 here; GPUs convert them at full speed.
 """
 from __future__ import annotations
 

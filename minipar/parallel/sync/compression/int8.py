@@ -54,7 +54,7 @@ class Int8Hook(CompressionHook):
         x = self.corrected(flat, index)
         q, scale = quantise(x, self.chunk)
         if self.error_feedback:
-            self.keep(index, x, dequantise(q, scale, self.chunk, x.dtype))
+            self.keep(index, x - dequantise(q, scale, self.chunk, x.dtype))
         n, L, S = ctx.size, q.size, scale.size
         qs = all_gather(ctx, q, sizes=[L] * n)
         ss = all_gather(ctx, scale, sizes=[S] * n)

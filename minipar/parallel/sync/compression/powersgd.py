@@ -99,7 +99,7 @@ class PowerSGDHook(CompressionHook):
                 out[off:off + n * m] = (p @ q.T).reshape(-1)
                 sent[off:off + n * m] = (p @ q_local.T).reshape(-1)
             if self.error_feedback:
-                self.keep(index, x, sent)
+                self.keep(index, x - sent)
         return out.astype(flat.dtype)
 
     def expected_wire_bytes(self, bucket, n, rank):

@@ -34,6 +34,19 @@ def topk_indices(x, k):
     return xp.argpartition(xp.abs(x), x.size - k)[x.size - k:].astype(xp.int32)
 
 
+def topk_with_feedback(grad, residual, k):
+    """One rank's compression with memory: (indices, values, new residual).
+
+    x = grad + residual; the k largest |x| are sent, everything else is the new residual,
+    so values scattered at indices + new residual == grad + residual exactly."""
+    x = grad + residual
+    idx = topk_indices(x, k)
+    values = x[idx]
+    left = x.copy()
+    left[idx] = 0
+    return idx, values, left
+
+
 class TopKHook(CompressionHook):
     name = "topk"
 
@@ -47,14 +60,11 @@ class TopKHook(CompressionHook):
         return min(numel, max(1, math.ceil(self.ratio * numel)))
 
     def reduce(self, ctx, flat, index):
-        x = self.corrected(flat, index)
+        x = self.corrected(flat, index)                     # g + e
         k, n = self.k_of(x.size), ctx.size
-        idx = topk_indices(x, k)
-        values = x[idx]
+        idx, values, left = topk_with_feedback(x, 0.0, k)   # (x already holds e)
         if self.error_feedback:
-            sent = xp.zeros_like(x)
-            sent[idx] = values
-            self.keep(index, x, sent)
+            self.keep(index, left)
         all_idx = all_gather(ctx, idx, sizes=[k] * n)
         all_values = all_gather(ctx, values, sizes=[k] * n)
         total = xp.zeros_like(x)
