@@ -42,6 +42,14 @@ def add_train_flags(p):
     layout.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB (default 25)")
     layout.add_argument("--no-overlap", action="store_true",
                         help="all-reduce after backward instead of from gradient hooks")
+    layout.add_argument("--grad-compression", default="none",
+                        choices=["none", "fp16", "bf16", "int8", "topk", "powersgd"],
+                        help="compress data-parallel gradients (DDP comm hooks, error feedback)")
+    layout.add_argument("--compression-ratio", type=float, default=D.compression_ratio,
+                        help="topk: the fraction of each bucket kept (default 0.01)")
+    layout.add_argument("--powersgd-rank", type=int, default=D.powersgd_rank)
+    layout.add_argument("--compression-start", type=int, default=None,
+                        help="uncompressed warm-up steps (default: 10 for powersgd, 0 otherwise)")
     layout.add_argument("--comm-algorithm", default="auto",
                         choices=["auto", "ring", "tree", "recursive_doubling", "rabenseifner",
                                  "hierarchical"])

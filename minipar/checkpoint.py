@@ -40,7 +40,8 @@ def remove_stale_temporaries(directory):
 def save(directory, params, optimizer_state, meta):
     """Write ``directory/checkpoint.npz`` atomically.
 
-    params: {name: array}; optimizer_state: {"step": int, "m": {name: array}, "v": {...}};
+    params: {name: array}; optimizer_state: {"step": int, "m": {name: array}, "v": {...},
+    optional "hook": {world rank: {key: array}} (gradient compression's residuals, per rank)};
     meta: JSON-serialisable (model config, step, seed, ...).  A failed write (full disk,
     lost permission) removes its temporary file and raises ``CheckpointWriteError``
     with one line; the previous checkpoint stays as it was.
@@ -48,6 +49,8 @@ def save(directory, params, optimizer_state, meta):
     arrays = {f"param/{k}": v for k, v in params.items()}
     for slot in ("m", "v"):
         arrays.update({f"adam_{slot}/{k}": v for k, v in optimizer_state.get(slot, {}).items()})
+    for rank, state in optimizer_state.get("hook", {}).items():   # per-rank compression state
+        arrays.update({f"hook/{rank}/{k}": v for k, v in state.items()})
     meta = dict(meta, format=FORMAT, optimizer_step=int(optimizer_state.get("step", 0)))
     arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     final = os.path.join(directory, FILENAME)
@@ -129,6 +132,13 @@ def load(directory):
     state = {"step": meta["optimizer_step"],
              "m": {k[7:]: v for k, v in arrays.items() if k.startswith("adam_m/")},
              "v": {k[7:]: v for k, v in arrays.items() if k.startswith("adam_v/")}}
+    hook = {}
+    for k, v in arrays.items():
+        if k.startswith("hook/"):
+            _, rank, key = k.split("/", 2)
+            hook.setdefault(int(rank), {})[key] = v
+    if hook:
+        state["hook"] = hook
     return params, state, meta
 
 

@@ -37,6 +37,10 @@ class TrainConfig:
     bucket_mb: Optional[float] = None
     overlap: bool = True
     comm_algorithm: str = "auto"
+    grad_compression: str = "none"      # none | fp16 | bf16 | int8 | topk | powersgd (DDP hooks)
+    compression_ratio: float = 0.01     # topk: the fraction of each bucket kept
+    powersgd_rank: int = 4
+    compression_start: Optional[int] = None   # uncompressed warm-up steps (powersgd: 10)
     # numerics
     precision: str = "fp32"
     initial_loss_scale: Optional[float] = None

@@ -79,6 +79,33 @@ def _data_parallel_size(config, world_size):
     return dp
 
 
+def _compression(config):
+    methods = ("none", "fp16", "bf16", "int8", "topk", "powersgd")
+    c = config
+    if c.grad_compression not in methods:
+        raise ConfigError(f"`grad_compression` must be one of {', '.join(methods)}, got {c.grad_compression!r}")
+    if c.grad_compression == "none":
+        changed = [f for f, default in (("compression_ratio", 0.01), ("powersgd_rank", 4),
+                                        ("compression_start", None)) if getattr(c, f) != default]
+        if changed:
+            raise ConfigError(f"`{changed[0]}` sets gradient compression; add `grad_compression` METHOD")
+        return
+    if c.zero:
+        raise ConfigError(f"`grad_compression` {c.grad_compression} with `zero` {c.zero} is not supported: "
+                          "ZeRO reduce-scatters gradients into shards, while the hooks replace DDP's "
+                          "all-reduce of whole buckets; use `zero` 0")
+    if c.grad_compression in ("int8", "topk", "powersgd") and c.precision == "fp16":
+        raise ConfigError(f"`grad_compression` {c.grad_compression} with `precision` fp16 is not supported: "
+                          "its error-feedback residuals are in loss-scaled units, which a scale change "
+                          "or a skipped step would corrupt; use bf16 or fp32")
+    if not 0 < c.compression_ratio <= 1:
+        raise ConfigError(f"`compression_ratio` must be in (0, 1], got {c.compression_ratio}")
+    if c.powersgd_rank < 1:
+        raise ConfigError(f"`powersgd_rank` must be >= 1, got {c.powersgd_rank}")
+    if c.compression_start is not None and c.compression_start < 0:
+        raise ConfigError(f"`compression_start` must be >= 0, got {c.compression_start}")
+
+
 def _context(config, cfg):
     if config.cp_split not in ("zigzag", "contiguous"):
         raise ConfigError(f"`cp_split` must be zigzag or contiguous, got {config.cp_split!r}")
@@ -168,6 +195,7 @@ def check(config, world_size):
     except ValueError as err:
         raise ConfigError(str(err)) from None
     _flags_have_effect(config)
+    _compression(config)
     _context(config, cfg)
     m = _pipeline(config, cfg, dp)
     if config.balance and dp == 1:

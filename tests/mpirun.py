@@ -13,11 +13,14 @@ def run_mpi(nprocs, args, timeout=120, env=None, check=True):
     """Run ``mpiexec -n nprocs python ARGS...`` from the repository root.
 
     ``args`` are the arguments after ``python`` (e.g. ``["-m", "minipar", "train"]``
-    or ``["tests/scripts/x.py"]``). Returns the CompletedProcess; with ``check``
+    or ``["tests/scripts/x.py"]``); collectives run in check mode (``MINIPAR_COMM_CHECK=1``)
+    unless ``env`` says otherwise. Returns the CompletedProcess; with ``check``
     a non-zero exit fails with the output of every rank.
     """
+    # check mode on by default: every collective's arguments agreed by all ranks before data
+    # moves, so a test that misuses one fails on every rank instead of hanging
     full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                    MKL_NUM_THREADS="1", PYTHONPATH=REPO)
+                    MKL_NUM_THREADS="1", PYTHONPATH=REPO, MINIPAR_COMM_CHECK="1")
     full_env.update(env or {})
     cmd = ["mpiexec", "-n", str(nprocs), sys.executable] + [str(a) for a in args]
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,

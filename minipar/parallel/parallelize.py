@@ -45,14 +45,29 @@ def _rules(tp_model, config):
                       sequence_parallel=config.sequence_parallel)
 
 
+def _compression_hook(config):
+    """DDP's comm hook for ``config.grad_compression`` (None: the plain all-reduce)."""
+    method = getattr(config, "grad_compression", "none")
+    if method == "none":
+        return None
+    from minipar.parallel.sync.compression import make_hook
+    return make_hook(method, ratio=config.compression_ratio, rank=config.powersgd_rank,
+                     start=config.compression_start)
+
+
 def make_sync(module, config, grid, rules, model=None):
     """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp)."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
     bucket_bytes = int((config.bucket_mb or 25.0) * 2**20)
     if config.zero == 0:
-        return DDPSync(module, grid.dp_cp_comm, rules, bucket_bytes=bucket_bytes,
-                       algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half)
+        hook = _compression_hook(config)
+        sync = DDPSync(module, grid.dp_cp_comm, rules, bucket_bytes=bucket_bytes,
+                       algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half,
+                       comm_hook=hook)
+        if hook is not None:
+            hook.bind(sync)          # it needs the buckets' parameters (names, shapes)
+        return sync
     if config.zero == 3:
         return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, rules, half_dtype=half)
     return ZeroSync(module, grid.dp_cp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,

@@ -94,7 +94,7 @@ def setup(config: TrainConfig):
     n_params = model.num_parameters()
     parallel = parallelize(model, config, grid)
     optimizer = build_optimizer(parallel, config, grid)
-    start = load_optimizer_state(optimizer, parallel, resume) if resume else 0
+    start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
     return Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params)
 
 

@@ -26,10 +26,18 @@ def save_checkpoint(run, step):
             params = {k: v for p, _ in parts for k, v in p.items()}
             state = {"step": state["step"], "m": {k: v for _, s in parts for k, v in s["m"].items()},
                      "v": {k: v for _, s in parts for k, v in s["v"].items()}}
+    hook = getattr(optimizer.sync, "comm_hook", None)
+    if hasattr(hook, "state_dict"):           # compression residuals differ per rank: all of them
+        states = grid.world.mpi.gather(hook.state_dict(), root=0)
+        if states is not None:
+            state = dict(state, hook=dict(enumerate(states)))
     failure = None
     if grid.rank == 0:
         c = run.config
         meta = {"model": run.cfg.to_dict(), "step": step, "seed": c.seed, "precision": c.precision}
+        if hasattr(hook, "state_dict"):
+            meta["compression"] = {"method": c.grad_compression, "world_size": grid.world.size,
+                                   "layout": c.layout_name()}
         if optimizer.scaler:
             meta["loss_scaler"] = optimizer.scaler.state_dict()
         try:
@@ -42,10 +50,21 @@ def save_checkpoint(run, step):
         raise TrainingStopped(f"step {step}: {failure}")
 
 
-def load_optimizer_state(optimizer, parallel, resume):
-    """Load a resumed checkpoint's m, v (cut for this rank) and loss scaler; returns the
-    step to continue from."""
+def load_optimizer_state(optimizer, parallel, resume, config=None, rank=0):
+    """Load a resumed checkpoint's m, v (cut for this rank), loss scaler and gradient
+    compression state; returns the step to continue from.  Compression state is per rank:
+    it is loaded when the run has the checkpoint's method and layout, else started afresh
+    (said once)."""
     _, state, meta = resume
+    hook = getattr(optimizer.sync, "comm_hook", None)
+    saved = meta.get("compression")
+    if hasattr(hook, "load_state_dict") and config is not None:
+        if saved and saved["method"] == config.grad_compression and \
+                saved["layout"] == config.layout_name() and rank in state.get("hook", {}):
+            hook.load_state_dict(state["hook"][rank])
+        elif rank == 0:
+            print(f"minipar train: note: no {config.grad_compression} state for this layout in the "
+                  "checkpoint; error feedback starts from zero", flush=True)
     if parallel.tp_model is not None:
         state = dict(state, m=parallel.tp_model.shard_full_arrays(state["m"]),
                      v=parallel.tp_model.shard_full_arrays(state["v"]))
