@@ -22,9 +22,15 @@ Walking the graph once from the loss back to the inputs, in *reverse topological
 only after everything that used it), gives every gradient for about the cost of one more forward.
 
 Plan: (1) a scalar autograd in a page; (2) the same idea on arrays with minipar's `Tensor` and
-`Function`; (3) a new op of our own, checked against finite differences; (4) broadcasting;
-(5) the two hooks distributed training is built on: leaf gradient hooks and `backward(grad)`.
+`Function`, and the engine's real walk; (3) **you write** the backward of a linear layer and of
+softmax, checked against minipar's; (4) a new op of our own, checked against finite differences;
+(5) broadcasting — **you write** `unbroadcast`; (6) the two hooks distributed training is built
+on: leaf gradient hooks and `backward(grad)`.
+
+Cells tagged *exercise* are yours: each starts as a stub that fails with a hint; the cell after it
+checks your version against the library's (solutions: `lessons/solutions/01_autograd.py`).
 ''', r'''
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -153,7 +159,114 @@ print("dL/dx1 =", x1.grad, " scalar version:", vals["x1"].grad)
 assert np.isclose(x1.grad[0], vals["x1"].grad)
 assert np.isclose(x2.grad[0], vals["x2"].grad)
 ''', r'''%md
-## 3. Writing a new op: `Sigmoid`
+### What `apply` records, and how the engine walks it
+
+This is minipar's real code (`minipar/autograd/function.py`): `apply` unwraps the Tensors, runs
+`forward` on raw arrays and, only when some input wants a gradient, hangs the `Context` on the
+output — that context *is* the graph node.
+''', r'''
+from minipar.autograd import engine
+from minipar.autograd.function import Function as _F
+
+print(inspect.getsource(_F.apply))
+''', r'''%md
+`backward` first orders the graph (`minipar/autograd/engine.py`): an iterative depth-first search
+(no recursion limit on a 96-layer model) that appends a node after everything it was made from,
+then reverses the list — so each node comes before its inputs, and every consumer of a value is
+processed before the value itself. It also counts how many edges lead into each leaf, so the
+leaf's gradient can be added up *completely* before it is announced (section 6).
+''', r'''
+print(inspect.getsource(engine._topological_order))
+
+L2 = (ops.tanh(x1 * w1 + x2 * w2 + b) * x1).sum()   # a fresh graph: backward freed L's
+order, leaf_uses = engine._topological_order(L2)
+print("nodes in the order backward visits them:", [t.ctx.fn.__name__ for t in order])
+print("edges into x1:", leaf_uses[id(x1)], "  into x2:", leaf_uses[id(x2)])
+assert order[0] is L2                                  # the loss first
+position = {id(t): i for i, t in enumerate(order)}
+for t in order:                                        # every node before the nodes it was made from
+    assert all(position[id(p)] > position[id(t)] for p in t.ctx.inputs if id(p) in position)
+assert leaf_uses[id(x1)] == 2 and leaf_uses[id(x2)] == 1   # x1 is used inside tanh and outside
+''', r'''%md
+## 3. Backward rules: your turn
+
+### 3a. A linear layer
+
+$y = xW + b$ with $x$ of shape $(\dots, d_{in})$, $W$ of shape $(d_{in}, d_{out})$. Flatten every
+batch axis into rows ($X$: $n \times d_{in}$, $G = \partial L/\partial Y$: $n \times d_{out}$). Each
+output $Y_{ij} = \sum_k X_{ik}W_{kj} + b_j$, so
+
+$$\frac{\partial L}{\partial X} = G\,W^\top,\qquad
+\frac{\partial L}{\partial W} = X^\top G,\qquad
+\frac{\partial L}{\partial b} = \textstyle\sum_i G_{i\cdot}.$$
+
+Two GEMMs the size of the forward's: that is why a backward costs about twice a forward. Lesson 07
+splits exactly these products across GPUs (a column-parallel $W$ needs a sum of partial $dX$).
+
+**Exercise.** Write `linear_backward(x, W, g)` returning `(dx, dW, db)` on NumPy arrays; `dx` must
+have `x`'s shape.
+''', r'''%exercise linear_backward
+def linear_backward(x, W, g):
+    """x: (..., d_in), W: (d_in, d_out), g = dL/dy: (..., d_out)  ->  (dx, dW, db)."""
+    raise NotImplementedError("hint: flatten the batch axes into rows, X = x.reshape(-1, d_in) and "
+                              "G = g.reshape(-1, d_out); then dx = (G @ W.T) reshaped to x.shape, "
+                              "dW = X.T @ G, db = G.sum(axis=0)")
+''', r'''
+rng = np.random.default_rng(7)
+x = rng.normal(size=(2, 3, 5))
+W, b = rng.normal(size=(5, 4)), rng.normal(size=4)
+g = rng.normal(size=(2, 3, 4))                              # an upstream gradient dL/dy
+
+xt, Wt, bt = (Tensor(a.copy(), requires_grad=True) for a in (x, W, b))
+ops.linear(xt, Wt, bt).backward(g)                          # minipar's Linear.backward
+dx, dW, db = linear_backward(x, W, g)
+for mine, lib in [(dx, xt.grad), (dW, Wt.grad), (db, bt.grad)]:
+    assert np.shape(mine) == lib.shape, (np.shape(mine), lib.shape)
+    np.testing.assert_allclose(mine, lib, rtol=1e-12, atol=1e-12)
+print("linear_backward == minipar's Linear.backward (float64, to 1e-12)")
+''', r'''%md
+minipar's version is the same three lines, plus one thing you will need in lesson 08: a zero-bubble
+pipeline may *defer* `dW` (`ctx.deferral`) because nothing downstream waits for it, while `dx` is
+needed at once by the previous stage.
+''', r'''
+from minipar.autograd.ops_reduce import Linear as LinearFn
+
+print(inspect.getsource(LinearFn.backward))
+''', r'''%md
+### 3b. Softmax
+
+$y_i = e^{x_i} / \sum_j e^{x_j}$ along the last axis has the Jacobian
+$\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)$. Never build that $d\times d$ matrix: contracted
+with the upstream gradient $g$,
+
+$$\frac{\partial L}{\partial x_j} = \sum_i g_i\, y_i(\delta_{ij} - y_j) = y_j\Big(g_j - \sum_i g_i y_i\Big).$$
+
+Only the output $y$ is needed — that is what the forward saves.
+
+**Exercise.** Write `softmax_backward(y, g)`: the gradient with respect to the input, for softmax
+along the last axis, from the forward's output `y` and the upstream gradient `g` (any leading axes).
+''', r'''%exercise softmax_backward
+def softmax_backward(y, g):
+    """y = softmax(x) along the last axis, g = dL/dy  ->  dL/dx (same shape)."""
+    raise NotImplementedError("hint: dx = y * (g - s) where s = (g * y).sum(axis=-1, keepdims=True); "
+                              "no d x d Jacobian needed")
+''', r'''
+rng = np.random.default_rng(8)
+xs_ = rng.normal(size=(3, 4, 6)) * 3
+g = rng.normal(size=xs_.shape)
+t = Tensor(xs_.copy(), requires_grad=True)
+y = ops.softmax(t)                                           # minipar's Softmax
+y.backward(g)
+mine = softmax_backward(y.data, g)
+np.testing.assert_allclose(mine, t.grad, rtol=1e-10, atol=1e-13)
+assert np.allclose(mine.sum(-1), 0)      # softmax is shift-invariant: gradients sum to 0 per row
+print("softmax_backward == minipar's Softmax.backward;  row sums of dx:", np.abs(mine.sum(-1)).max())
+''', r'''
+from minipar.autograd.ops_nn import Softmax
+
+print(inspect.getsource(Softmax))
+''', r'''%md
+## 4. Writing a new op: `Sigmoid`
 
 $\sigma(x) = \frac{1}{1 + e^{-x}}$ has the convenient derivative
 $\sigma'(x) = \sigma(x)\,(1 - \sigma(x))$, so the forward saves its *output* (not its input)
@@ -188,7 +301,8 @@ print(sigmoid(Tensor(np.array([-1000.0, 0.0, 1000.0]))).data)   # no overflow wa
 
 For a tensor-valued op we check the gradient of a random projection $s = \sum_i R_i\, f(x)_i$:
 autograd gives $\partial s/\partial x$ in one backward (`out.backward(R)`), central differences
-give it one coordinate at a time. In float64 with $\varepsilon=10^{-6}$ they agree to ~$10^{-9}$.
+give it one coordinate at a time. In float64 with $\varepsilon=10^{-6}$ they agree to about
+$10^{-10}$ (printed below; the check allows $10^{-8}$).
 This is the oracle every op in minipar is tested against (`tests/gradcheck.py`).
 ''', r'''
 def finite_difference_grad(f, x, eps=1e-6):
@@ -243,37 +357,57 @@ ax.set_xlabel("x"); ax.legend(); ax.grid(alpha=0.3)
 ax.set_title("Sigmoid and its derivative σ·(1−σ)")
 plt.show()
 ''', r'''%md
-## 4. Broadcasting forwards = summing backwards
+## 5. Broadcasting forwards = summing backwards
 
 A bias $b$ of shape $(d,)$ added to activations $X$ of shape $(B, N, d)$ is *broadcast*: each
 $b_j$ is used $B \cdot N$ times. A value used $k$ times gets the sum of its $k$ gradients, so
 
 $$\frac{\partial L}{\partial b_j} = \sum_{b,n} \frac{\partial L}{\partial Y_{b,n,j}}.$$
 
-minipar's elementwise ops do this with `unbroadcast` (sum over the axes that were added or
-stretched from size 1). Note what it means for distributed training: the bias gradient is itself
-a **reduction over the batch** — which is why data parallelism must all-reduce gradients.
+In general an input of shape `shape` was stretched to the gradient's shape in two ways: axes were
+**added in front** (NumPy aligns shapes from the right), and axes of size 1 were **stretched**. Its
+gradient sums over both. Note what this means for distributed training: the bias gradient is itself
+a **reduction over the batch** — split the batch over GPUs and that sum needs an all-reduce.
+
+**Exercise.** Write `unbroadcast(grad, shape)`: `grad` summed down to `shape`.
+''', r'''%exercise unbroadcast
+def unbroadcast(grad, shape):
+    """Sum grad (the gradient of a broadcast result) down to the input's shape."""
+    raise NotImplementedError("hint: first sum over the grad.ndim - len(shape) leading axes, then "
+                              "over every axis i where shape[i] == 1 but the gradient's axis is longer "
+                              "(keepdims=True), and reshape to shape")
 ''', r'''
-from minipar.autograd.ops_math import unbroadcast
+from minipar.autograd.ops_math import unbroadcast as lib_unbroadcast
 
-X = Tensor(np.random.default_rng(2).normal(size=(2, 3, 4)), requires_grad=True)
+rng = np.random.default_rng(9)
+G = rng.normal(size=(2, 3, 4))
+for shape in [(2, 3, 4), (4,), (3, 1), (1, 4), (2, 1, 4), (1, 1, 1), (), (3, 4), (2, 3, 1)]:
+    mine = unbroadcast(G, shape)
+    np.testing.assert_allclose(mine, lib_unbroadcast(G, shape), rtol=1e-12)
+    assert np.shape(mine) == shape, (shape, np.shape(mine))
+print("unbroadcast == minipar's on 9 shapes")
+
+# and inside autograd: bias (4,) and a column (3, 1) broadcast against (2, 3, 4)
+X = Tensor(rng.normal(size=(2, 3, 4)), requires_grad=True)
 bias = Tensor(np.zeros(4), requires_grad=True)
-col = Tensor(np.ones((3, 1)), requires_grad=True)           # stretched along the last axis
-G = np.random.default_rng(3).normal(size=(2, 3, 4))          # an upstream gradient
+col = Tensor(np.ones((3, 1)), requires_grad=True)
 ((X + bias) * col).backward(G)
-
-print("bias.grad shape", bias.grad.shape, " col.grad shape", col.grad.shape)
-assert np.allclose(bias.grad, G.sum(axis=(0, 1)))
-assert np.allclose(col.grad, (G * X.data).sum(axis=(0, 2))[:, None])
-assert np.allclose(unbroadcast(G, (3, 1)), G.sum(axis=(0, 2), keepdims=True)[0])
+assert np.allclose(bias.grad, unbroadcast(G, (4,)))
+assert np.allclose(col.grad, unbroadcast(G * X.data, (3, 1)))
+print("bias.grad", bias.grad.shape, "= G summed over batch and positions;  col.grad", col.grad.shape)
 ''', r'''%md
-## 5. Leaf hooks: "this gradient is ready"
+## 6. Leaf hooks: "this gradient is ready"
 
 A *leaf* is a tensor nobody computed (a parameter). When the engine accumulates a gradient into a
 leaf's `.grad` it fires the leaf's hooks. Backward visits layers **in reverse**, so the last
 layer's gradients are ready first. Data parallelism exploits this: group parameters into buckets
 and start the all-reduce of a full bucket *while backward is still computing earlier layers*
 (lesson 05). ZeRO-2 uses the same event to reduce-scatter and free gradients early (lesson 06).
+
+The engine sums a leaf's contributions first (it counted its edges in `_topological_order`) and
+calls this once, after the leaf's last use:
+''', r'''
+print(inspect.getsource(engine.accumulate_leaf_grad))
 ''', r'''
 from minipar.nn import Linear
 
@@ -292,7 +426,7 @@ print(" -> ".join(ready))
 assert ready[0].startswith("layer2") and ready[-1].startswith("layer0")
 assert len(ready) == 6 and all(p.grad is not None for l in layers for p in l.parameters())
 ''', r'''%md
-## 6. `backward(grad)`: backprop that starts in the middle
+## 7. `backward(grad)`: backprop that starts in the middle
 
 A pipeline splits the model into stages on different devices. Stage 1 computes $h = f_1(x)$ and
 *sends* $h$; stage 2 treats the received $h$ as a fresh leaf, computes the loss and its backward,
@@ -329,4 +463,16 @@ print("pipelined backward == single backward;  |dL/dh| =", np.abs(h_received.gra
 - Central finite differences in float64 are the ground truth for every backward.
 - Gradient-ready hooks and `backward(upstream_grad)` are the two entry points that data
   parallelism and pipeline parallelism will plug into.
+''', r'''%md
+## In PyTorch / DeepSpeed / Megatron this is …
+
+| here | there |
+|---|---|
+| `Function` with `forward(ctx, …)` / `backward(ctx, grad)`, `ctx.save_for_backward`, `ctx.needs_input_grad` | `torch.autograd.Function` — the same names (`ctx.saved_tensors` to read them back) |
+| `gradcheck` above, `tests/gradcheck.py` | `torch.autograd.gradcheck(fn, inputs)` (float64, central differences) |
+| `unbroadcast` | what autograd does for every broadcasting op; by hand: `Tensor.sum_to_size(shape)` |
+| `Parameter.register_hook` (fires after `.grad` was accumulated) | `Tensor.register_post_accumulate_grad_hook` (PyTorch ≥ 2.1); DDP's C++ `Reducer` hooks each parameter's `AccumulateGrad` node to mark buckets ready; DeepSpeed ZeRO reduces gradients from the same event |
+| `h.backward(received_grad)` | `torch.autograd.backward(tensors, grad_tensors=…)`; the pipeline schedules of `torch.distributed.pipelining` and Megatron (`megatron/core/pipeline_parallel/schedules.py`) resume backward from a received gradient |
+| `no_grad()`, `detach()` | `torch.no_grad()`, `Tensor.detach()` |
+| what `forward` saves = activation memory | `torch.autograd.graph.saved_tensors_hooks` (to offload or compress what is saved), `torch.utils.checkpoint` (lesson 10) |
 ''']
