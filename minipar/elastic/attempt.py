@@ -149,7 +149,7 @@ class Attempt:
             if (steps is None or steps < self.end_step) and now - t > limit:
                 silent.append(r)
         if silent:
-            return Outcome("hung", self._blame_hang(beats, silent), None,
+            return Outcome("hung", self._blame_hang(beats), None,
                            {r: s for r, (s, _) in beats.items()}, now)
         return None
 
@@ -170,13 +170,13 @@ class Attempt:
             if stat is not None:
                 samples = self.cpu.setdefault(r, [])
                 samples.append((now, stat[2]))
-                while samples and now - samples[0][0] > 5.0:
+                while samples and now - samples[0][0] > min(5.0, self.hang_timeout / 2):
                     samples.pop(0)
 
-    def _blame_hang(self, beats, silent):
+    def _blame_hang(self, beats):
         """{rank: why} for the ranks that hold the others up (see the module docstring)."""
         pids = self.pids()
-        stopped = {r: "hung (stopped: state T)" for r in silent
+        stopped = {r: "hung (stopped: state T)" for r in range(self.world)
                    if r in pids and (proc_stat(pids[r][0]) or ("?",))[0] == "T"}
         if stopped:
             return stopped

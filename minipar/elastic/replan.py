@@ -126,7 +126,7 @@ def attempt_argv(user_argv, config, log_json, resume, hang_timeout):
     argv = strip_owned(user_argv) + layout_flags(config) + ["--log-json", log_json,
                                                             "--hang-timeout", str(hang_timeout)]
     argv += ["--resume", resume] if resume else []
-    back = parse_train(argv).resolve(config.world_size)
+    back = replace(parse_train(argv), resume=None).resolve(config.world_size)
     for name in LAYOUT_FIELDS:
         if getattr(back, name) != getattr(config, name):
             raise ConfigError(f"could not rewrite the train flags for `{name}`: "
