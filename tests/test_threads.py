@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -27,12 +28,14 @@ def clean_env(**extra):
 
 def launch(n, *flags, env=None):
     """Rank reports (one dict per rank) of threads_report.py on ``n`` ranks
-    (``n=0``: plain ``python``, no mpiexec)."""
-    cmd = ([] if n == 0 else ["mpiexec", "-n", str(n)]) + [sys.executable, SCRIPT, *flags]
-    proc = subprocess.run(cmd, cwd=REPO, env=env or clean_env(), capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    (``n=0``: plain ``python``, no mpiexec).  Each rank writes its report to a file of its
+    own: lines of several ranks on one stdout can interleave under load."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = ([] if n == 0 else ["mpiexec", "-n", str(n)]) + [sys.executable, SCRIPT, *flags]
+        proc = subprocess.run(cmd, cwd=REPO, env=dict(env or clean_env(), THREADS_REPORT_DIR=out),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        reports = [json.load(open(os.path.join(out, f))) for f in sorted(os.listdir(out))]
     assert len(reports) == max(n, 1), proc.stdout
     return sorted(reports, key=lambda r: r["rank"])
 

@@ -32,7 +32,9 @@ if "--split" in sys.argv:
     rank = MPI.COMM_WORLD.Get_rank()
 np.ones((64, 64)) @ np.ones((64, 64))          # the pool is live
 blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
-print(json.dumps({"rank": int(os.environ.get("PMI_RANK", rank)), "ranks_on_node": budget.ranks_on_node,
-                  "cores": budget.cores, "threads": budget.threads, "source": budget.source,
-                  "user_setting": budget.user_setting, "blas": blas,
-                  "describe": threads.describe_threads(budget)}), flush=True)
+report = {"rank": int(os.environ.get("PMI_RANK", rank)), "ranks_on_node": budget.ranks_on_node,
+          "cores": budget.cores, "threads": budget.threads, "source": budget.source,
+          "user_setting": budget.user_setting, "blas": blas,
+          "describe": threads.describe_threads(budget)}
+with open(os.path.join(os.environ["THREADS_REPORT_DIR"], f"rank{report['rank']}.json"), "w") as f:
+    json.dump(report, f)
