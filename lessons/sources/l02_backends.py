@@ -18,7 +18,12 @@ This lesson covers the three things a training framework needs around that seam:
 2. **in what precision** it is stored: fp64 / fp32 / fp16 / bf16 and their limits;
 3. **how many bytes** are alive: the memory counter that ZeRO, recomputation and the training log
    read, used here to measure and predict the activation memory of a GPT forward.
+
+Two exercises: **you write** the float32 → bfloat16 rounding, and the count of every byte a GPT's
+forward keeps for backward; both are checked against what minipar does (solutions:
+`lessons/solutions/02_backends.py`).
 ''', r'''
+import inspect
 import time
 
 import matplotlib.pyplot as plt
@@ -33,6 +38,12 @@ print("CuPy + GPU available:", backend.cupy_available())
 ''', r'''%md
 ## 1. The seam
 
+This is all of it (`minipar/backend.py`): `xp` is an object whose every attribute look-up is
+forwarded to the module `set_backend` chose, and `to_device` is the one place that copies to a GPU.
+''', r'''
+print(inspect.getsource(backend._ArrayModuleProxy))
+print(inspect.getsource(backend.to_device))
+''', r'''%md
 A function written against `xp` does not know where it runs. Below: a GELU MLP block written once.
 On the NumPy backend `to_device` is a no-op that returns a NumPy array; on CuPy it copies to GPU
 memory, and `to_host` copies back (a `cudaMemcpy` — in real training such copies are kept off the
@@ -118,6 +129,44 @@ for name, dt in [("fp32", np.float32), ("fp16", fp16), ("bf16", bf16)]:
     print(f"{name}: 1 + 2000·2e-4 = {float(w):.4f}   (exact: 1.4)")
     assert (float(w) == 1.0) == (name != "fp32")
 ''', r'''%md
+### How a float32 becomes a bf16
+
+bf16 is the **upper half** of a float32: the same sign bit and 8 exponent bits, and the top 7 of the
+23 mantissa bits. A cast therefore drops the low 16 bits — but *rounds* them rather than cutting
+them off: to the nearest bf16, and on an exact tie (low half `0x8000`) to the one whose last kept
+bit is 0 ("round half to even"), so that rounding errors do not drift in one direction.
+
+Adding `0x7FFF` to the 32-bit pattern carries into bit 16 exactly when the low half is above
+`0x8000`; adding the kept last bit on top breaks the tie towards even. The carry can run into the
+exponent — that is correct: 1.9961 rounds up to 2.0, and the largest float32 rounds to `inf`.
+
+**Exercise.** Write `to_bf16(x)`: round a float32 array to bfloat16, returned as float32 values
+(the low 16 bits zero), with integer operations on `x.view(np.uint32)`.
+''', r'''%exercise to_bf16
+def to_bf16(x):
+    """float32 array -> float32 array of the nearest bfloat16 values (ties to even)."""
+    raise NotImplementedError("hint: bits = x.view(np.uint32); add np.uint32(0x7FFF) plus the kept last bit "
+                              "((bits >> 16) & 1), clear the low 16 bits (& 0xFFFF0000) and view as float32")
+''', r'''
+rng = np.random.default_rng(5)
+x = (rng.normal(size=100_000) * 10.0 ** rng.uniform(-40, 38, size=100_000)).astype(np.float32)
+ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, 257, 259, -1 - 2**-8], dtype=np.float32)   # exactly halfway
+edges = np.array([1.9961, 3.3895e38, np.finfo(np.float32).max, 1e-40, 0.0, -0.0], dtype=np.float32)
+for sample in (x, ties, edges):
+    mine = np.asarray(to_bf16(sample), dtype=np.float32)
+    ref = sample.astype(bf16).astype(np.float32)              # minipar's cast: dtype_of("bf16")
+    assert np.array_equal(mine.view(np.uint32), ref.view(np.uint32)), sample[mine != ref][:5]
+print("to_bf16 == astype(bf16), bit for bit, on", x.size + ties.size + edges.size, "values;",
+      "ties:", ties, "->", to_bf16(ties))
+
+# why round instead of cutting the bits off: truncation is biased towards zero
+normal = np.abs(x[(np.abs(x) > 1e-30) & (np.abs(x) < 1e30)])
+cut = (normal.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+rel_round = float(np.mean((to_bf16(normal) - normal) / normal))
+rel_cut = float(np.mean((cut - normal) / normal))
+print(f"mean relative error: rounding {rel_round:+.1e}, truncation {rel_cut:+.1e}")
+assert abs(rel_round) < 1e-4 < -rel_cut
+''', r'''%md
 The relative rounding error of a format is the same (≈ε/2) at every magnitude inside its normal
 range; what differs is where the range ends. Below: the spacing between neighbouring representable
 numbers, divided by the number, over 80 decades.
@@ -173,43 +222,49 @@ assert errors["fp16"] < errors["bf16"]      # 10 mantissa bits beat 7
 ## 3. Measuring activation memory
 
 Every `Tensor`'s data, every gradient and every array a `Function` saves for backward is
-registered with `backend.memory`, a counter of **live bytes** (freed arrays are subtracted via weak
-references) and their **peak**. Views share their base's memory and are not counted twice.
-
-During a training forward, every intermediate is kept alive by the graph until backward uses it.
-Counting what one transformer block keeps per token (d = model width, H heads, N sequence length,
-fp32 = 4 bytes):
+registered with `backend.memory`, a counter of **live bytes** and their **peak**. Here is how it
+counts (`minipar/backend.py`): a weak reference subtracts an array's bytes when Python frees it, and
+a view is counted as the array that owns its memory, so nothing is counted twice.
+''', r'''
+print(inspect.getsource(backend.MemoryCounter.track))
+''', r'''%md
+During a training forward, every Tensor an op produces stays alive until backward (the next op's
+graph node holds it as an input), together with what ops save beyond their inputs and outputs.
+Views — a transpose, the split of qkv into q, k, v — share their base's memory; reshaping a
+*transposed* array (merging the heads back) is a copy. Per token of one transformer block
+(d = model width, H heads, N sequence length, fp32 = 4 bytes):
 
 | what | floats per token |
 |---|---|
 | 2 LayerNorms: output, normalised x̂, 1/σ | 2·(2d + 1) |
 | qkv projection | 3d |
 | attention scores S and probabilities P (B·H·N² per block) | 2·H·N |
-| P·V, attention output projection, residual sum | 3d |
+| P·V, the merged heads (a copy), attention output projection, residual sum | 4d |
 | MLP: fc output, tanh term saved by GELU, GELU output | 3·4d = 12d |
 | MLP projection, residual sum | 2d |
-| **block total** | **24d + 2HN + 2** |
+| **block total** | **25d + 2HN + 2** |
 
-Plus embeddings (token lookup + sum: 2d), the final LayerNorm (2d + 1), logits (V) and the
-softmax cross-entropy saves (V + 1), and one (N, d) position embedding shared by the batch:
+Outside the blocks: the token lookup and its sum with the position embedding (2d per token), the
+position lookup itself (one (N, d) array, shared by the batch), the final LayerNorm (2d + 1), the
+logits (V) and what cross-entropy saves, its exponentials and their sum (V + 1) — and the loss, one
+4-byte scalar.
 
-$$\text{bytes} \approx 4\Big(B N\big[L(24d + 2HN + 2) + 4d + 2V + 2\big] + N d\Big).$$
-
-Two lessons hide in that formula. It is **linear in batch size** — that is what data parallelism
-and micro-batching split. And the $2HN$ term is **quadratic in sequence length** — that is what
-flash attention (lesson 11) removes and what recomputation (lesson 10) trades for compute. (The
-merged-heads reshape copy, d per token, is a view of a temporary and not counted here.)
+**Exercise.** Write `activation_bytes(B, N, L, d, H, V)`: the bytes a float32 training forward of
+the GPT keeps, from this table. It is checked against the counter's measured peak — to the byte.
+''', r'''%exercise activation_bytes
+def activation_bytes(B, N, L, d, H, V):
+    """Bytes a float32 training forward keeps alive: B sequences of N tokens, L blocks."""
+    raise NotImplementedError("hint: 4 bytes x (B·N·(L·(25d + 2HN + 2) + the per-token floats outside the "
+                              "blocks) + the shared (N, d) position lookup) + the 4-byte loss")
 ''', r'''
 import gc
 
 from minipar.autograd import no_grad
+from minipar.perf.activations import minipar_peak_activation_bytes
 
 cfg = config_from_preset("tiny")
 model = GPT(cfg, seed=0)
 L, d, H, N, V = cfg.n_layer, cfg.d_model, cfg.n_head, cfg.seq_len, cfg.vocab_size
-
-def estimate(B):
-    return 4 * (B * N * (L * (24 * d + 2 * H * N + 2) + 4 * d + 2 * V + 2) + N * d)
 
 def forward_bytes(B, grad=True):
     """Peak bytes added by one forward (graph kept alive until we drop it)."""
@@ -231,34 +286,50 @@ batches = [1, 2, 4, 8]
 measured = [forward_bytes(B) for B in batches]
 inference = [forward_bytes(B, grad=False) for B in batches]
 for B, m, i in zip(batches, measured, inference):
-    print(f"B={B:2d}  training forward {m / 2**20:6.2f} MiB   estimate {estimate(B) / 2**20:6.2f} MiB"
-          f"   ratio {m / estimate(B):.3f}   no_grad forward {i / 2**20:5.2f} MiB")
+    mine = activation_bytes(B, N, L, d, H, V)
+    print(f"B={B}  training forward {m / 2**20:6.3f} MiB  (= {m:,} bytes; yours {mine:,})"
+          f"   no_grad forward {i / 2**20:5.2f} MiB")
+    assert mine == m, f"B={B}: yours is {mine - m:+,} bytes off = {(mine - m) / (4 * B * N * L):+.2f} floats per token per block"
+    # the performance model (lesson 13) counts the same arrays, all but the loss
+    assert minipar_peak_activation_bytes(B, N, d, H, V, L) + 4 == m
 
-params = model.num_parameters() * 4
-print(f"parameters: {params / 2**20:.2f} MiB; activations at B={batches[-1]} are {measured[-1] / params:.0f}x that")
-for B, m in zip(batches, measured):
-    assert abs(m / estimate(B) - 1) < 0.05, (B, m, estimate(B))
 slope = np.polyfit(batches, measured, 1)[0]
-assert abs(slope / (estimate(2) - estimate(1)) - 1) < 0.05      # linear in B, with our slope
+per_sequence = activation_bytes(2, N, L, d, H, V) - activation_bytes(1, N, L, d, H, V)
+assert abs(slope / per_sequence - 1) < 1e-9                      # exactly linear in B
 assert all(i < m / 3 for i, m in zip(inference, measured))       # no graph: little is kept
+old = 4 * 8 * N * L * d           # what a 24d count (forgetting the merged-heads copy) misses
+print(f"a 24d-per-block count would miss {old:,} bytes at B=8: {old / measured[-1]:.1%} of the total")
+params = model.num_parameters() * 4
+print(f"parameters: {params / 2**20:.2f} MiB; activations at B={batches[-1]} are {measured[-1] / params:.1f}x that")
 ''', r'''
 fig, ax = plt.subplots(figsize=(6, 3.4))
 ax.plot(batches, np.array(measured) / 2**20, "o-", label="measured (memory.peak)")
-ax.plot(batches, [estimate(B) / 2**20 for B in batches], "--", label="estimate 4·B·N·[L(24d+2HN+2)+…]")
+ax.plot(batches, [activation_bytes(B, N, L, d, H, V) / 2**20 for B in batches], "--",
+        label="4·(B·N·[L(25d+2HN+2) + 4d+2V+2] + N·d) + 4")
 ax.plot(batches, np.array(inference) / 2**20, "s-", label="forward under no_grad")
 ax.axhline(params / 2**20, color="gray", ls=":", label="parameters (fp32)")
-ax.set_xlabel("batch size B (sequences of 64 tokens)"); ax.set_ylabel("MiB")
-ax.set_title("activation memory of the tiny GPT's forward"); ax.legend(); ax.grid(alpha=0.3)
+ax.set_xlabel(f"batch size B (sequences of {N} tokens)"); ax.set_ylabel("MiB")
+ax.set_title("activation memory of the tiny GPT's forward"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
 plt.show()
 ''', r'''%md
-Even for this toy, a modest batch keeps far more bytes of activations than the model has
-parameters (see the ratio printed above). At GPT-3 scale (L=96, d=12288, N=2048, H=96) the same formula gives, per sequence,
-$2048 \cdot 96 \cdot (24 \cdot 12288 + 2 \cdot 96 \cdot 2048) \cdot 2$ bytes in fp16:
+Even for this toy, a batch of 8 keeps far more bytes of activations than the model has
+parameters (the ratio printed above). Two lessons hide in the formula. It is **linear in batch
+size** — that is what data parallelism and micro-batching split. And the $2HN$ term is **quadratic
+in sequence length** — that is what flash attention (lesson 11) removes and what recomputation
+(lesson 10) trades for compute.
+
+At GPT-3 scale (L=96, d=12288, H=96, N=2048, fp16) the same count, from the performance model, and
+Megatron's count for its own layers (Korthikanti et al. 2022, $sbh(34 + 5as/h)$ bytes per layer):
 ''', r'''
-L3, d3, N3, H3 = 96, 12288, 2048, 96
-per_seq = N3 * L3 * (24 * d3 + 2 * H3 * N3) * 2
-print(f"GPT-3 activations per sequence (fp16): {per_seq / 2**30:.0f} GiB;"
-      f"  parameters alone (fp16): {12 * L3 * d3**2 * 2 / 2**30:.0f} GiB")
+from minipar.perf.activations import korthikanti_layer_bytes
+
+L3, d3, N3, H3, V3 = 96, 12288, 2048, 96, 50257
+ours = minipar_peak_activation_bytes(1, N3, d3, H3, V3, L3, dtype="fp16")
+megatron = L3 * korthikanti_layer_bytes(N3, 1, d3, H3)
+weights = 12 * L3 * d3 ** 2 * 2
+print(f"GPT-3 activations per sequence (fp16): minipar's count {ours / 2**30:.0f} GiB, "
+      f"Megatron's {megatron / 2**30:.0f} GiB;  parameters alone (fp16): {weights / 2**30:.0f} GiB")
+assert ours > weights / 2 and 0.5 < ours / megatron < 2
 ''', r'''%md
 No single GPU holds either; splitting them is the rest of this course.
 
@@ -303,6 +374,20 @@ else:
   (`to_device`, `to_host`) and `sync()` know the difference.
 - fp16: 65504 max, 2048 + 1 = 2048, tiny gradients vanish → loss scaling and fp32 master weights.
   bf16: fp32's range with 3 significant digits.
-- Activation memory is ≈ 4·B·N·L·(24d + 2HN) bytes in fp32: linear in batch, quadratic in
-  sequence length, and usually larger than the parameters.
+- A bf16 is the top half of a float32, rounded to nearest, ties to even.
+- Activation memory is 4·B·N·L·(25d + 2HN + 2) bytes in fp32 plus the embeddings and the head —
+  counted to the byte: linear in batch, quadratic in sequence length, and usually larger than the
+  parameters.
+''', r'''%md
+## In PyTorch / DeepSpeed / Megatron this is …
+
+| here | there |
+|---|---|
+| `xp` (NumPy or CuPy behind one name) | one `torch` API on every device: `torch.device("cuda")`; for NumPy-style code the array API standard (`array_api_compat.array_namespace(x)`) |
+| `to_device`, `to_host` | `tensor.to("cuda", non_blocking=True)`, `tensor.cpu()` (pinned memory: `pin_memory()`) |
+| `backend.sync()` | `torch.cuda.synchronize()`; CUDA events (`torch.cuda.Event(enable_timing=True)`) to time without stalling |
+| `dtype_of("bf16")`, `ml_dtypes.finfo` | `torch.bfloat16`, `torch.finfo(torch.float16).max`; casts round to nearest even, as your `to_bf16` |
+| `set_default_dtype` | `torch.set_default_dtype`; per region: `torch.autocast("cuda", dtype=torch.bfloat16)` (lesson 09) |
+| `backend.memory.live / .peak / reset_peak()` | `torch.cuda.memory_allocated()`, `torch.cuda.max_memory_allocated()`, `torch.cuda.reset_peak_memory_stats()`; a timeline of every allocation: `torch.cuda.memory._record_memory_history()`; DeepSpeed's `see_memory_usage` |
+| your `activation_bytes` | Korthikanti et al. 2022's per-layer $sbh(34 + 5as/h)$ — the count behind Megatron's `--recompute-granularity selective` and `--sequence-parallel` (lessons 07, 10) |
 ''']
