@@ -11,6 +11,10 @@ with matplotlib's file-only Agg backend, one PNG per question a run answers:
     memory.png        how full?  peak memory of every rank, runs side by side
     loss_scale.png    fp16 only: the dynamic loss scale, skipped steps marked
 
+A log merged by ``minipar launch`` also holds ``{"event": ...}`` records (a failure, a
+hang, a scale-up): the loss and throughput plots mark each one with a dotted line at the
+step the job resumed from, and the page lists them.
+
 and ``index.html`` beside them: the figures and a table comparing the runs.  The
 table's numbers are the log's own (the ``final`` record, or the step records of an
 older log without one), each cell carrying the exact value in ``data-value``.
@@ -33,7 +37,7 @@ class Run:
     """One log: its header (may be empty), step records and final figures."""
 
     def __init__(self, path, label=None):
-        self.path, self.header, self.steps, self.final = path, {}, [], None
+        self.path, self.header, self.steps, self.final, self.events = path, {}, [], None, []
         with open(path) as f:
             for line in f:
                 if not line.strip():
@@ -43,6 +47,8 @@ class Run:
                     self.header = rec["header"]
                 elif "final" in rec:
                     self.final = rec["final"]
+                elif "event" in rec:
+                    self.events.append(rec["event"])
                 elif "step" in rec:
                     self.steps.append(rec)
         name = os.path.splitext(os.path.basename(path))[0]
@@ -93,7 +99,8 @@ class Run:
         if not steps:
             return {}
         if all("per_rank" in r for r in steps):
-            n = len(steps[0]["per_rank"]["step_time_s"])
+            n = len(steps[-1]["per_rank"]["step_time_s"])      # an elastic run: its last size
+            steps = [r for r in steps if len(r["per_rank"]["step_time_s"]) == n]
             mean = lambda key: [sum((r["per_rank"].get(key) or [0.0] * n)[i] or 0.0  # noqa: E731
                                     for r in steps) / len(steps) for i in range(n)]
             return {key: mean(key) for key in ("step_time_s",) + tuple(k for k, _, _ in SPLIT)}
@@ -137,6 +144,11 @@ def plot_lines(plt, runs, key, ylabel, path, title):
         if val is not None and run.steps:
             ax.scatter([run.steps[-1]["step"]], [val], marker="*", s=120, zorder=3,
                        color=COLORS[i % len(COLORS)], label=f"{run.label} val {val:.3f}")
+    for i, run in enumerate(runs):      # elastic events: where the job resumed
+        for e in run.events:
+            ax.axvline(e.get("resume_step", 0), color=COLORS[i % len(COLORS)], ls=":", lw=1)
+            ax.annotate(_event_label(e), (e.get("resume_step", 0), 1), xycoords=("data", "axes fraction"),
+                        rotation=90, va="top", ha="right", fontsize=7)
     if key == "loss":    # a second axis in bits/byte beside nats/byte
         sec = ax.secondary_yaxis("right", functions=(lambda y: y / math.log(2),
                                                      lambda y: y * math.log(2)))
@@ -147,6 +159,10 @@ def plot_lines(plt, runs, key, ylabel, path, title):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _event_label(e):
+    return f"{e.get('what', e.get('kind'))} -> {e.get('world_after', '?')} ranks"
 
 
 def plot_time_split(plt, run, path):
@@ -230,6 +246,8 @@ def write_html(runs, figures, path):
     notes = "".join(f"<li><b>{html.escape(r.label)}</b>: {html.escape(r.path)}"
                     + (f" &mdash; threads: {html.escape(str(r.header['threads']))}" if "threads" in r.header else "")
                     + (f" &mdash; MFU against {html.escape(str(r.header['mfu_basis']))}" if "mfu_basis" in r.header else "")
+                    + "".join(f"<br>event at step {e.get('resume_step')}: {html.escape(_event_label(e))}"
+                              for e in r.events)
                     + "</li>" for r in runs)
     imgs = "".join(f'<figure><img src="{name}" alt="{html.escape(caption)}">'
                    f"<figcaption>{html.escape(caption)}</figcaption></figure>" for name, caption in figures)

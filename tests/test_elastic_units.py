@@ -126,3 +126,19 @@ def test_simulated_failures_agree_with_the_model():
     sims = {f: simulate(tau * f, C, M, R, work_s=400 * M, seed=1) for f in (0.2, 1.0, 5.0)}
     assert sims[1.0] > sims[0.2] and sims[1.0] > sims[5.0]
     assert sims[1.0] == pytest.approx(model_goodput(tau, C, M, R), abs=0.02)
+
+
+def test_report_marks_the_events_of_a_merged_log(tmp_path):
+    pytest.importorskip("matplotlib")
+    from minipar.report import main as report_main
+    steps = [{"step": s, "loss": 5.0 - 0.1 * s, "step_time_s": 0.01, "tokens_per_s": 100.0,
+              "per_rank": {"step_time_s": [0.01] * w, "compute_s": [0.01] * w}}
+             for s, w in zip(range(6), (4, 4, 4, 2, 2, 2))]
+    event = {"kind": "failure", "what": "rank 1 killed by signal 9", "resume_step": 3,
+             "world_after": 2}
+    records = [{"header": {"layout": "dp4"}}] + steps[:3] + [{"event": event}] + steps[3:]
+    log = tmp_path / "merged.json"
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert report_main([str(log), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "event at step 3: rank 1 killed by signal 9 -&gt; 2 ranks" in page
