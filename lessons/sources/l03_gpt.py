@@ -19,7 +19,11 @@ x &\leftarrow x + \text{MLP}(\text{LN}_2(x))\\
 \text{logits} &= \text{LN}_f(x)\, W_{head}                     &&\text{head}
 \end{aligned}
 $$
+
+Two exercises: **you write** causal attention and the AdamW step, each checked against minipar's
+own (solutions: `lessons/solutions/03_gpt.py`).
 ''', r'''
+import inspect
 import json
 import math
 import os
@@ -32,9 +36,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minipar import backend
-from minipar.autograd import no_grad, ops
+from minipar.autograd import Tensor, no_grad, ops
 from minipar.data import Dataset, decode, encode, load_corpus
 from minipar.nn import GPT, config_from_preset, naive_attention
+from minipar.monitor import read_log, step_records
 from minipar.optim import AdamW, clip_grad_norm, lr_at
 from minipar.sample import generate
 
@@ -43,6 +48,13 @@ backend.set_default_dtype(np.float32)
 cfg = config_from_preset("tiny")
 model = GPT(cfg, seed=0)
 print(cfg)
+''', r'''%md
+The whole model, as minipar writes it (`minipar/nn/gpt.py`) — the equations above, line by line:
+''', r'''
+from minipar.nn.gpt import Block
+
+print(inspect.getsource(GPT.forward))
+print(inspect.getsource(Block.forward))
 ''', r'''%md
 ## 1. Embedding
 
@@ -67,24 +79,39 @@ M_{ts} = \begin{cases}0 & s \le t\\ -\infty & s > t\end{cases},\qquad y = P\,v.$
 
 The causal mask $M$ makes position $t$ see only positions $\le t$, so one forward trains all N
 next-token predictions at once without peeking. $P$ has $H N^2$ entries per sequence — the
-quadratic memory that flash attention avoids. Below we recompute the first block's attention
-by hand from its weights and check it against the module.
+quadratic memory that flash attention avoids. minipar's module (`minipar/nn/attention.py`):
+''', r'''
+from minipar.nn.attention import CausalSelfAttention
+
+print(inspect.getsource(CausalSelfAttention.forward))
+print(inspect.getsource(naive_attention))
+''', r'''%md
+**Exercise.** Write `causal_attention(q, k, v)` in NumPy for arrays of shape $(\dots, N, d_h)$:
+scores scaled by $1/\sqrt{d_h}$, $-\infty$ above the diagonal, a softmax along the last axis that
+cannot overflow (subtract each row's maximum first), then $P v$.
+''', r'''%exercise causal_attention
+def causal_attention(q, k, v):
+    """softmax(q kᵀ / sqrt(d_h) + causal mask) v for arrays of shape (..., N, d_h)."""
+    raise NotImplementedError("hint: S = q @ np.swapaxes(k, -1, -2) / sqrt(d_h); S[..., t, s] = -inf where "
+                              "s > t (np.triu(np.ones((N, N), bool), k=1)); P = exp(S - S.max(-1)) / row sums; "
+                              "return P @ v")
 ''', r'''
 block = model.blocks[0]
 h = block.ln_1(x0)
 q, k, v = block.attn.split_heads(block.attn.qkv(h))           # each (B, H, N, d_head)
 print("q, k, v:", q.shape)
+mine = causal_attention(q.data, k.data, v.data)
+np.testing.assert_allclose(mine, naive_attention(q, k, v).data, atol=1e-6)   # float32
 
-# by hand, in NumPy
-Q, K, Vv = q.data[0], k.data[0], v.data[0]
-S = Q @ K.transpose(0, 2, 1) / math.sqrt(Q.shape[-1])
-N = S.shape[-1]
-S = np.where(np.triu(np.ones((N, N), bool), k=1), -np.inf, S)
-P = np.exp(S - S.max(-1, keepdims=True)); P /= P.sum(-1, keepdims=True)
-assert np.allclose(naive_attention(q, k, v).data[0], P @ Vv, atol=1e-6)
-assert np.allclose(np.triu(P, k=1), 0) and np.allclose(P.sum(-1), 1)    # causal, rows sum to 1
-assert np.allclose(block.attn(h).data, block.attn.proj(
-    ops.reshape(ops.transpose(naive_attention(q, k, v), (0, 2, 1, 3)), (1, N, cfg.d_model))).data, atol=1e-6)
+rng = np.random.default_rng(3)                                # and in float64, with large scores
+q64, k64, v64 = (rng.normal(scale=4.0, size=(2, 3, 7, 5)) for _ in range(3))
+lib = naive_attention(Tensor(q64), Tensor(k64), Tensor(v64)).data
+np.testing.assert_allclose(causal_attention(q64, k64, v64), lib, rtol=1e-12, atol=1e-12)
+assert np.allclose(causal_attention(q64, k64, v64)[..., 0, :], v64[..., 0, :])   # row 0 sees itself only
+N = q.shape[2]
+y = block.attn.proj(ops.reshape(ops.transpose(naive_attention(q, k, v), (0, 2, 1, 3)), (1, N, cfg.d_model)))
+assert np.allclose(block.attn(h).data, y.data, atol=1e-6)
+print("causal_attention == naive_attention (float32 and float64); the module = heads merged, then proj")
 ''', r'''%md
 ## 3. MLP, residuals and LayerNorm
 
@@ -153,7 +180,41 @@ to 1 → AdamW with linear warm-up and cosine decay. An untrained model predicts
 AdamW: $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
 $\theta \leftarrow \theta - \eta_t\big(\hat m / (\sqrt{\hat v} + \epsilon) + \lambda\theta\big)$.
 Note the state: two more arrays the size of the parameters (plus fp32 master weights in mixed
-precision) — 12–16 bytes per parameter that ZeRO will shard.
+precision) — what ZeRO will shard (lesson 06).
+
+**Exercise.** Write `adamw_step(p, g, m, v, t, lr, ...)`: one step, in place on `p`, `m` and `v`
+(`t` counts from 1). minipar writes it on plain arrays, not parameters, so that ZeRO can run the
+very same function on a flat shard.
+''', r'''%exercise adamw_step
+def adamw_step(p, g, m, v, t, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
+    """One AdamW step on arrays, in place on p, m and v; t counts from 1."""
+    raise NotImplementedError("hint: m *= beta1; m += (1 - beta1) * g; the same for v with g * g; "
+                              "m_hat = m / (1 - beta1**t), v_hat = v / (1 - beta2**t); "
+                              "p -= lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * p)")
+''', r'''
+from minipar.optim import adamw_update
+
+rng = np.random.default_rng(11)
+p0 = rng.normal(size=(4, 6))
+mine = [p0.copy(), np.zeros_like(p0), np.zeros_like(p0)]     # p, m, v
+lib = [p0.copy(), np.zeros_like(p0), np.zeros_like(p0)]
+for t in range(1, 6):
+    g = rng.normal(size=p0.shape) * 10.0 ** rng.uniform(-3, 1)
+    adamw_step(mine[0], g, mine[1], mine[2], t, 1e-2, weight_decay=0.1)
+    adamw_update(lib[0], g, lib[1], lib[2], t, 1e-2, weight_decay=0.1)
+    for a, b in zip(mine, lib):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+print("adamw_step == minipar.optim.adamw_update over 5 steps (p, m and v)")
+
+# Adam's first step moves every weight by lr, whatever the size of its gradient (m̂/sqrt(v̂) = g/|g|,
+# as long as |g| is well above eps): here gradients from 1e-5 to 1e2
+p, m, v = p0.copy(), np.zeros_like(p0), np.zeros_like(p0)
+g = np.sign(rng.normal(size=p0.shape)) * 10.0 ** rng.uniform(-5, 2, size=p0.shape)
+adamw_step(p, g, m, v, 1, 1e-2)
+print(f"first step, |g| from {np.abs(g).min():.1e} to {np.abs(g).max():.1e}: "
+      f"|Δp| from {np.abs(p - p0).min():.6f} to {np.abs(p - p0).max():.6f} (lr = 0.01)")
+assert np.allclose(np.abs(p - p0), 1e-2, rtol=2e-3)
+print(inspect.getsource(adamw_update))
 ''', r'''
 corpus = load_corpus("stdlib")
 data = Dataset(corpus, cfg.seq_len)
@@ -177,6 +238,10 @@ elapsed = time.perf_counter() - t0
 print(f"{steps} steps in {elapsed:.1f} s; loss {losses[0]:.3f} -> {np.mean(losses[-5:]):.3f}")
 assert abs(losses[0] - math.log(256)) < 0.3
 assert np.mean(losses[-5:]) < 0.8 * math.log(256)
+state = sum(s["m"].nbytes + s["v"].nbytes for s in opt.state.values())
+print(f"AdamW state: {state / model.num_parameters():.0f} bytes per parameter, "
+      f"on top of 4 for the weight and 4 for its gradient")
+assert state == 8 * model.num_parameters()
 ''', r'''
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
 ax1.plot(losses, label="train loss")
@@ -201,31 +266,38 @@ with no_grad():
 n = P.shape[-1]
 assert np.allclose(np.triu(P, k=1), 0) and np.allclose(P.sum(-1), 1, atol=1e-5)
 
-fig, axes = plt.subplots(1, cfg.n_head, figsize=(3 * cfg.n_head, 3.2))
-labels = [repr(chr(c))[1:-1] for c in ids[0]]
+print("positions:", " ".join(f"{t}:{repr(chr(c))[1:-1]}" for t, c in enumerate(ids[0][:24])), "...")
+fig, axes = plt.subplots(1, cfg.n_head, figsize=(3.6 * cfg.n_head, 3.3))
 for hd, ax in enumerate(axes):
-    ax.imshow(P[hd], cmap="magma", vmin=0, vmax=np.quantile(P[hd][P[hd] > 0], 0.98))
-    ax.set_title(f"block 0, head {hd}"); ax.set_xlabel("key position s")
+    top = np.quantile(P[hd][P[hd] > 0], 0.98)          # a few large weights would wash out the rest
+    im = ax.imshow(P[hd], cmap="magma", vmin=0, vmax=top)
+    ax.set_title(f"block 0, head {hd}"); ax.set_xlabel("key position s"); ax.set_ylabel("query position t")
     ax.set_xticks(range(0, n, 8)); ax.set_yticks(range(0, n, 8))
-axes[0].set_ylabel("query position t")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="P[t, s] (top 2% clipped)")
 plt.tight_layout(); plt.show()
 ''', r'''%md
 ## 6. Sampling
 
 Generation is the forward run repeatedly: take the logits of the last position, divide by a
 temperature, keep the top-k, sample a byte, append it. After a few seconds of training the model
-has learnt spaces, indentation and common byte pairs — not yet Python.
+has learnt which bytes are common (spaces above all: indentation) — not yet Python.
 ''', r'''
 out = generate(model, encode("def "), tokens=120, temperature=0.8, top_k=40, seed=0)
 sample = decode(out)
 print(sample)
 assert len(out) == 4 + 120 and sample.startswith("def ")
+spaces = sample[4:].count(" ") / 120
+print(f"spaces: {spaces:.0%} of the sampled bytes, {np.mean(np.asarray(corpus[:1_000_000]) == ord(' ')):.0%} "
+      f"of the corpus, {1 / 256:.1%} for uniform bytes")
+assert spaces > 10 / 256
 ''', r'''%md
 ## 7. The same run from the command line
 
 `python -m minipar train` is this loop plus logging, checkpoints and (in later lessons) parallel
-layouts. `--log-json` writes one JSON object per step — the numbers every later lesson plots.
-With the same seed, batch size and step count it must reproduce our loop exactly: this
+layouts. `--log-json` writes one JSON line per step — the numbers every later lesson plots —
+between a first line `{"header": …}` (the resolved configuration) and a last one `{"final": …}`
+(the evaluation and totals); `minipar.monitor.read_log(path)` returns the three parts and
+`step_records(path)` the steps. With the same seed, batch size and step count it must reproduce our loop exactly: this
 "single-process oracle" is what every parallel layout is later compared against.
 ''', r'''
 with tempfile.TemporaryDirectory() as tmp:
@@ -237,9 +309,14 @@ with tempfile.TemporaryDirectory() as tmp:
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
     print(result.stdout.strip() or result.stderr[-2000:])
     assert result.returncode == 0, result.stderr[-2000:]
-    with open(log_path) as f:
-        records = [r for r in map(json.loads, f) if "step" in r]
-print(f"({time.perf_counter() - t0:.1f} s)  first record:", records[0])
+    header, records, final = read_log(log_path)
+    assert records == step_records(log_path)
+print(f"({time.perf_counter() - t0:.1f} s)")
+print("header keys:", sorted(header)[:12], "...")
+print("first step:", {k: records[0][k] for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s",
+                                                  "peak_mem_bytes", "model_state_bytes")})
+print("final:", final)
+assert records[0]["model_state_bytes"]["optimizer"] == state    # the AdamW state measured above
 cli_losses = [r["loss"] for r in records]
 assert len(records) == 50 and {"step", "loss", "lr", "tokens_per_s", "peak_mem_bytes"} <= set(records[0])
 # same seed, same data (the batch of step k is a function of (seed, k)), same schedule:
@@ -258,4 +335,15 @@ plt.xlabel("step"); plt.ylabel("loss"); plt.legend(); plt.grid(alpha=0.3); plt.s
 - $P \approx 12Ld^2$: parameter count is dominated by the blocks' matrices — that is what tensor
   parallelism splits (lesson 07) and pipeline parallelism distributes by layer (lesson 08).
 - This single-process run is the oracle: every parallel layout must reproduce its losses.
+''', r'''%md
+## In PyTorch / DeepSpeed / Megatron this is …
+
+| here | there |
+|---|---|
+| `GPT`, `Block`, `CausalSelfAttention`, `MLP` | nanoGPT's classes of the same names; Hugging Face `GPT2LMHeadModel`; Megatron-Core's `GPTModel` built from `TransformerBlock` / `TransformerLayer` |
+| your `causal_attention`, `naive_attention` | `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (which dispatches to flash kernels: lesson 11) |
+| your `adamw_step`, `adamw_update` on plain arrays | `torch.optim.AdamW` (`foreach=True` / `fused=True` run it over many tensors at once); DeepSpeed's `FusedAdam` / `DeepSpeedCPUAdam`; ZeRO applies it to a flat shard (lesson 06) |
+| `clip_grad_norm(params, 1.0)` | `torch.nn.utils.clip_grad_norm_` (with sharded parameters the norm needs an all-reduce: lesson 06) |
+| `lr_at` (warm-up + cosine) | `torch.optim.lr_scheduler.LambdaLR` / `CosineAnnealingLR`; Megatron's `--lr-warmup-iters`, `--lr-decay-style cosine` |
+| `--log-json` records, `step_records` | what a training framework logs per step (loss, lr, grad norm, tokens/s, memory): Megatron's `--log-interval` lines, DeepSpeed's `wall_clock_breakdown` |
 ''']
