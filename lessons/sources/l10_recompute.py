@@ -421,8 +421,9 @@ How to read it. Each dot is one repeat; the black bar is the median and the midd
 half. The control shows how far two identical models drift apart on this machine.
 **A median whose band contains 0 % is not a measurement of a price** — a negative one
 is not a speed-up (recomputation only ever adds work); the run says so above when it
-happens. Selective recomputation re-runs only the attention core, a few percent of the
-step, so its band usually overlaps the control's: no measurable price at this size.
+happens. Selective recomputation re-runs only the attention core, a small part of the
+step: from run to run its median lands inside the noise or some percent above it, so
+compare its band with the control's before concluding anything.
 Full recomputation stands clearly out, near the price expected from the blocks'
 no-graph forward measured on its own; the two differ by the noise and by what the
 estimate leaves out (the re-run's allocations land in warm caches, the two passes of a
