@@ -1,0 +1,292 @@
+"""Lesson 15: the cells of lessons/15_elastic.ipynb (``%md`` cells are markdown).
+
+Edit here, then run ``python lessons/make_notebooks.py``."""
+
+NOTEBOOK = "15_elastic.ipynb"
+
+CELLS = [r'''%md
+# 15 · Failures, elasticity and load balance
+
+A GPU fails every few years; a job on thousands of them sees a failure every few hours. Meta's
+Llama 3 run on 16 384 GPUs had 419 unexpected interruptions in 54 days — one every 3 hours. At that
+scale a training job is not a program that runs, it is a program that **keeps coming back**:
+
+1. **notice** — a rank that died (its process is gone), exited with an error, or hangs (alive, silent,
+   holding every peer in the next all-reduce);
+2. **stop everything** — no half-dead job, no process left behind;
+3. **re-plan** — on the ranks that are left, which layout? (the survivors may not divide the batch or
+   the heads any more);
+4. **continue** from the newest checkpoint, ideally on *the same* loss curve.
+
+`python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...` is a supervisor that does
+these four things. minipar has an advantage there: the global batch of step $k$ is a function of
+(seed, $k$) alone and checkpoints hold full arrays by name, so the job can continue on **any** number of
+ranks and still make exactly the updates of one process. Plan: (1) kill a rank and watch the job
+shrink; (2) a hang; (3) what a failure costs — goodput and the checkpoint interval (Young/Daly);
+(4) a slow rank, with and without load balancing; (5) the code; exercises.
+''', r'''
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minipar.elastic import goodput, largest_world_size, model_goodput, simulate, young_daly_interval
+from minipar.elastic.log import read_merged
+from minipar.monitor import read_log
+
+%matplotlib inline
+ROOT = os.path.abspath("..")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "8",
+        "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "0"]
+STEPS = 12
+WORK = tempfile.mkdtemp(prefix="lesson15-")
+
+def launch_cmd(run, launch_flags, train_flags=()):
+    """python -m minipar launch ... -- train ...  (minipar.elastic is the same command)"""
+    return [sys.executable, "-m", "minipar.elastic", "--run-dir", run, *launch_flags, "--", "train",
+            *TINY, "--steps", str(STEPS), "--save-every", "4", "--log-json", f"{run}/merged.json",
+            *train_flags]
+
+def show(out):
+    print("\n".join(l for l in out.splitlines() if l.startswith("minipar launch")))
+
+# the reference: one process, never interrupted
+subprocess.run([sys.executable, "-m", "minipar", "train", *TINY, "--steps", str(STEPS),
+                "--log-json", f"{WORK}/single.json"], env=ENV, check=True, timeout=120, capture_output=True)
+reference = np.array([r["loss"] for r in read_log(f"{WORK}/single.json")[1]])
+print("one process:", np.round(reference, 4))
+''', r'''%md
+## 1. Kill a rank, watch the job shrink
+
+Four ranks, a checkpoint every 4 steps. So that this notebook can act at a known moment (a toy step lasts
+10 ms; a real one seconds), rank 0 is told to pause after step 6 (`--fault 0:6:hold`: it waits for a
+Ctrl-C that never comes). Meanwhile we read rank 1's process id from the **heartbeat directory** —
+every rank writes `rank<R>` ("steps done, time") after each step, and its agent writes `pid<R>` — and
+send it `SIGKILL`, as a crashing node would.
+''', r'''
+run = f"{WORK}/kill"
+proc = subprocess.Popen(launch_cmd(run, ["--np", "4", "--hang-timeout", "60", "--fault", "0:6:hold"]),
+                        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+beat = f"{run}/attempt-1/rank1"
+deadline = time.time() + 120
+while time.time() < deadline:                       # wait for rank 1's heartbeat to say 6 steps
+    if os.path.exists(beat) and int(open(beat).read().split()[0]) >= 6:
+        break
+    time.sleep(0.05)
+child, agent = map(int, open(f"{run}/attempt-1/pid1").read().split())
+print("heartbeats:", {r: open(f"{run}/attempt-1/rank{r}").read().split() for r in range(4)})
+os.kill(child, signal.SIGKILL)
+print(f"killed rank 1 (pid {child})")
+out, _ = proc.communicate(timeout=180)
+assert proc.returncode == 0, out
+show(out)
+''', r'''%md
+What the supervisor did: rank 1's **agent** (the small process that started it) saw it die by signal 9;
+mpiexec killed the other ranks; 3 slots were left. With a global batch of 8, 4 heads and 2 layers,
+3 ranks fit no layout (dp 3 ∤ 8, tp 3 ∤ 4, pp 3 ∤ 2), so the job went on with **2**, one slot idle,
+from the checkpoint of step 4: steps 4 and 5 were done twice. The merged log holds every step once —
+a redone step replaces its first record — and an event record:
+''', r'''
+header, steps, events, final = read_merged(f"{run}/merged.json")
+print(json.dumps(events[0], indent=1)[:900])
+losses = np.array([r["loss"] for r in steps])
+np.testing.assert_allclose(losses, reference, rtol=1e-9, atol=0)
+print(f"\nmax relative difference from one process: {np.max(np.abs(losses / reference - 1)):.1e}")
+
+fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
+a.plot(reference, "k-", lw=3, alpha=0.3, label="one process, uninterrupted")
+for k in sorted({r["attempt"] for r in steps}):
+    mine = [r for r in steps if r["attempt"] == k]
+    a.plot([r["step"] for r in mine], [r["loss"] for r in mine], "o-", ms=4,
+           label=f"attempt {k}: {mine[0]['world_size']} ranks")
+for e in events:
+    a.axvline(e["resume_step"], ls=":", color="gray")
+a.set_xlabel("step"); a.set_ylabel("loss"); a.legend(); a.set_title("the same curve")
+b.step([r["step"] for r in steps], [r["world_size"] for r in steps], where="post")
+b.set_xlabel("step"); b.set_ylabel("ranks"); b.set_title("world size"); plt.tight_layout(); plt.show()
+''', r'''%md
+## 2. A hang
+
+A hung rank is worse than a dead one: its process is alive, so nothing ends by itself; its peers wait
+in the next collective. Every rank's heartbeat goes silent. After `--hang-timeout` seconds of silence
+the supervisor looks at the process table to name the culprit — a stopped process (state `T`), else a
+rank behind the others' step, else one that uses no CPU while the others spin in MPI's busy-polling
+waits — then kills every process (SIGKILL ends a stopped one too). The trainer has its own hang timeout
+(lesson 04's watchdog) as a backstop; the supervisor sets it longer than its own, so it notices first.
+Here rank 2 is stopped with `SIGSTOP` after step 5:
+''', r'''
+run = f"{WORK}/hang"
+t0 = time.time()
+proc = subprocess.run(launch_cmd(run, ["--np", "4", "--hang-timeout", "2", "--fault", "2:5:stop"]),
+                      env=ENV, capture_output=True, text=True, timeout=180)
+assert proc.returncode == 0, proc.stdout + proc.stderr
+show(proc.stdout)
+_, steps_h, events_h, final_h = read_merged(f"{run}/merged.json")
+np.testing.assert_allclose([r["loss"] for r in steps_h], reference, rtol=1e-9, atol=0)
+print(f"\n{events_h[0]['what']}: same curve again, {time.time() - t0:.1f} s in all")
+''', r'''%md
+## 3. What a failure costs: goodput
+
+**Goodput** is the share of the wall time that made progress. A failure costs the work since the last
+checkpoint (redone), the time to notice, and the restart. Checkpointing often makes the first small but
+costs $C$ each time. Per second, checkpointing every $\tau$ seconds with failures every $M$ seconds (the
+MTBF) and $R$ to restart wastes about
+
+$$\text{waste}(\tau) = \frac{C}{\tau} + \frac{\tau/2 + R}{M},\qquad \frac{d\,\text{waste}}{d\tau} = 0
+\;\Rightarrow\; \tau^* = \sqrt{2\,C\,M}\quad\text{(Young, 1974)}.$$
+
+The supervisor measures $C$ (each checkpoint is timed), the steps redone and the seconds lost per failure:
+''', r'''
+print(goodput.format_summary(final["goodput"]))
+for e in events + events_h:
+    print(f"{e['what']}: {e['steps_redone']} steps redone, {e['seconds_lost']:.2f} s lost "
+          f"({e['since_checkpoint_s']:.2f} s from the checkpoint to noticing)")
+''', r'''%md
+On the toy, a step is 10 ms and a restart seconds (Python, MPI and NumPy starting): the restart is all
+of the cost. On a large job the other terms matter. Take a 7B model whose checkpoint takes $C$ = 30 s
+and a cluster that fails once every 4 hours, with 10 minutes to restart:
+''', r'''
+C, M, R = 30.0, 4 * 3600.0, 600.0
+tau_star = young_daly_interval(C, M)
+taus = np.geomspace(60, 4 * 3600, 60)
+fig, ax = plt.subplots(figsize=(8, 3.6))
+ax.plot(taus / 60, [model_goodput(t, C, M, R) for t in taus], label=r"model $1 - C/\tau - (\tau/2 + R)/M$")
+sims = taus[::6]
+ax.plot(sims / 60, [simulate(t, C, M, R, work_s=300 * M, seed=1) for t in sims], "o",
+        label="simulated: random (exponential) failures")
+ax.axvline(tau_star / 60, ls=":", color="gray")
+ax.text(tau_star / 60, 0.82, rf" $\tau^*=\sqrt{{2CM}}$ = {tau_star / 60:.0f} min")
+ax.set_xscale("log"); ax.set_ylim(0.8, 1); ax.set_xlabel("checkpoint interval (minutes)")
+ax.set_ylabel("goodput"); ax.legend(); plt.tight_layout(); plt.show()
+print(f"tau* = {tau_star / 60:.1f} min: goodput {model_goodput(tau_star, C, M, R):.1%}; at tau*/2 "
+      f"{model_goodput(tau_star / 2, C, M, R):.1%}, at 2 tau* {model_goodput(2 * tau_star, C, M, R):.1%}")
+''', r'''%md
+The optimum is flat: at $\tau^*$ both terms equal $x = C/\tau^* = \tau^*/2M$, and at $k\tau^*$ the waste is
+$x(k + 1/k)$ — a factor of 2 either side adds $x/2$, a quarter of the checkpointing waste. So $\tau^*$ is a
+good default, not a knife-edge. The first-order model is slightly pessimistic (the simulation sits a little
+above it). What moves the curve is $C$ (asynchronous and in-memory checkpoints make it seconds) and $R$
+(spare nodes kept warm, nothing reloaded).
+
+**Exercise — Young's interval.** Write `my_interval(C, M)`; it is checked against the library's function,
+and against the model: no interval on a fine grid does better.
+''', r'''%exercise young
+def my_interval(C, M):
+    raise NotImplementedError("hint: minimise C/tau + tau/(2M): the derivative -C/tau^2 + 1/(2M) is zero at ...")
+''', r'''
+for C_, M_ in ((30.0, 14400.0), (1.0, 86400.0), (300.0, 3600.0)):
+    assert np.isclose(my_interval(C_, M_), young_daly_interval(C_, M_)), (C_, M_)
+    grid = np.linspace(0.2, 5, 500) * my_interval(C_, M_)
+    assert model_goodput(my_interval(C_, M_), C_, M_) >= max(model_goodput(t, C_, M_) for t in grid) - 1e-12
+print("correct; the library's version:\n")
+print(inspect.getsource(young_daly_interval))
+''', r'''%md
+## 4. The largest valid world size
+
+After a failure the supervisor runs on the **largest** number of ranks $w \le$ the slots left for which
+some layout is valid, never below `--min-np`. "Valid" is the trainer's own judgement:
+`TrainConfig.resolve(w)` raises `ConfigError` for a layout that cannot run. For each $w$ it tries the
+performance model's plan (lesson 13), then your layout with dp rescaled, then data parallelism alone.
+
+**Exercise.** Write `my_largest_world(config, slots, min_np)` without the plan: for $w$ from `slots` down
+to `min_np`, try `replace(config, dp=None)` (your tp/pp/cp kept), then data parallel only
+(`replace(config, dp=None, tp=1, pp=1, cp=1, chunks=1, schedule=None, microbatches=None,
+sequence_parallel=False)`); return the first $w$ that resolves, or None.
+''', r'''
+from dataclasses import replace
+from minipar.config import ConfigError, TrainConfig
+''', r'''%exercise largest
+def my_largest_world(config, slots, min_np=1):
+    raise NotImplementedError("hint: for w in range(slots, min_np - 1, -1): try candidate.resolve(w) "
+                              "for each candidate layout, catching ConfigError")
+''', r'''
+base = TrainConfig(model="tiny", n_layer=2, d_model=16, n_head=4, seq_len=8, batch_size=8)
+cases = [(base, s, 1) for s in range(1, 9)] + [(base, 3, 3), (replace(base, batch_size=12), 5, 1),
+         (replace(base, tp=2), 3, 1), (replace(base, tp=2, pp=2), 7, 1), (replace(base, n_head=8, tp=4), 7, 2)]
+for config, slots, min_np in cases:
+    want = largest_world_size(config, slots, min_np, use_plan=False)[0]
+    assert my_largest_world(config, slots, min_np) == want, (config.layout_name(), slots, min_np, want)
+print("correct; e.g. batch 8, 4 heads:", {s: my_largest_world(base, s) for s in range(1, 9)})
+''', r'''%md
+## 5. A slow rank, and load balancing
+
+A failing rank is not the only problem: a *slow* one (thermal throttling, a noisy neighbour, a bad link)
+makes every synchronous step wait for it. `MINIPAR_SLOW_RANK=1:2` makes rank 1 sleep as long again as
+its forward+backward. With `--balance` each data-parallel replica gets rows of the global batch in
+proportion to its measured speed, re-measured every 5 steps, and its loss weighted by $dp\cdot n_i/N$ so
+that the update stays exactly that of one process (lesson 05's average, uneven shares).
+''', r'''
+SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "32", "--batch-size", "24",
+         "--steps", "30", "--precision", "fp64", "--quiet", "--eval-batches", "0"]
+runs = {}
+for name, extra in (("even shares", []), ("--balance", ["--balance"])):
+    log = f"{WORK}/{name.strip('-').replace(' ', '_')}.json"
+    subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", *SMALL, *extra,
+                    "--log-json", log], env=dict(ENV, MINIPAR_SLOW_RANK="1:2"), check=True, timeout=300,
+                   capture_output=True)
+    runs[name] = read_log(log)[1]
+np.testing.assert_allclose([r["loss"] for r in runs["--balance"]], [r["loss"] for r in runs["even shares"]],
+                           rtol=1e-9)                       # uneven shares, the same updates
+even = runs["even shares"][10:]
+tokens_per_rank = 24 * 32 / 2
+ideal = sum(np.median([tokens_per_rank / r["per_rank"]["compute_s"][i] for r in even]) for i in range(2))
+fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
+for name, recs in runs.items():
+    a.plot([r["step_time_s"] * 1e3 for r in recs], label=name)
+a.set_xlabel("step"); a.set_ylabel("step time (ms)"); a.legend(); a.set_title("rank 1 slowed 2x")
+b.plot([r["batch_shares"][0] for r in runs["--balance"]], label="rank 0 (fast)")
+b.plot([r["batch_shares"][1] for r in runs["--balance"]], label="rank 1 (slow)")
+b.axhline(16, ls=":", color="gray", label="16:8, if time were ∝ rows"); b.set_xlabel("step"); b.set_ylabel("rows of 24"); b.legend()
+b.set_title("--balance: shares of the batch"); plt.tight_layout(); plt.show()
+for name, recs in runs.items():
+    print(f"{name:12} {np.median([r['tokens_per_s'] for r in recs[10:]]):8,.0f} tokens/s")
+print(f"{'ideal':12} {ideal:8,.0f} tokens/s (the sum of the two ranks' speeds; at most 1.5x even shares)")
+''', r'''%md
+Speeds 1 and ½: even shares run at the slow rank's pace, $2\cdot\tfrac12 = 1$; the ideal is
+$1 + \tfrac12 = 1.5$. If a replica's time were proportional to its rows, shares 16:8 would reach it. They
+settle lower for the slow rank: the new shares are $n_i' \propto n_i/t_i$, whose fixed point is **equal
+times** $t_0 = t_1$, and a step also has a fixed part (Python, launching kernels, the optimizer) that the
+slowed rank pays twice too — so it must get fewer rows than its "speed" says. On a shared 2-core machine
+the times are noisy, so the shares wander; `benchmarks/balance.py` measures with repeats. (minipar
+refuses `--balance` with pipeline parallelism: there the fix is moving *layers*.)
+
+## 6. The code
+
+The supervisor names a hung rank from the process table:
+''', r'''
+from minipar.elastic.attempt import Attempt
+print(inspect.getsource(Attempt._blame_hang))
+''', r'''%md
+and why there is an agent per rank: MPICH's launcher kills every rank at once when one dies, and the
+process id it prints is not always the one that died first. The agent is the rank's parent, so it
+*knows* how its child ended:
+''', r'''
+from minipar.elastic import agent
+print(inspect.getsource(agent.main))
+''', r'''%md
+## The names you will meet
+
+- **torchrun** (`torch.distributed.run`, TorchElastic): an **elastic agent** per node starts the workers,
+  watches them, and on any failure or membership change stops *all* workers and restarts them
+  (`--max-restarts`); the nodes meet at a **rendezvous** (`--rdzv-backend c10d`, `--rdzv-endpoint`) that
+  decides the new membership within `--nnodes MIN:MAX`. The worker restores its own checkpoint (it sees
+  `TORCHELASTIC_RESTART_COUNT`) — the data order after a change of size is its problem.
+- **Horovod elastic** (`hvd.elastic.run`, `hvd.elastic.State` with `commit()` / `restore()`): survivors stay
+  alive and re-form the ring in process; a host discovery script says which hosts exist, failed hosts are
+  **blacklisted** — minipar's `--hosts` does the same.
+- **DeepSpeed**: elastic training computes the batch sizes compatible with a range of GPU counts
+  (`elasticity` config), and *universal checkpointing* converts a ZeRO/TP/PP checkpoint to another layout —
+  what minipar's layout-free checkpoints give for free.
+- **Goodput** (Google's ML goodput), **Young/Daly interval**, **MTBF**; asynchronous checkpoints
+  (PyTorch DCP `async_save`), in-memory checkpoints to peers (Gemini), hot spares.
+- **Stragglers**: per-rank step times in the logs (lesson 13's monitor), data-parallel load balancing as
+  here, and at scale simply finding and draining the slow node.
+''']
