@@ -11,10 +11,15 @@ order, all-reduces started from leaf gradient hooks on a progress thread):
 2. the timeline of one step (float32, a larger model): forward and backward spans
    measured around the model calls, each bucket's all-reduce from ``ddp.events``;
 3. overlap on vs off: the same steps with ``DDPSync(overlap=False)`` (all-reduces
-   after backward), step time and exposed communication (time blocked waiting on it).
+   after backward), step time and exposed communication (time blocked waiting on it),
+   on this machine's shared memory and on a "slow network": the same all-reduce after a
+   sleep of bytes/β on the progress thread (time on a wire: it costs no CPU).
 
 Times are ``time.perf_counter()`` after a barrier; on one host all ranks share that
-clock (CLOCK_MONOTONIC), so the per-rank timelines line up.
+clock (CLOCK_MONOTONIC), so the per-rank timelines line up.  CPU times are
+``time.thread_time()`` of the thread that did the work (backward on the main thread,
+each all-reduce on the progress thread): wall minus CPU is time that thread waited —
+for a core, for the GIL, or (a sleep) for the wire.
 """
 import argparse
 import json
@@ -32,7 +37,8 @@ import numpy as np
 
 from minipar import backend
 from minipar.backend import to_device, sync
-from minipar.comm import Communicator, abort_on_exception
+from minipar.comm import Communicator, abort_on_exception, all_reduce
+from minipar.comm.nonblocking import submit
 from minipar.data import shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
@@ -40,6 +46,25 @@ from minipar.parallel.step import Optimizer
 from minipar.parallel.sync import DDPSync
 
 LR = 3e-3
+SLOW_NETWORK_BYTES_PER_S = 50e6      # the pretend link of experiment 3: 50 MB/s
+
+
+def timed_allreduce_hook(cpu_log, bytes_per_s=None):
+    """DDP's default hook (g/n, then a non-blocking all-reduce on the progress thread),
+    recording each all-reduce's CPU seconds on that thread; with ``bytes_per_s`` every
+    bucket first "travels" for nbytes/bytes_per_s — a sleep, which uses no CPU."""
+    def run(ctx, flat):
+        cpu0 = time.thread_time()
+        if bytes_per_s:
+            time.sleep(flat.nbytes / bytes_per_s)
+        out = all_reduce(ctx, flat)
+        cpu_log.append(time.thread_time() - cpu0)
+        return out
+
+    def hook(comm, flat):
+        flat *= 1.0 / comm.size
+        return submit(comm, run, flat)
+    return hook
 
 
 def global_batch(step, rows, cfg):
@@ -85,24 +110,30 @@ def train_ddp(comm, cfg, steps, rows, bucket_bytes):
     return losses, len(ddp.buckets)
 
 
-def timed_steps(comm, cfg, rows, overlap, steps, bucket_bytes):
+def timed_steps(comm, cfg, rows, overlap, steps, bucket_bytes, bytes_per_s=None):
     """``steps`` training steps; per step the spans of forward, backward, the sync wait
-    and every bucket's all-reduce, relative to a barrier at the start of the step."""
+    and every bucket's all-reduce (with its CPU seconds), relative to a barrier at the
+    start of the step, and backward's CPU seconds on the main thread."""
     model = GPT(cfg, seed=0)
-    ddp = DDPSync(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
+    cpu_log = []
+    ddp = DDPSync(model, comm, bucket_bytes=bucket_bytes, overlap=overlap,
+                  comm_hook=timed_allreduce_hook(cpu_log, bytes_per_s))
     opt = Optimizer(ddp, lr=LR)
     out = []
     for step in range(steps):
         x, y = global_batch(step, rows, cfg)
         x, y = to_device(shard_rows(x, comm.rank, comm.size)), to_device(shard_rows(y, comm.rank, comm.size))
+        cpu_log.clear()
         comm.barrier()
         t0 = time.perf_counter()
         _, loss = model(x, y)
         sync()
         t1 = time.perf_counter()
+        cpu1 = time.thread_time()
         loss.backward()
         sync()
         t2 = time.perf_counter()
+        backward_cpu = time.thread_time() - cpu1
         opt.step()                          # ddp.finish() (the wait), then AdamW
         sync()
         t4 = time.perf_counter()
@@ -111,9 +142,13 @@ def timed_steps(comm, cfg, rows, overlap, steps, bucket_bytes):
         out.append({
             "forward": [t0 - t0, t1 - t0], "backward": [t1 - t0, t2 - t0],
             "sync_wait": [t2 - t0, t3 - t0], "optimizer": [t3 - t0, t4 - t0],
-            "step_time": t4 - t0, "exposed_comm": exposed,
-            "buckets": [{"index": i, "submitted": s - t0, "started": a - t0, "finished": f - t0}
-                        for i, s, a, f in ddp.events],
+            "step_time": t4 - t0, "exposed_comm": exposed, "backward_cpu": backward_cpu,
+            # the progress thread runs the buckets in submission order: cpu_log[k] is the
+            # k-th submitted bucket's
+            "buckets": [{"index": i, "submitted": s - t0, "started": a - t0, "finished": f - t0,
+                         "cpu": cpu}
+                        for (i, s, a, f), cpu in zip(sorted(ddp.events, key=lambda e: e[1]),
+                                                     cpu_log)],
         })
     bucket_bytes_each = [b.padded * b.dtype.itemsize for b in ddp.buckets]
     return out, bucket_bytes_each
@@ -149,14 +184,19 @@ def main():
     result["timing_model"] = {"n_layer": big.n_layer, "d_model": big.d_model, "seq_len": big.seq_len,
                               "rows_per_rank": big_rows // n, "params": GPT(big).num_parameters(),
                               "bucket_bytes": bucket}
-    for name, overlap in (("overlap", True), ("no_overlap", False)):
-        steps, sizes = timed_steps(comm, big, big_rows, overlap, args.timed_steps, bucket)
+    result["slow_network_bytes_per_s"] = SLOW_NETWORK_BYTES_PER_S
+    runs = (("overlap", True, None), ("no_overlap", False, None),
+            ("slow_overlap", True, SLOW_NETWORK_BYTES_PER_S),
+            ("slow_no_overlap", False, SLOW_NETWORK_BYTES_PER_S))
+    for name, overlap, bytes_per_s in runs:
+        steps, sizes = timed_steps(comm, big, big_rows, overlap, args.timed_steps, bucket,
+                                   bytes_per_s)
         everyone = comm.mpi.gather(steps, root=0)
         if comm.rank == 0:
             result[name] = everyone             # [rank][step] -> spans
             result["bucket_sizes"] = sizes
     if comm.rank == 0:
-        for name in ("overlap", "no_overlap"):  # median over steps after the first (warm-up)
+        for name, _, _ in runs:                 # median over steps after the first (warm-up)
             per_step = [max(r[s]["step_time"] for r in result[name]) for s in range(1, args.timed_steps)]
             exposed = [statistics.mean(r[s]["exposed_comm"] for r in result[name])
                        for s in range(1, args.timed_steps)]

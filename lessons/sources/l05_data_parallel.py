@@ -40,18 +40,29 @@ $\nabla L = \frac1K\sum_k \nabla L_k$.
 
 $$T_\text{step} \approx T_\text{fwd} + T_\text{bwd} + \underbrace{\max\bigl(0,\ T_\text{comm} - T_\text{hidden}\bigr)}_{\text{exposed}} + T_\text{opt}.$$
 
-Plan: (1) two ranks under `mpiexec` reproduce the single process and gradient accumulation in float64;
-(2) the buckets of a model; (3) one step of both ranks on a timeline; (4) overlap vs no overlap.
+That formula assumes the communication costs the computation nothing. §4 measures when it does.
+
+Plan: (1) two ranks under `mpiexec` reproduce the single process and gradient accumulation in float64,
+and you write the average over replicas with uneven shares; (2) the buckets of a model, and you write
+the hook that launches them; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
+machine and on a slow network — and why overlap can lose here.
 ''', r'''
+import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import matplotlib.pyplot as plt
 import numpy as np
+
+from minipar import backend
+from minipar.nn import GPT, GPTConfig
+from minipar.parallel.buckets import make_buckets
+from minipar.parallel.sync import DDPSync
 
 %matplotlib inline
 ''' + LAUNCH, r'''%md
@@ -65,7 +76,7 @@ global batches (the batch of step $k$ is a pure function of $k$):
 * **one process** on the whole batch — the oracle, computed on rank 0;
 * **one process, $K = 2$ accumulated micro-batches** of half the rows, each loss scaled by $1/K$.
 
-The same script then measures one step of a larger model (float32) for the timeline of §3.
+The same script then times steps of a larger model (float32) for §3 and §4.
 ''', r'''
 out_json = os.path.join(tempfile.mkdtemp(), "dp.json")
 mpirun(2, ["05_data_parallel.py", "--backend", BACKEND, "--json", out_json])
@@ -86,16 +97,68 @@ numbers are added (the all-reduce sums two partial gradients that one process wo
 in one matmul). This is the contract of every parallel layout in this course: **the single-process
 run is the oracle**.
 
+**Exercise — averaging over replicas with uneven shares.** A slow replica can be given fewer rows
+(load balancing, `train --balance`). Then the plain mean $\frac1N\sum_r g_r$ is *wrong*: with $n_r$ rows
+on replica $r$ and $\sum_r n_r = B$, the global mean loss is $L = \sum_r \frac{n_r}{B} L_r$. Write
+`replica_average(grads, rows)`: `grads[r]` is `{name: gradient of replica r's mean loss}`, `rows[r]` its
+number of rows; return the gradient of the global mean loss. The check runs each replica in this process
+(float64) and compares with one process on the whole batch, for equal and uneven shares.
+''', r'''%exercise replica_average
+def replica_average(grads, rows):
+    raise NotImplementedError("hint: L = Σ_r (n_r / B)·L_r, and the gradient is linear: weight replica r's "
+                              "gradient by rows[r] / sum(rows) and add them up, name by name")
+''', r'''
+backend.set_default_dtype(np.float64)
+small = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, d_model=32, n_head=4)
+ids = np.random.default_rng(0).integers(0, small.vocab_size, (8, small.seq_len + 1))
+x8, y8 = ids[:, :-1], ids[:, 1:]
+
+def gradients(x, y):
+    """{name: gradient} of the mean loss over the rows of (x, y), one process."""
+    model = GPT(small, seed=0)
+    _, loss = model(x, y)
+    loss.backward()
+    return {n: p.grad.copy() for n, p in model.named_parameters()}
+
+whole = gradients(x8, y8)                                     # the oracle: all 8 rows at once
+for rows in ([4, 4], [2, 6], [1, 3, 4]):
+    edges = np.cumsum([0] + rows)
+    per_replica = [gradients(x8[a:b], y8[a:b]) for a, b in zip(edges, edges[1:])]
+    mine = replica_average(per_replica, rows)
+    for name, g in whole.items():
+        np.testing.assert_allclose(mine[name], g, rtol=1e-10, atol=1e-15, err_msg=f"{name}, rows {rows}")
+    plain = {n: sum(g[n] for g in per_replica) / len(rows) for n in whole}
+    off = max(np.abs(plain[n] - whole[n]).max() / np.abs(whole[n]).max() for n in whole)
+    print(f"rows {rows}: yours equals one process; the plain mean is off by {off:.1e} (relative)")
+''', r'''%md
+DDP's all-reduce can only compute the plain mean $\frac{1}{\mathrm{dp}}\sum_r(\cdot)$ (the hook divides by
+the group size, then sums). So minipar's load balancer keeps the all-reduce and changes what each replica
+back-propagates: $w_r L_r$ with $w_r = \mathrm{dp}\cdot n_r / B$, so that $\frac1{\mathrm{dp}}\sum_r w_r g_r =
+\sum_r \frac{n_r}{B} g_r$ — your sum. Here is the library's weight (`minipar/train/balance.py`), used to
+check that identity on the same replicas:
+''', r'''
+from minipar.train.balance import Balancer
+
+print(inspect.getsource(Balancer.weight.fget))
+rows = [1, 3, 4]
+edges = np.cumsum([0] + rows)
+per_replica = [gradients(x8[a:b], y8[a:b]) for a, b in zip(edges, edges[1:])]
+weights = []
+for r in range(len(rows)):                       # the balancer as replica r sees it
+    balancer = Balancer(types.SimpleNamespace(dp=len(rows), coords=types.SimpleNamespace(dp=r)), sum(rows))
+    balancer.shares = rows
+    weights.append(balancer.weight)
+ddp_mean = {n: sum(w * g[n] for w, g in zip(weights, per_replica)) / len(rows) for n in whole}
+for name, g in whole.items():
+    np.testing.assert_allclose(ddp_mean[name], g, rtol=1e-10, atol=1e-15)
+print("weights w_r =", weights, "-> (1/dp)·Σ w_r·g_r equals one process")
+''', r'''%md
 ## 2. The buckets
 
 `make_buckets(params, bucket_bytes)` walks the parameters **backwards** and cuts a new bucket when
 the next one would overflow it (a parameter larger than a bucket gets its own). Here the model of the
 timing experiment (4 blocks, $d = 128$, float32) with 512 KiB buckets:
 ''', r'''
-from minipar import backend
-from minipar.nn import GPT, GPTConfig
-from minipar.parallel.buckets import make_buckets
-
 tm = result["timing_model"]
 backend.set_default_dtype(np.float32)
 cfg = GPTConfig(vocab_size=256, seq_len=tm["seq_len"], n_layer=tm["n_layer"], d_model=tm["d_model"], n_head=4)
@@ -112,9 +175,84 @@ assert names[id(buckets[-1].params[-1])].startswith("wte")         # the embeddi
 Bucket 0 (head, last block) is complete after the first few backward ops; the last bucket holds the
 embeddings, whose gradient exists only when backward is over — its all-reduce can never be hidden.
 
+**Exercise — the bucket hook.** Autograd calls a leaf's hooks each time a gradient has been accumulated
+into it (`param.register_hook(fn)` → `fn(param)`). DDP registers one on every parameter. Write the class
+behind it: `grad_ready(param)` counts the gradients that arrived in `param`'s bucket and calls `launch(i)`
+the moment bucket `i` is complete (all its parameters have their gradient). It must work for the next
+backward too. The check runs two backward passes of the float64 model of §1 (16 KiB buckets) with your
+hooks and with the library's `DDPSync` (on a pretend group of 2 ranks whose "all-reduce" returns the
+bucket unchanged, so nothing is sent), and compares *when* each bucket was launched: after how many
+gradients, in which order.
+''', r'''%exercise bucket_hook
+class MyBucketHooks:
+    """DDP's bookkeeping: launch(i) as soon as every parameter of bucket i has its gradient."""
+
+    def __init__(self, buckets, launch):
+        self.buckets, self.launch = buckets, launch
+
+    def grad_ready(self, param):
+        raise NotImplementedError("hint: in __init__ map id(p) -> bucket index and keep a count per bucket; "
+                                  "here add 1 to param's bucket, and when the count reaches "
+                                  "len(bucket.params) call self.launch(i) and reset the count to 0")
+''', r'''
+backend.set_default_dtype(np.float64)
+
+def launches(attach, steps=2):
+    """[(step, gradients accumulated so far, bucket launched)] over `steps` backward passes;
+    attach(model, launch) installs the hooks and returns what to call after each backward."""
+    model, seen, log = GPT(small, seed=0), [0], []
+    for p in model.parameters():                # registered first: fires before the others
+        p.register_hook(lambda p: seen.__setitem__(0, seen[0] + 1))
+    after_backward = attach(model, lambda i: log.append((step, seen[0], i)))
+    for step in range(steps):
+        _, loss = model(x8, y8)
+        loss.backward()
+        after_backward()
+        for p in model.parameters():
+            p.grad = None
+    return log
+
+def with_library(model, launch):
+    one = types.SimpleNamespace(rank=0, size=1)            # no broadcast at construction
+    ddp = DDPSync(model, one, bucket_bytes=16 * 1024,
+                  comm_hook=lambda comm, flat: types.SimpleNamespace(wait=lambda: flat))
+    ddp.comm = types.SimpleNamespace(rank=0, size=2)       # now the hooks launch buckets
+    library_launch = ddp._launch
+    def spy(bucket):
+        launch(ddp.buckets.index(bucket))
+        library_launch(bucket)
+    ddp._launch = spy
+    return ddp.finish                                      # waits, resets the counts
+
+def with_yours(model, launch):
+    hooks = MyBucketHooks(make_buckets(model.parameters(), 16 * 1024), launch)
+    for p in model.parameters():
+        p.register_hook(hooks.grad_ready)
+    return lambda: None
+
+library, yours = launches(with_library), launches(with_yours)
+n_buckets, n_params = result["parity_buckets"], len(GPT(small).parameters())
+assert sorted(i for s, _, i in library if s == 0) == list(range(n_buckets))   # each bucket once
+assert yours == library, f"yours:    {yours}\nlibrary:  {library}"
+print("correct: the same launches as DDPSync, step by step")
+print(f"{n_params} gradients per backward; (gradients so far, bucket launched) in the first one:")
+print("  ", [(seen, i) for s, seen, i in library if s == 0])
+''', r'''%md
+The pairs are (gradients accumulated so far, bucket launched): the first bucket leaves after a single
+gradient — the head's — while backward still has almost everything to do. The order is not quite $0, 1,
+2, \dots$: a block's backward reaches the MLP's `fc` bias before the MLP's `proj` weight is done, so a
+later bucket can complete first; the hook does not care. Here is what you just wrote, in the library
+(`minipar/parallel/sync/ddp.py`), and the default communication hook it calls (`hooks.py`):
+''', r'''
+from minipar.parallel.sync import allreduce_hook
+
+print(inspect.getsource(DDPSync._grad_ready))
+print(inspect.getsource(DDPSync._launch))
+print(inspect.getsource(allreduce_hook))
+''', r'''%md
 ## 3. One step, drawn
 
-Each rank timed its step: `forward` and `backward` are measured around the model calls
+Each rank timed its steps: `forward` and `backward` are measured around the model calls
 (`perf_counter()` after a barrier; ranks on one host share that clock); `sync wait` is
 `ddp.finish()`, the time blocked waiting for communication (the **exposed** part);
 then the optimizer. The lower row of each rank is the communication thread, from `ddp.events`:
@@ -154,7 +292,7 @@ plt.tight_layout(); plt.show()
 
 for r, s in enumerate(result["overlap"]):
     for st in s:   # mechanism, not timing: with overlap the first bucket is handed over inside backward
-        assert st["buckets"][0]["submitted"] < st["backward"][1], (r, st)
+        assert min(e["submitted"] for e in st["buckets"]) < st["backward"][1], (r, st)
     s = s[step]
     inside = sum(e["submitted"] < s["backward"][1] for e in s["buckets"])
     print(f"rank {r}: {inside} of {len(s['buckets'])} buckets submitted before backward ended")
@@ -166,53 +304,134 @@ With overlap the all-reduces of the first buckets run under backward; only the t
 buckets, above all the embeddings) and any skew between the ranks remain exposed in `sync wait`.
 Without overlap every bucket waits for the end of backward.
 
-## 4. Overlap vs no overlap
+## 4. Overlap vs no overlap: exposed and total communication
 
-Median over the timed steps after the first (the slowest rank's step time; exposed communication =
-time blocked in `ddp.finish()`, mean over ranks). *Comm busy* is the time the
-communication thread spent on all-reduces (summed over buckets).
+Four runs of the same steps: overlap on and off, on this machine (two ranks talking through shared
+memory) and on a **slow network**: the same all-reduce, but before it the progress thread sleeps
+$S/\beta$ for a bucket of $S$ bytes ($\beta$ = 50 MB/s) — time on a wire, which needs no CPU, as a real
+link would. Per run (median over the steps after the first, and over the ranks):
+
+* *total comm*: the time the communication thread spent on all-reduces (sum over buckets), split into
+  what ran **under backward** (hidden) and what ran after it;
+* *exposed*: the time the main thread was blocked in `ddp.finish()` — what the step paid. It can exceed
+  the all-reduces themselves: it also holds the **skew**, waiting for the other rank to finish its
+  backward and reach the same bucket;
+* *CPU* columns: `time.thread_time()` of the thread doing the work (backward on the main thread, each
+  all-reduce on the progress thread). Wall minus CPU is time the thread was **not running**: waiting
+  for a core, for Python's GIL, for the other rank — or, in the sleep, for the wire.
 ''', r'''
-rows = []
-for name in ("overlap", "no_overlap"):
-    med = result[name + "_median"]
-    busy = np.median([sum(e["finished"] - e["started"] for e in st["buckets"])
-                      for r in result[name] for st in r[1:]])
-    rows.append((name, med["step_time"], med["exposed_comm"], busy))
-print(f"{'':12} {'step ms':>8} {'exposed comm ms':>16} {'comm busy ms':>13}")
-for name, t, e, b in rows:
-    print(f"{name:12} {t * 1e3:8.1f} {e * 1e3:16.1f} {b * 1e3:13.1f}")
-print(f"step time overlap / no overlap: {rows[0][1] / rows[1][1]:.2f}")
+RUNS = {"overlap": "overlap", "no_overlap": "no overlap",
+        "slow_overlap": "slow net, overlap", "slow_no_overlap": "slow net, no overlap"}
 
-fig, ax = plt.subplots(figsize=(6, 3))
-ax.bar([r[0] for r in rows], [(r[1] - r[2]) * 1e3 for r in rows], color="#55A868", label="compute")
-ax.bar([r[0] for r in rows], [r[2] * 1e3 for r in rows], bottom=[(r[1] - r[2]) * 1e3 for r in rows],
-       color="#C44E52", label="exposed comm")
-ax.set_ylabel("ms per step (median)"); ax.legend(); plt.show()
+def summary(name):
+    per = []
+    for rank in result[name]:
+        for st in rank[1:]:                       # step 0 warms up
+            b0, b1 = st["backward"]
+            total = sum(e["finished"] - e["started"] for e in st["buckets"])
+            under = sum(max(0.0, min(e["finished"], b1) - max(e["started"], b0)) for e in st["buckets"])
+            per.append({"fwd": st["forward"][1] - st["forward"][0], "bwd": b1 - b0,
+                        "bwd_cpu": st["backward_cpu"], "opt": st["optimizer"][1] - st["optimizer"][0],
+                        "exposed": st["exposed_comm"], "total": total, "hidden": under,
+                        "comm_cpu": sum(e["cpu"] for e in st["buckets"])})
+    out = {k: float(np.median([p[k] for p in per])) for k in per[0]}
+    out["step"] = result[name + "_median"]["step_time"]       # the slowest rank's step
+    return out
+
+S = {name: summary(name) for name in RUNS}
+print(f"{'':22}{'step':>7}{'backward':>9}{'bwd CPU':>8}{'exposed':>8}{'total comm':>11}"
+      f"{'hidden':>7}{'comm CPU':>9}   (ms)")
+for name, label in RUNS.items():
+    s = S[name]
+    print(f"{label:22}{s['step']*1e3:7.1f}{s['bwd']*1e3:9.1f}{s['bwd_cpu']*1e3:8.1f}{s['exposed']*1e3:8.1f}"
+          f"{s['total']*1e3:11.1f}{s['hidden']*1e3:7.1f}{s['comm_cpu']*1e3:9.1f}")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+labels, x = list(RUNS.values()), np.arange(len(RUNS))
+bottom = np.zeros(len(RUNS))
+for key, color, label in (("fwd", "#4C72B0", "forward"), ("bwd", "#55A868", "backward"),
+                          ("exposed", "#C44E52", "exposed comm (sync wait)"), ("opt", "#8172B2", "optimizer")):
+    vals = np.array([S[n][key] for n in RUNS]) * 1e3
+    axes[0].bar(x, vals, bottom=bottom, color=color, label=label, width=0.6)
+    bottom += vals
+axes[0].set_title("one step (medians)"); axes[0].set_ylabel("ms")
+hidden = np.array([S[n]["hidden"] for n in RUNS]) * 1e3
+total = np.array([S[n]["total"] for n in RUNS]) * 1e3
+axes[1].bar(x, hidden, color="#55A868", width=0.6, label="under backward (hidden)")
+axes[1].bar(x, total - hidden, bottom=hidden, color="#DD8452", width=0.6, label="after backward")
+axes[1].scatter(x, [S[n]["comm_cpu"] * 1e3 for n in RUNS], marker="_", s=900, color="k", zorder=3,
+                label="CPU time of the all-reduces")
+axes[1].set_title("the communication thread: total time on all-reduces"); axes[1].set_ylabel("ms")
+for ax in axes:
+    ax.set_xticks(x, labels, fontsize=8); ax.legend(fontsize=7, loc="upper left")
+plt.tight_layout(); plt.show()
+
+wire = sum(result["bucket_sizes"]) / result["slow_network_bytes_per_s"]
+print(f"slow network: {wire * 1e3:.0f} ms on the wire per step ({len(result['bucket_sizes'])} buckets, "
+      f"{sum(result['bucket_sizes']) / 2**20:.1f} MiB at {result['slow_network_bytes_per_s'] / 1e6:.0f} MB/s)")
+for net in ("", "slow_"):
+    on, off = S[net + "overlap"], S[net + "no_overlap"]
+    where = "on a slow network" if net else "on this machine"
+    print(f"{where}: overlap hid {on['hidden'] * 1e3:.0f} of {on['total'] * 1e3:.0f} ms of communication; "
+          f"exposed {on['exposed'] * 1e3:.0f} ms vs {off['exposed'] * 1e3:.0f} ms without; "
+          f"backward {on['bwd'] * 1e3:.0f} ms vs {off['bwd'] * 1e3:.0f} ms; "
+          f"step {on['step'] / off['step']:.2f}x the no-overlap step")
+for name in RUNS:                                      # facts of the mechanism, not of the timing
+    assert S[name]["total"] > 0 and S[name]["hidden"] <= S[name]["total"] + 1e-9
+    assert "no_overlap" not in name or S[name]["hidden"] == 0.0   # nothing runs under backward
 ''', r'''%md
-**Reading the numbers on this machine.** Compare *comm busy* with and without overlap: the very
-same all-reduces take several times longer when they run under backward. The communication thread
-is Python: between two messages of the ring it needs the GIL, and backward — minipar's autograd
-engine is Python too — holds it, handing it over only every `sys.getswitchinterval()` (5 ms) or
-inside long NumPy calls. So an all-reduce that takes a fraction of a millisecond alone stretches
-over many milliseconds, and most buckets finish only after backward. On top of that the two ranks
-share two busy CPU cores (the thread's copies and reductions compete with backward for the core),
-and part of each all-reduce is just *waiting for the other rank* to finish the same bucket — skew
-that no overlap can hide. The figures above may therefore show little gain, or even a loss;
-`benchmarks/data_parallel.py` measures it on a model where compute dominates.
+**Why overlap can make the step slower here.** Overlap hides communication only if the
+communication runs on something that would otherwise sit idle. On a GPU it does: NCCL's all-reduce runs
+on its own CUDA stream and the network cards copy the bytes, while the SMs run backward. Here every
+rank is one process on a machine with **two cores**, and `mpiexec -n 2` puts one rank on each: with
+ranks ≥ cores there is no free core for the progress thread. Whatever the all-reduce needs the CPU for —
+packing the buckets, the reductions (NumPy adds), MPI copying through shared memory, Python between two
+messages of the ring (the thread needs the GIL, which backward — Python too — holds) — is taken from
+backward's core. So, in the table:
 
-In PyTorch's DDP on GPUs none of this is in the way: the all-reduce is NCCL kernels on their own
-CUDA stream and links, no Python thread and no GIL involved, so hiding it under backward is nearly
-free — which is why every production DDP overlaps. The mechanism — buckets in reverse order, submitted from gradient hooks during
-backward — is what the asserts check, and what carries over to real hardware.
+* *total comm* with overlap is larger than without: the same all-reduces (compare their *comm CPU*:
+  similar work), stretched because the thread keeps waiting for a core and for the GIL;
+* *backward* may get longer with overlap — by about the CPU the thread took from it — and the time
+  hidden is then paid inside backward instead of in `sync wait`; what it saves is at most the part of the
+  all-reduce that did not need the CPU (waiting for the other rank's message);
+* on a busy machine (other jobs on the same cores) wall ≫ CPU for backward too: the rank itself was
+  waiting for a core. That is noise overlap cannot help with.
+
+**When overlap pays.** When communication is mostly *waiting* — a slow or remote network: the slow-net
+rows. The sleeps cost no CPU, so with overlap they pass while backward computes and the hidden part of
+*total comm* grows by about the time on the wire; without overlap every bucket's wire time is exposed
+after backward. The same holds on real hardware with a free core or a DMA engine per rank (GPUs, or
+fewer ranks than cores). The rule: **overlap hides transfer time, not CPU time**; with ranks ≥ cores
+communication is CPU time. `benchmarks/data_parallel.py` measures it on a model where compute dominates.
+
+The mechanism — buckets in reverse order, submitted from gradient hooks during backward — is what the
+asserts check, and what carries over to real hardware.
 
 ## Takeaways
 
 - $\nabla L = \frac1N \sum_r \nabla L_r$ for equal shares: one all-reduce makes $N$ replicas take
-  the single-process step — exactly, up to summation order (checked to $10^{-12}$ in float64).
-  Gradient accumulation is the same identity over micro-batches in time.
+  the single-process step — exactly, up to summation order (checked to $10^{-12}$ in float64). With
+  uneven shares weight by $n_r/B$ (or the loss by $\mathrm{dp}\cdot n_r/B$). Gradient accumulation is the
+  same identity over micro-batches in time.
 - Communication per step is $\approx 2\cdot 4\Psi$ bytes per rank, independent of the batch: data
   parallelism scales when compute per step ($\propto$ batch) dominates it.
 - Buckets amortise latency; reverse order + hooks let the all-reduce of late layers run while
   earlier layers still compute. The last bucket (embeddings) is always exposed.
+- Overlap hides time on the wire, not CPU work: with a free core, a DMA engine or a slow network it
+  pays; with ranks ≥ cores the communication thread competes with backward.
 - DDP keeps $16\Psi$ bytes of model state on every rank — lesson 06 (ZeRO) removes that redundancy.
+
+## In PyTorch / DeepSpeed / Megatron this is …
+
+- **PyTorch**: `torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)` — the same reverse-order
+  buckets and autograd hooks (the C++ `Reducer`), the all-reduce on NCCL's stream; `model.no_sync()` for
+  gradient accumulation; `model.register_comm_hook(state, hook)` with
+  `torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook` as the default (minipar's
+  `comm_hook=`); `gradient_as_bucket_view=True` makes `.grad` views of the bucket, as minipar's `finish()`
+  does; `torch.distributed.all_reduce` for one tensor. FSDP (lesson 06) is the sharded successor.
+- **DeepSpeed**: plain data parallelism is ZeRO stage 0; `"overlap_comm": true` and `"reduce_bucket_size"`
+  in the `zero_optimization` config are overlap and the bucket size.
+- **Megatron-Core**: `megatron.core.distributed.DistributedDataParallel` with
+  `DistributedDataParallelConfig(overlap_grad_reduce=True, bucket_size=...)` (`--overlap-grad-reduce` on
+  the command line); the data-parallel group is `parallel_state.get_data_parallel_group()`.
 ''']
