@@ -12,8 +12,18 @@ For each stage the same model is wrapped by the optimizer of that stage:
 1. memory (float32 AdamW: 4 bytes per parameter, 4 per gradient, 8 for m and v):
    ``memory_bytes()`` of every rank after one step, and the padded Ψ each stage shards
    (every bucket is rounded up to a multiple of N elements so the shards are equal);
-2. parity (float64): five AdamW steps per stage on the same global batches; the losses
-   of every stage equal stage 0's and the single process's (computed on rank 0).
+2. traffic (float32): the bytes every rank sends in one step, read from the
+   communicator's counters around forward, backward and the optimizer step (the
+   asynchronous collectives of a phase are waited for before its count is read; the
+   one-number all-reduce of the global gradient norm is counted on its own):
+
+       DDP (ring all-reduce)            2·(N-1)/N·Ψ elements
+       ZeRO-1/2 (reduce-scatter + all-gather)   the same
+       ZeRO-3 (all-gather in forward, again in backward, reduce-scatter)   3·(N-1)/N·Ψ
+
+3. parity (float64): AdamW steps per stage on the same global batches (a learnable
+   pattern, so the loss falls); the losses of every stage equal stage 0's and the single
+   process's (computed on rank 0).
 """
 import argparse
 import json
@@ -36,13 +46,15 @@ from minipar.optim import AdamW
 from minipar.parallel.step import Optimizer
 from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
 
-LR = 3e-3
+LR = 1e-2
 
 
 def make_optimizer(stage, model, comm, bucket_bytes):
-    """(the model to call, the optimizer): the one optimizer step over a synchroniser."""
+    """(the model to call, the optimizer): the one optimizer step over a synchroniser.
+    DDP's all-reduce is the ring, so its bytes are the textbook 2(N-1)/N·S."""
     if stage == 0:
-        return model, Optimizer(DDPSync(model, comm, bucket_bytes=bucket_bytes), lr=LR)
+        return model, Optimizer(DDPSync(model, comm, bucket_bytes=bucket_bytes, algorithm="ring"),
+                                lr=LR)
     if stage == 3:                      # one bucket per unit (embeddings, each block, head)
         sync = Zero3Sync(model, comm)
         return sync.wrap(model), Optimizer(sync, lr=LR)    # runs unit by unit
@@ -50,9 +62,50 @@ def make_optimizer(stage, model, comm, bucket_bytes):
 
 
 def global_batch(step, rows, cfg):
+    """Rows counting up from a random start in random strides 1-3 (mod the vocabulary):
+    a pattern the model learns within a few steps, so the loss curves fall."""
     rng = np.random.default_rng(1000 + step)
-    ids = rng.integers(0, cfg.vocab_size, (rows, cfg.seq_len + 1))
+    start = rng.integers(0, cfg.vocab_size, (rows, 1))
+    stride = rng.integers(1, 4, (rows, 1))
+    ids = (start + stride * np.arange(cfg.seq_len + 1)) % cfg.vocab_size
     return ids[:, :-1], ids[:, 1:]
+
+
+def in_flight(sync):
+    """The synchroniser's non-blocking collectives still running."""
+    for b in sync.buckets:
+        if getattr(b, "handle", None) is not None:          # DDP
+            yield b.handle
+        yield from getattr(b, "pending", [])                 # ZeRO-2/3 reduce-scatters
+    yield from getattr(sync, "handles", {}).values()         # ZeRO-3 prefetches
+
+
+def traffic(comm, cfg, stage, rows, bucket_bytes):
+    """Bytes this rank sends in one step: forward, backward, the optimizer step, and of
+    that step the global-norm all-reduce (one float64)."""
+    model, opt = make_optimizer(stage, GPT(cfg, seed=0), comm, bucket_bytes)
+    x, y = global_batch(0, rows, cfg)
+    x, y = shard_rows(x, comm.rank, comm.size), shard_rows(y, comm.rank, comm.size)
+    out = {}
+    comm.barrier()
+    comm.reset_counters()
+    _, loss = model(to_device(x), to_device(y))
+    for h in in_flight(opt.sync):
+        h.wait()
+    out["forward"] = comm.bytes_sent
+    comm.reset_counters()
+    loss.backward()
+    for h in in_flight(opt.sync):       # the phase's collectives, complete (not consumed)
+        h.wait()
+    out["backward"] = comm.bytes_sent
+    comm.reset_counters()
+    opt.step()
+    out["step"] = comm.bytes_sent
+    comm.reset_counters()
+    opt.norm.total(0.0)                 # the norm's all-reduce alone (ZeRO: over dp)
+    out["norm"] = comm.bytes_sent
+    out["step"] -= out["norm"]
+    return out
 
 
 def train(comm, cfg, stage, steps, rows, bucket_bytes):
@@ -88,7 +141,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
     parser.add_argument("--json", required=True, help="where rank 0 writes the results")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
     abort_on_exception()
     backend.set_backend(args.backend)
@@ -106,7 +159,12 @@ def main():
         result[f"memory{stage}"] = {"per_rank": mem, "psi_padded": padded,
                                     "buckets": len(opt.sync.buckets) if stage else None}
 
-    # 2. parity, float64
+    # 2. traffic, float32
+    for stage in range(4):
+        result[f"traffic{stage}"] = comm.mpi.gather(traffic(comm, cfg, stage, rows, bucket_bytes),
+                                                    root=0)
+
+    # 3. parity, float64
     backend.set_default_dtype(np.float64)
     for stage in range(4):
         result[f"losses{stage}"], _ = train(comm, cfg, stage, args.steps, rows, bucket_bytes)
