@@ -33,7 +33,12 @@ timed and drawn without MPI (`build_schedule`, `validate`, `simulate`, `draw_tim
 1F1B has AFAB's bubble but frees each micro-batch's activations as early as possible; interleaving
 shrinks the fill/drain by $v$ at the cost of $v\times$ more messages; ZB-H1 exploits that only the
 input gradient B is on the critical path between stages — the weight gradient W can wait.
+
+Plan: (1) the four schedules simulated — you write the 1F1B builder and the simulator that gives the
+bubble; (2) a real two-stage pipeline traced: its measured bubble against the simulator fed with the
+measured op times of each stage, then the same with one stage made slow.
 ''', r'''
+import inspect
 import json
 import os
 import subprocess
@@ -45,7 +50,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minipar.monitor import step_records
-from minipar.parallel.pipeline import build_schedule, draw_timeline, simulate, validate
+from minipar.parallel.pipeline import (Action, bubble_fraction, build_schedule, dependencies,
+                                       draw_timeline, simulate, validate)
+from minipar.parallel.pipeline import schedules
 
 %matplotlib inline
 ''' + LAUNCH, r'''%md
@@ -66,6 +73,7 @@ for ax, kind in zip(axes, formulas):
     validate(schedule, p, m, chunks)        # every F before its B, B before W, no deadlock, counts
     sims[kind] = simulate(schedule, p, chunks, t_f=1.0, t_b=1.0, t_w=1.0)
     draw_timeline(sims[kind].timelines, ax=ax, title=kind)
+    ax.set_xlabel("time (units of one F)")
 plt.tight_layout(); plt.show()
 
 print(f"{'schedule':12} {'makespan':>9} {'bubble (sim)':>13} {'formula':>9} {'peak in flight':>15}")
@@ -81,6 +89,58 @@ model chunk. AFAB and 1F1B have the same makespan — 1F1B wins on memory (rank 
 micro-batches of activations instead of 8) — interleaving shortens the ramps, and ZB-H1 pushes
 W into the places where 1F1B waits.
 
+A schedule is nothing but these lists. GPipe's, in `minipar/parallel/pipeline/schedules.py`:
+''', r'''
+print(inspect.getsource(schedules._afab))
+print("rank 0:", build_schedule("afab", 2, 3)[0])
+print("rank 1:", build_schedule("1f1b", 2, 3)[1])
+''', r'''%md
+**Exercise — the 1F1B builder.** Write `my_1f1b(pp, m)`: `{rank: [Action, ...]}` for every rank. Rank
+$r$ first runs $w = \min(p - r - 1, m)$ warm-up forwards, then alternates one forward and one backward
+(the forward of the next micro-batch, the backward of the oldest one in flight) until every forward has
+run, then the remaining backwards. `Action("F", 3)` is the forward of micro-batch 3. The check compares
+with `build_schedule("1f1b", pp, m)` for $p$ = 1 … 5 and $m$ = 1 … 9 — including $m < p$, where the
+warm-up is cut short — and runs the library's validator on yours.
+''', r'''%exercise build_1f1b
+def my_1f1b(pp, m):
+    raise NotImplementedError("hint: rank r starts with warmup = min(pp - r - 1, m) forwards; in the steady "
+                              "state each forward of the next micro-batch is followed by the backward of the "
+                              "oldest one in flight; what is left at the end are backwards")
+''', r'''
+for pp_ in range(1, 6):
+    for m_ in range(1, 10):
+        mine = my_1f1b(pp_, m_)
+        validate(mine, pp_, m_)                       # a schedule the engine could run
+        assert mine == build_schedule("1f1b", pp_, m_), (pp_, m_, mine)
+print("correct: the library's 1F1B for every p <= 5, m <= 9")
+print(inspect.getsource(schedules._1f1b))
+''', r'''%md
+**Exercise — the simulator, and the bubble formula.** Time a schedule without running it:
+`my_bubble(schedule, pp, t_f, t_b)` returns `(makespan, bubble)`. Every action starts as soon as its rank
+has finished the previous action in its list *and* every action it depends on has finished
+(`dependencies(rank, action, pp)` lists the `(rank, Action)` pairs: F(m) on stage $s$ needs F(m) on
+$s-1$; B(m) needs F(m) here and B(m) on $s+1$); F takes `t_f`, B takes `t_b`; messages are free. The
+bubble is the idle share of the ranks' time, $1 - \sum_r \text{busy}_r / (p\cdot\text{makespan})$. The
+check compares with the library's `simulate` for AFAB and 1F1B with unequal $t_f$, $t_b$, and with
+$\frac{p-1}{m+p-1}$, which holds whatever $t_f$ and $t_b$ are (as long as every stage has the same).
+''', r'''%exercise simulate_bubble
+def my_bubble(schedule, pp, t_f, t_b):
+    raise NotImplementedError("hint: keep end[(rank, action)], a clock and the index of the next action per "
+                              "rank; sweep the ranks, starting a rank's next action once all its dependencies "
+                              "have an end: start = max(clock, their ends), end = start + t_f or t_b; "
+                              "repeat until every list is done")
+''', r'''
+for kind in ("afab", "1f1b"):
+    for pp_, m_ in ((2, 1), (2, 4), (3, 5), (4, 8), (5, 3)):
+        sched = build_schedule(kind, pp_, m_)
+        t_f, t_b = 1.0, 2.5
+        makespan, bubble = my_bubble(sched, pp_, t_f, t_b)
+        ref = simulate(sched, pp_, t_f=t_f, t_b=t_b)
+        assert abs(makespan - ref.makespan) < 1e-9, (kind, pp_, m_, makespan, ref.makespan)
+        assert abs(bubble - ref.bubble_fraction) < 1e-9, (kind, pp_, m_, bubble, ref.bubble_fraction)
+        assert abs(bubble - (pp_ - 1) / (m_ + pp_ - 1)) < 1e-9
+print("correct: your makespan and bubble are the simulator's, and (p-1)/(m+p-1)")
+''', r'''%md
 The bubble shrinks with more micro-batches — but for a fixed global batch, more micro-batches
 means smaller ones, and small matmuls run less efficiently:
 ''', r'''
@@ -99,12 +159,23 @@ ax.legend(fontsize=7); plt.show()
 ## 2. A real pipeline, traced
 
 Now the engine executes the 1F1B action lists on 2 ranks (`--pp 2`), sending activations and gradients
-with non-blocking point-to-point messages. With `--trace` every F, B, send and recv of the last step
-is timed (after a barrier, so both ranks share a time origin) and written as Chrome trace JSON — open
-it in [Perfetto](https://ui.perfetto.dev). The log line of that step carries the **measured** bubble
-(idle share of the ranks' time: $1 - \sum_r \text{busy}_r / (p \cdot \text{makespan})$) and the
-**simulated** one: the simulator run with the measured mean F and B times.
+with non-blocking point-to-point messages. With `--trace` the last step is timed (after a barrier, so
+both ranks share a time origin) and written as Chrome trace JSON — open it in
+[Perfetto](https://ui.perfetto.dev). Each **F** and **B** span covers the op's *compute only*; the
+blocking receive before it (waiting for the neighbour's activation or gradient) and the posting of the
+send after it are spans of their own, `recv` and `send`. So the trace's bubble is exactly the idle share:
 
+$$\text{measured bubble} = 1 - \frac{\sum_r \text{compute}_r}{p \cdot \text{wall}},$$
+
+wall being the step from the first span's start to the last one's end. The log line of that step
+(`--log-json`, read with `minipar.monitor.step_records`) carries it and the **simulated** bubble: the
+simulator run with the measured mean F and B times *of each stage* — the stages need not be equal (the
+last one also computes the head and the loss). The library's summary (`minipar/parallel/pipeline/trace.py`):
+''', r'''
+from minipar.parallel.pipeline.trace import summarize
+
+print(inspect.getsource(summarize))
+''', r'''%md
 The model is small but not tiny (4 layers, $d = 64$, 64 tokens, batch 16) so that each op takes
 milliseconds rather than microseconds: with smaller ops, Python overhead and message latency
 (which the simulator takes as zero) dominate. In float64 we also check the losses against one
@@ -114,48 +185,127 @@ work = tempfile.mkdtemp()
 MODEL = ["--n-layer", "4", "--d-model", "64", "--n-head", "4", "--seq-len", "64", "--batch-size", "16",
          "--steps", "3", "--precision", "fp64", "--seed", "0", "--data", os.path.join(ROOT, "README.md"),
          "--quiet", "--eval-batches", "0", "--backend", BACKEND]
-trace_path, log_path = os.path.join(work, "trace.json"), os.path.join(work, "pp.json")
-mpirun(2, ["-m", "minipar", "train", *MODEL, "--pp", "2", "--schedule", "1f1b", "--microbatches", "4",
-           "--trace", trace_path, "--log-json", log_path])
-pp_log = step_records(log_path)
-last = pp_log[-1]
+PIPE = ["--pp", "2", "--schedule", "1f1b", "--microbatches", "4"]
+
+def traced_run(name, env=None):
+    """A traced pp=2 run: (its step records, {rank: [(kind, mb, chunk, start ms, end ms)]}, trace metadata)."""
+    trace_path, log_path = os.path.join(work, f"{name}.trace.json"), os.path.join(work, f"{name}.json")
+    saved = dict(ENV)
+    ENV.update(env or {})
+    try:
+        mpirun(2, ["-m", "minipar", "train", *MODEL, *PIPE, "--trace", trace_path, "--log-json", log_path])
+    finally:
+        ENV.clear(); ENV.update(saved)
+    trace = json.load(open(trace_path))
+    timelines = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            timelines.setdefault(e["tid"], []).append(
+                (e["cat"], e["args"]["microbatch"], e["args"]["chunk"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3))
+    return step_records(log_path), timelines, trace["metadata"]
+
+pp_log, timelines, meta = traced_run("even")
 mpirun(1, ["-m", "minipar", "train", *MODEL, "--log-json", os.path.join(work, "single.json")])
 single = [r["loss"] for r in step_records(os.path.join(work, "single.json"))]
 np.testing.assert_allclose([r["loss"] for r in pp_log], single, rtol=1e-12)
 print("pp=2 losses == single-process losses:", [round(r["loss"], 12) for r in pp_log])
 ''', r'''
-from minipar.parallel.pipeline import bubble_fraction
+def per_stage_sim(meta):
+    """The simulator with each stage's measured mean F and B times (ms), as the summary ran it."""
+    per = meta["mean_op_s_per_stage"]
+    t_f = {int(r): s * 1e3 for r, s in per["F"].items()}
+    t_b = {int(r): s * 1e3 for r, s in per["B"].items()}
+    return simulate(build_schedule("1f1b", 2, 4), 2, t_f=t_f, t_b=t_b), t_f, t_b
 
-trace = json.load(open(trace_path))
-timelines = {}
-for e in trace["traceEvents"]:
-    if e["ph"] == "X":
-        a = e["args"]
-        timelines.setdefault(e["tid"], []).append(
-            (e["cat"], a["microbatch"], a["chunk"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3))
-fig, axes = plt.subplots(2, 1, figsize=(12, 4.2))
-draw_timeline(timelines, ax=axes[0], title="measured 1F1B, p = 2, m = 4 (ms)")
-ops = trace["metadata"]["mean_op_s"]
-sim = simulate(build_schedule("1f1b", 2, 4), 2, t_f=ops["F"] * 1e3, t_b=ops["B"] * 1e3)
-draw_timeline(sim.timelines, ax=axes[1], title="simulated with the measured mean F, B times (ms)")
-axes[1].set_xlim(axes[0].get_xlim())
-plt.tight_layout(); plt.show()
+PARTS = (("compute", "#4C72B0"), ("recv", "#CCB974"), ("send", "#8C8C8C"),
+         ("ramp", "#f4f4f4"), ("between ops", "#C44E52"))
 
-measured, simulated = last["measured_bubble"], last["simulated_bubble"]
-print(f"mean F {ops['F'] * 1e3:.2f} ms, mean B {ops['B'] * 1e3:.2f} ms")
-print(f"measured bubble  {measured:.1%}   (from the trace: {bubble_fraction(timelines):.1%})")
-print(f"simulated bubble {simulated:.1%}   formula (p-1)/(m+p-1) = {1 / 5:.1%}")
-assert abs(bubble_fraction(timelines) - measured) < 1e-9
-# timings never decide a check here (the machine may be shared); benchmarks/pipeline_bubble.py
-# repeats this run and reports how close the two are
-verdict = "within" if abs(measured - simulated) <= 0.10 else "NOT within"
-print(f"measured is {verdict} 10 points of the simulator's prediction on this run")
+def breakdown(timelines):
+    """Per rank, ms of the traced step's wall: compute (F, B), recv waits, sends, the ramp (before the
+    rank's first span and after its last: nothing to do yet / any more) and the gaps between spans."""
+    start = min(s[3] for spans in timelines.values() for s in spans)
+    end = max(s[4] for spans in timelines.values() for s in spans)
+    out = {}
+    for r, spans in sorted(timelines.items()):
+        busy = {k: sum(s[4] - s[3] for s in spans if s[0] in kinds)
+                for k, kinds in (("compute", "FB"), ("recv", ("recv",)), ("send", ("send",)))}
+        busy["ramp"] = (min(s[3] for s in spans) - start) + (end - max(s[4] for s in spans))
+        busy["between ops"] = (end - start) - sum(busy.values())
+        out[r] = busy
+    return end - start, out
+
+def show(timelines, meta, last, title):
+    sim, t_f, t_b = per_stage_sim(meta)
+    assert abs(sim.bubble_fraction - last["simulated_bubble"]) < 1e-9      # what the log says
+    assert abs(bubble_fraction(timelines) - last["measured_bubble"]) < 1e-9
+    wall, parts = breakdown(timelines)
+    fig, axes = plt.subplots(3, 1, figsize=(12, 6.3), gridspec_kw={"height_ratios": [2, 2, 1.3]})
+    draw_timeline(timelines, ax=axes[0], title=f"{title}: measured 1F1B, p = 2, m = 4")
+    draw_timeline(sim.timelines, ax=axes[1], title="simulated with each stage's measured mean F and B")
+    for ax in axes[:2]:
+        ax.set_xlabel("ms since the step began")
+    axes[1].set_xlim(axes[0].get_xlim())
+    left = np.zeros(len(parts))
+    for key, color in PARTS:
+        vals = np.array([parts[r][key] for r in parts])
+        axes[2].barh([f"rank {r}" for r in parts], vals, left=left, color=color, edgecolor="k", lw=0.3,
+                     label=f"{key} (idle)" if key != "compute" else key)
+        left += vals
+    axes[2].invert_yaxis(); axes[2].set_xlabel("ms of the step's wall time")
+    axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.05))
+    axes[2].set_xlim(axes[0].get_xlim()); axes[2].set_title("where each rank's wall time went")
+    plt.tight_layout(); plt.show()
+    compute = sum(p_["compute"] for p_ in parts.values())
+    assert abs((1 - compute / (len(parts) * wall)) - last["measured_bubble"]) < 1e-6   # 1 - compute / wall
+    for r, p_ in parts.items():
+        print(f"rank {r}: F {t_f[r]:.1f} ms, B {t_b[r]:.1f} ms (means); of {wall:.1f} ms wall: "
+              + ", ".join(f"{k} {p_[k]:.1f}" for k, _ in PARTS))
+    print(f"measured bubble {last['measured_bubble']:.1%} = 1 - {compute:.1f} / (2 x {wall:.1f}); "
+          f"simulated (per-stage times) {last['simulated_bubble']:.1%}; "
+          f"formula (equal stages) {1 / 5:.1%}")
+    return last["measured_bubble"] - last["simulated_bubble"]
+
+gap = show(timelines, meta, pp_log[-1], "no straggler")
 ''', r'''%md
-The thin bars are receives (time blocked waiting for a neighbour's message, part of the
-bubble) and sends (posting a non-blocking send: brief). On a quiet machine the
-measured bubble is close to the simulator's, and both near $(p-1)/(m+p-1)$ = 20%; what differs is
-real: ops of the same kind do not all take the same time (the last stage also computes the head and
-the loss), messages take time, and the machine is shared.
+How to read it. In the measured timeline the thick boxes are compute; the thin bars under them are
+receives (time blocked waiting for the neighbour: bubble) and sends (posting a non-blocking send:
+brief). The bottom panel adds them up per rank: *compute* is what the bubble formula calls busy,
+everything else is idle — receive waits, sends, the *ramp* (rank 1 has nothing to do before the first
+activation arrives when it does not wait in a receive, and nothing after its last backward while rank 0
+finishes) and the time *between ops* (Python bookkeeping, the final wait for the last sends). The
+simulator knows only compute, so
+
+* the **simulated** bubble is what the schedule costs with these op times: the ramp of the pipeline,
+  and the waits a slower stage imposes on the other. The stages are not equal — the last one also
+  computes the head and the loss, and on a shared machine one rank may simply get less of a core — so
+  it differs from the formula's $(p-1)/(m+p-1)$, which assumes equal stages;
+* **measured − simulated** is what the schedule does not explain: ops of one kind that do not all take
+  the mean time (the first ops of a step are often slower), message latency, the Python between ops, and
+  a shared machine's noise. It is printed below for this run; timings never decide a check here
+  (`benchmarks/pipeline_bubble.py` repeats the run and reports the difference).
+
+### A slow stage
+
+`MINIPAR_SLOW_RANK=1:3` makes rank 1 compute three times slower (after each op it sleeps twice the op's
+duration; `minipar/faults.py`). The schedule cannot hide it: rank 0 now spends much of the step waiting
+in `recv`. The simulator, fed each stage's own times, predicts it — the equal-stage formula does not.
+''', r'''
+print(f"no straggler: measured - simulated = {gap * 100:+.1f} points")
+slow_log, slow_timelines, slow_meta = traced_run("slow", {"MINIPAR_SLOW_RANK": "1:3"})
+np.testing.assert_allclose([r["loss"] for r in slow_log], single, rtol=1e-12)   # slower, not different
+slow_gap = show(slow_timelines, slow_meta, slow_log[-1], "rank 1 three times slower")
+even, slow = pp_log[-1], slow_log[-1]
+print(f"slow stage: measured - simulated = {slow_gap * 100:+.1f} points")
+print(f"bubble measured {even['measured_bubble']:.1%} -> {slow['measured_bubble']:.1%}, "
+      f"simulated {even['simulated_bubble']:.1%} -> {slow['simulated_bubble']:.1%}")
+ops = slow_meta["mean_op_s_per_stage"]
+print(f"rank 1's mean F / rank 0's: {ops['F']['1'] / ops['F']['0']:.1f}x "
+      f"(it was {meta['mean_op_s_per_stage']['F']['1'] / meta['mean_op_s_per_stage']['F']['0']:.1f}x)")
+''', r'''%md
+With one stage three times slower, the other stage idles for most of the step whatever the schedule
+does: a pipeline runs at the pace of its slowest stage. That is why the layers are split so that every stage
+costs the same (the last one gets fewer blocks when it also carries the head), and why a straggler in a
+pipeline is worse than in data parallelism.
 
 ## Takeaways
 
@@ -163,5 +313,22 @@ the loss), messages take time, and the machine is shared.
   drawn without running anything; the engine only executes it.
 - Bubble $=\frac{p-1}{m+p-1}$ for AFAB and 1F1B; 1F1B holds $\le p$ micro-batches of activations
   instead of $m$. Interleaving divides the ramp by $v$; ZB-H1 fills it with deferred weight gradients.
-- A traced run shows the bubble for real and matches the simulator fed with measured op times.
+- Measured, the bubble is $1 - \text{compute}/\text{wall}$: the trace's F/B spans are compute only and
+  the waits are spans of their own. The simulator fed each stage's measured op times predicts it up to
+  what it does not model (latency, Python between ops) — and it predicts a slow stage, which the formula
+  cannot.
+
+## In PyTorch / DeepSpeed / Megatron this is …
+
+- **Megatron-Core**: `--pipeline-model-parallel-size p`, `--num-layers-per-virtual-pipeline-stage`
+  (interleaved, $v$ chunks); the schedules in `megatron/core/pipeline_parallel/schedules.py`
+  (`forward_backward_pipelining_without_interleaving` is 1F1B, `..._with_interleaving` the interleaved
+  one), the point-to-point sends in `p2p_communication.py`.
+- **PyTorch**: `torch.distributed.pipelining` — `pipeline(...)` / `PipelineStage` to cut the model, and
+  the schedules `ScheduleGPipe` (AFAB), `Schedule1F1B`, `ScheduleInterleaved1F1B`, `ScheduleInterleavedZeroBubble`.
+- **DeepSpeed**: `deepspeed.pipe.PipelineModule(layers, num_stages=p)`; its `TrainSchedule` is 1F1B as a
+  list of instructions (`ForwardPass`, `BackwardPass`, `SendActivation`, `RecvGrad`, …) — the same idea as
+  minipar's `Action` lists.
+- **Zero bubble**: Qi et al. 2023 (ZB-H1, ZB-H2, ZB-V); in Megatron-Core / PyTorch as the zero-bubble
+  schedules above.
 ''']
