@@ -157,8 +157,10 @@ print("weights w_r =", weights, "-> (1/dp)·Σ w_r·g_r equals one process")
 
 `make_buckets(params, bucket_bytes)` walks the parameters **backwards** and cuts a new bucket when
 the next one would overflow it (a parameter larger than a bucket gets its own). Here the model of the
-timing experiment (4 blocks, $d = 128$, float32) with 512 KiB buckets:
+timing experiment (4 blocks, $d = 128$, float32) with 512 KiB buckets. The library's code
+(`minipar/parallel/buckets.py`):
 ''', r'''
+print(inspect.getsource(make_buckets))
 tm = result["timing_model"]
 backend.set_default_dtype(np.float32)
 cfg = GPTConfig(vocab_size=256, seq_len=tm["seq_len"], n_layer=tm["n_layer"], d_model=tm["d_model"], n_head=4)
