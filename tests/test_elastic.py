@@ -203,3 +203,22 @@ def test_more_slots_in_the_hosts_file_grow_the_job_from_2_to_4(tmp_path, oracle)
     assert event["resume_step"] == 3 and event["steps_redone"] == 0
     assert [r["world_size"] for r in steps] == [2] * 3 + [4] * 9
     assert_nothing_left(tmp_path)
+
+
+def test_max_restarts_zero_stops_at_the_first_failure(tmp_path):
+    code, out = launch(tmp_path, ["--np", "2", "--max-restarts", "0", "--hang-timeout", "20",
+                                  "--fault", "0:2:exit"])
+    assert code == 1 and "rank 0 exited with status 3" in out and "--max-restarts 0" in out, out
+    assert_nothing_left(tmp_path)
+
+
+def test_a_terminated_supervisor_leaves_no_process(tmp_path):
+    """SIGTERM to the supervisor while rank 1 stalls: it kills the attempt, then exits."""
+    proc = start(tmp_path, ["--np", "2", "--hang-timeout", "60", "--fault", "1:2:hold"], [])
+    try:
+        wait_for_step(tmp_path / "attempt-1" / "rank1", 2)
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        code, out = finish(proc, tmp_path)
+    assert code == 128 + signal.SIGTERM, out
+    assert_nothing_left(tmp_path)
