@@ -222,3 +222,11 @@ def test_a_terminated_supervisor_leaves_no_process(tmp_path):
         code, out = finish(proc, tmp_path)
     assert code == 128 + signal.SIGTERM, out
     assert_nothing_left(tmp_path)
+
+
+def test_an_error_of_the_training_command_is_not_restarted(tmp_path):
+    """Every rank refuses the same bad flag: the job's own error, not a rank failure."""
+    code, out = launch(tmp_path, ["--np", "2"], ["--data", str(tmp_path / "missing")])
+    assert code == 1 and "not a rank failure, so no restart" in out, out
+    assert "--data" in out and not (tmp_path / "attempt-2").exists()
+    assert_nothing_left(tmp_path)

@@ -60,7 +60,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is for the child (a save)
     child = subprocess.Popen([sys.executable, "-m", "minipar.elastic.rank", *argv],
                              close_fds=False, preexec_fn=_die_with_parent)
-    signal.signal(signal.SIGTERM, lambda s, f: child.kill())
+    signal.signal(signal.SIGTERM, lambda s, f: (child.kill(), os._exit(128 + s)))  # no record
     _write(os.path.join(directory, f"pid{rank}"), f"{child.pid} {os.getpid()}\n")
     status = child.wait()
     _write(os.path.join(directory, f"exit{rank}"), f"{status} {time.time():.6f}\n")

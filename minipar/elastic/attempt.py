@@ -6,11 +6,13 @@ While the job runs, every poll (``POLL`` s) reads the heartbeat directory:
     pid<R>      "<child pid> <agent pid>"    written by the agent (agent.py)
     exit<R>     "<status> <unix time>"       the child's end, recorded by its agent
 
-and ends in one of four ways (``Outcome.kind``):
+and ends in one of five ways (``Outcome.kind``):
 
     done      mpiexec exited 0: training finished
     failed    mpiexec exited non-zero: the ranks whose agents recorded an abnormal end
               (-9: killed by SIGKILL; 3: exited with status 3), else none known
+    error     several ranks exited with the same status: the trainer stopped itself on
+              every rank (a configuration error, a non-finite loss) — not a rank failure
     hung      some rank, not yet finished, was silent for longer than ``hang_timeout``
               (``startup_timeout`` before its first step).  The supervisor, not the
               trainer, notices first (the trainer's own hang timeout is set longer), and
@@ -85,7 +87,7 @@ def _is_ours(pid):
 
 @dataclass
 class Outcome:
-    kind: str                        # done | failed | hung | stopped
+    kind: str                        # done | failed | error | hung | stopped
     failed: dict = field(default_factory=dict)      # rank -> what happened to it
     returncode: int = 0
     steps: dict = field(default_factory=dict)       # rank -> steps done (last heartbeat)
@@ -162,6 +164,9 @@ class Attempt:
             return Outcome("stopped", {}, code, beats, time.time())
         failed = {r: ("killed by signal %d" % -s if s < 0 else f"exited with status {s}")
                   for r, (s, _) in exits.items() if s not in (0, 130)}
+        statuses = [s for s, _ in exits.values()]
+        if len(statuses) > 1 and len(set(statuses)) == 1 and statuses[0] > 0:
+            return Outcome("error", failed, statuses[0], beats, time.time())
         return Outcome("failed", failed, code, beats, time.time())
 
     def _sample_cpu(self, now):

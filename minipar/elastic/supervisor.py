@@ -131,6 +131,11 @@ class Supervisor:
                 outcome, att = self.one_attempt(attempt, world, config, how, event)
                 if outcome.kind == "done":
                     return self.finish(attempt)
+                if outcome.kind == "error":
+                    self.finish(attempt, stopped=True)
+                    raise LaunchStopped(f"train stopped itself on every rank (exit status "
+                                        f"{outcome.returncode}, its message is above): not a "
+                                        f"rank failure, so no restart.{self._continue_hint()}")
                 if outcome.kind == "stopped" and self.user_stop:
                     self.finish(attempt, stopped=True)
                     raise LaunchStopped(f"interrupted; the checkpoint of step "
