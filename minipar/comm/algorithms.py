@@ -4,8 +4,9 @@
     hierarchical:<flat algorithm>     the inter-node step run with that algorithm
     auto                              the cost model's fastest for (communicator, size)
 
-``auto`` asks ``cost_model.choose`` with the communicator's calibrated constants
-(calibrated on first use: a collective step, watched by the hang-timeout watchdog);
+``auto`` asks ``cost_model.choose`` with the communicator's constants (``cost_model.params``:
+set by an explicit ``calibrate``/``use``, a profile, or the documented defaults — never a
+hidden collective);
 hierarchical is a candidate only when a node layout is declared (``ranks_per_node``)
 and it has more than one node of more than one rank.  The choice is cached per size, so
 every rank — with the same broadcast constants — makes the same one.
@@ -43,7 +44,7 @@ ALL_REDUCE_ALGORITHMS = tuple(_ALL_REDUCE)
 
 
 def _params(comm):
-    """The cost model's constants (calibrating on first use — collective, so watched)."""
+    """The cost model's constants (``cost_model.params``: no communication)."""
     c = comm.cache.get("cost")
     if c is None:
         c = watchdog.watched(comm, None, "cost-model calibration", cost_model.params, comm) \
