@@ -95,6 +95,13 @@ def test_notebook_executes(name, kernel_env):
     _run(nb)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_lesson_has_exercises(name):
+    """The learner writes at least two mechanisms in every lesson."""
+    cells = exercise_cells(nbformat.read(os.path.join(LESSONS, name), as_version=4))
+    assert len(cells) >= 2, f"{name}: {len(cells)} exercise cells (tag 'exercise'); want >= 2"
+
+
 def test_a_blank_exercise_fails_with_its_hint(kernel_env):
     """The first lesson with exercises, run as a learner finds it: the first exercise's
     check fails, and the error carries the hint."""
