@@ -453,6 +453,7 @@ every rank; afterwards every rank stepped again and its loss kept falling.
   `parallel.step.Optimizer`, and the training log writes `loss_scale` and `skipped` per
   step: `python -m minipar train --precision fp16`.
 
+''', r'''%md
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **PyTorch**: `torch.autocast(device_type="cuda", dtype=torch.float16)` picks half or fp32

@@ -482,6 +482,7 @@ backend.set_default_dtype(np.float32)
 - CuPy caveat: restoring dropout needs a generator whose state can be read and set;
   `rng_state` raises a clear error where a CuPy generator does not expose it.
 
+''', r'''%md
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **PyTorch**: `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` (the

@@ -431,7 +431,7 @@ r'''%md
 - Tensor-core code lives or dies by which lane holds which element; the CPU emulator runs
   the kernel as written, so a wrong fragment or a missing barrier shows up without a GPU.
 ''', r'''%md
-## In PyTorch / FlashAttention / Megatron this is …
+## In PyTorch / DeepSpeed / Megatron this is …
 
 - **PyTorch**: `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`
   dispatches to a FlashAttention-2 kernel, a memory-efficient one or the plain math
@@ -443,6 +443,9 @@ r'''%md
 - **Megatron-LM / Transformer Engine**: `DotProductAttention` with the flash or cuDNN
   fused-attention backend (`--attention-backend`, older `--use-flash-attn`); the
   selective recomputation of lesson 10 is what flash attention does by construction.
+- **DeepSpeed** does not bring its own training kernel for this: models trained under it call
+  PyTorch's `scaled_dot_product_attention` or `flash-attn`, and DeepSpeed-Ulysses (sequence
+  parallelism) wraps whichever attention the model uses.
 - **xFormers** `memory_efficient_attention`, and the Triton tutorial *Fused Attention*: the
   same online softmax in other kernel languages.
 

@@ -299,6 +299,7 @@ few points (minipar's tests check it with one deliberately slowed stage at m = 4
   gradient all-reduce (overlap, ZeRO for the memory). The log's per-rank `comm_time_s`,
   `pipeline_wait_s` and `compute_s`, and the pipeline trace, show which one dominates.
 
+''', r'''%md
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **Megatron-LM**: `--tensor-model-parallel-size`, `--pipeline-model-parallel-size` (data
