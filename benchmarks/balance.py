@@ -15,7 +15,8 @@ to its measured speed (minipar/train/balance.py), so both finish together.
 For F = 2 on 2 ranks: ideal = 1.5 v, even = v, so balancing can win at most 1.5x.  The
 speeds are measured in the run without balancing (per-rank ``compute_s`` of its log), so
 the ideal and the two runs come from one invocation; the two runs are interleaved
-``--repeats`` times so a load spike on a shared machine hits both alike.  The first
+``--repeats`` times so a load spike on a shared machine hits both alike, and the ratios are
+taken within each repeat (a run and its baseline side by side), then their median.  The first
 ``--skip`` steps (warm-up, and the balancer's first measurements: it re-shares every 5
 steps) are left out; figures are medians.
 """
@@ -57,7 +58,7 @@ def main(argv=None):
     ap.add_argument("--slow", default="1:2", help="MINIPAR_SLOW_RANK: RANK:FACTOR")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--skip", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=24)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--d-model", type=int, default=64)
@@ -66,29 +67,32 @@ def main(argv=None):
     flags = ["--model", "tiny", "--n-layer", str(a.n_layer), "--d-model", str(a.d_model),
              "--seq-len", str(a.seq_len), "--batch-size", str(a.batch_size),
              "--steps", str(a.steps), "--precision", "fp32"]
-    rates = {"even": [], "balanced": []}
-    ideal, shares = [], None
+    pairs = []                      # (even, balanced, ideal) tokens/s of one repeat
+    shares = None
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(a.repeats):
+            row = {}
             for name, extra in (("even", []), ("balanced", ["--balance"])):
                 header, steps = run(a.np, flags + extra, a.slow, os.path.join(tmp, f"{name}{rep}.json"))
                 kept = steps[a.skip:]
-                rates[name] += [r["tokens_per_s"] for r in kept]
+                row[name] = statistics.median(r["tokens_per_s"] for r in kept)
                 if name == "even":
-                    ideal.append(sum(speeds(header, kept, a.np)))
+                    row["ideal"] = sum(speeds(header, kept, a.np))
                 else:
                     shares = kept[-1].get("batch_shares")
-    even, balanced, best = (statistics.median(rates["even"]), statistics.median(rates["balanced"]),
-                            statistics.median(ideal))
+            pairs.append((row["even"], row["balanced"], row["ideal"]))
     print(f"{a.np} ranks, MINIPAR_SLOW_RANK={a.slow}, batch {a.batch_size} x {a.seq_len} tokens, "
-          f"d_model {a.d_model}, {a.n_layer} layers; median of steps {a.skip}..{a.steps - 1} "
-          f"over {a.repeats} repeat(s)")
-    print(f"{'':28} {'tokens/s':>10} {'vs even':>8} {'of ideal':>9}")
-    for label, value in (("even shares", even), ("--balance", balanced),
-                         ("ideal (sum of rank speeds)", best)):
-        print(f"{label:28} {value:10,.0f} {value / even:7.2f}x {value / best:8.0%}")
-    print(f"--balance shares at the end: {shares}")
-
+          f"d_model {a.d_model}, {a.n_layer} layers; median of steps {a.skip}..{a.steps - 1}")
+    print(f"{'repeat':>6} {'even tok/s':>11} {'--balance':>10} {'ideal':>10} {'balance/even':>13} "
+          f"{'balance/ideal':>14}")
+    for i, (e, b, ideal) in enumerate(pairs):
+        print(f"{i:>6} {e:11,.0f} {b:10,.0f} {ideal:10,.0f} {b / e:12.2f}x {b / ideal:13.0%}")
+    med = lambda k: statistics.median(p[k] for p in pairs)        # noqa: E731
+    ratio = statistics.median(b / e for e, b, _ in pairs)
+    print(f"median {med(0):11,.0f} {med(1):10,.0f} {med(2):10,.0f} {ratio:12.2f}x "
+          f"{statistics.median(b / i for _, b, i in pairs):13.0%}   (ideal/even "
+          f"{statistics.median(i / e for e, _, i in pairs):.2f}x; at most 1.5x for one rank 2x slow)")
+    print(f"--balance shares at the end of the last run: {shares}")
 
 if __name__ == "__main__":
     main()
