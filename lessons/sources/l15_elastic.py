@@ -43,8 +43,7 @@ from minipar.monitor import read_log
 
 %matplotlib inline
 ROOT = os.path.abspath("..")
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))  # threads: minipar budgets them
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "8",
         "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "0"]
 STEPS = 12
