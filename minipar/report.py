@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import math
 import os
 
@@ -37,20 +36,10 @@ class Run:
     """One log: its header (may be empty), step records and final figures."""
 
     def __init__(self, path, label=None):
-        self.path, self.header, self.steps, self.final, self.events = path, {}, [], None, []
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                if "header" in rec:
-                    self.header = rec["header"]
-                elif "final" in rec:
-                    self.final = rec["final"]
-                elif "event" in rec:
-                    self.events.append(rec["event"])
-                elif "step" in rec:
-                    self.steps.append(rec)
+        from minipar.monitor import read_log_events
+        self.path = path
+        header, self.steps, self.events, self.final = read_log_events(path)
+        self.header = header or {}
         name = os.path.splitext(os.path.basename(path))[0]
         self.label = label or self.header.get("layout") or name
         self.name = name

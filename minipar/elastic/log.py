@@ -23,44 +23,20 @@ import os
 
 
 def read_records(path):
-    """(header, [step records], final) of one attempt's log; a missing file is empty."""
-    header, steps, final = None, [], None
+    """(header, [step records], final) of one attempt's log; a missing file is empty, and a
+    line cut off by a killed rank is passed over."""
+    from minipar.monitor import read_log_events
     try:
-        with open(path) as f:
-            lines = f.readlines()
+        header, steps, _, final = read_log_events(path, skip_bad_lines=True)
     except OSError:
-        return header, steps, final
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if "header" in rec:
-            header = rec["header"]
-        elif "final" in rec:
-            final = rec["final"]
-        elif "step" in rec:
-            steps.append(rec)
+        return None, [], None
     return header, steps, final
 
 
 def read_merged(path):
     """(header, steps, events, final) of a merged log."""
-    header, steps, events, final = None, [], [], None
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if "header" in rec:
-                header = rec["header"]
-            elif "final" in rec:
-                final = rec["final"]
-            elif "event" in rec:
-                events.append(rec["event"])
-            else:
-                steps.append(rec)
-    return header, steps, events, final
+    from minipar.monitor import read_log_events
+    return read_log_events(path)
 
 
 def _public(event):
