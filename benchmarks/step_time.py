@@ -6,7 +6,8 @@
 Both run the same architecture in float32 on the CPU in the same process, with the same
 thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
 the N×N scores (PyTorch: the same explicit matmul + mask + softmax, and separately its
-fused ``scaled_dot_product_attention``), tanh-GELU MLP, untied head, AdamW.  It prints
+fused ``scaled_dot_product_attention``), tanh-GELU MLP, untied head, AdamW (the PyTorch
+model is ``torch_gpt.py``, shared with ``ddp_vs_torch.py``).  It prints
 the median step time of each (steps of the three run in turn) and the ratio minipar /
 PyTorch.  Without PyTorch installed,
 only minipar's time is printed.  ``--profile`` shows where minipar's time goes, by op.
@@ -44,46 +45,11 @@ def minipar_step_fn(args):
 
 
 def torch_step_fn(args, fused_attention):
-    import math
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    from torch_gpt import build_torch_gpt
     torch.manual_seed(0)
-    d, h, n = args.d_model, args.heads, args.seq
-    mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b = x.shape[0]
-            q, k, v = self.qkv(self.ln_1(x)).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
-            if fused_attention:
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                s = (q @ k.transpose(-1, -2)) / math.sqrt(d // h)
-                a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
-            x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
-            return x + self.out(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(256, d), nn.Embedding(n, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(args.layers))
-            self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, 256, bias=False)
-
-        def forward(self, ids, targets):
-            x = self.wte(ids) + self.wpe(torch.arange(n))
-            for block in self.blocks:
-                x = block(x)
-            return F.cross_entropy(self.head(self.ln_f(x)).view(-1, 256), targets.view(-1))
-
-    model = GPT()
+    n = args.seq
+    model = build_torch_gpt(args.layers, args.d_model, args.heads, n, fused_attention)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     x = torch.randint(0, 256, (args.batch, n))
     y = torch.randint(0, 256, (args.batch, n))
