@@ -6,3 +6,9 @@ __version__ = "0.1.0"
 from minipar.threads import budget_threads as _budget_threads
 
 _budget_threads()
+
+# Freed activation buffers stay mapped for the next step instead of going back to the
+# kernel and coming back as page faults (see minipar/allocator.py).
+from minipar.allocator import keep_freed_blocks as _keep_freed_blocks
+
+_keep_freed_blocks()
