@@ -40,20 +40,30 @@ def launch(n, *flags, env=None):
     return sorted(reports, key=lambda r: r["rank"])
 
 
+def describe(ranks, threads, cores):
+    """The header line for minipar's own choice: a one-thread BLAS, and minipar's pool
+    of ``threads`` threads over it when there are several."""
+    each = " each" if ranks > 1 else ""
+    rs = f"{ranks} rank{'s' if ranks > 1 else ''} on this node"
+    if threads == 1:
+        return f"{rs}, 1 BLAS thread{each} ({cores} cores)"
+    return f"{rs}, {threads} threads{each} (minipar's pool over a 1-thread BLAS; {cores} cores)"
+
+
 def test_two_ranks_share_the_cores():
-    """2 ranks on a 2-core machine: 1 BLAS thread each (cores // 2 in general)."""
+    """2 ranks on a 2-core machine: 1 thread each (cores // 2 in general); the BLAS
+    always runs one thread (several are minipar's pool over it)."""
     for r in launch(2):
         assert r["ranks_on_node"] == 2 and r["source"] == "MPI_LOCALNRANKS"
-        assert r["blas"] == [max(1, CORES // 2)]
-        assert r["describe"] == f"2 ranks on this node, {max(1, CORES // 2)} BLAS thread" \
-            f"{'s' if CORES // 2 > 1 else ''} each ({CORES} cores)"
+        assert r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
+        assert r["describe"] == describe(2, max(1, CORES // 2), CORES)
 
 
 def test_one_rank_gets_every_core():
-    (r,) = launch(0)
-    assert r["ranks_on_node"] == 1 and r["blas"] == [CORES]
-    (r,) = launch(1)
-    assert r["ranks_on_node"] == 1 and r["blas"] == [CORES]
+    for n in (0, 1):
+        (r,) = launch(n)
+        assert r["ranks_on_node"] == 1 and r["threads"] == CORES and r["blas"] == [1]
+        assert r["describe"] == describe(1, CORES, CORES)
 
 
 def test_a_users_setting_is_kept():
@@ -65,14 +75,14 @@ def test_a_users_setting_is_kept():
 def test_numpy_imported_first_is_limited_in_place():
     """NumPy's pool already started: threadpoolctl shrinks it."""
     for r in launch(2, "--numpy-first"):
-        assert r["blas"] == [max(1, CORES // 2)]
+        assert r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
 
 
 def test_mpi_split_when_the_launcher_says_nothing():
     """An unknown launcher: one process assumed at import, the MPI split corrects it."""
     for r in launch(2, "--hide-launcher", "--split"):
         assert r["source"] == "MPI shared-memory split" and r["ranks_on_node"] == 2
-        assert r["blas"] == [max(1, CORES // 2)]
+        assert r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
 
 
 def test_our_own_variables_are_not_the_users():
@@ -81,7 +91,7 @@ def test_our_own_variables_are_not_the_users():
     inherited = clean_env(OMP_NUM_THREADS=str(CORES), OPENBLAS_NUM_THREADS=str(CORES),
                           **{threads.MARKER: str(CORES)})
     for r in launch(2, env=inherited):
-        assert r["user_setting"] is None and r["blas"] == [max(1, CORES // 2)]
+        assert r["user_setting"] is None and r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -103,6 +113,12 @@ def test_user_setting_and_description():
     assert threads.user_setting({"OMP_NUM_THREADS": "1", threads.MARKER: "1"}) is None
     assert threads.user_setting({"OMP_NUM_THREADS": ""}) is None
     one = threads.ThreadBudget(1, 8, 8, "no launcher: one process")
-    assert threads.describe_threads(one) == "1 rank on this node, 8 BLAS threads (8 cores)"
+    assert threads.describe_threads(one) == describe(1, 8, 8)
+    assert one.blas == 1 and one.splits_matmuls
     four = threads.ThreadBudget(4, 8, 2, "MPI_LOCALNRANKS")
-    assert threads.describe_threads(four) == "4 ranks on this node, 2 BLAS threads each (8 cores)"
+    assert threads.describe_threads(four) == describe(4, 2, 8)
+    eight = threads.ThreadBudget(8, 8, 1, "MPI_LOCALNRANKS")
+    assert threads.describe_threads(eight) == "8 ranks on this node, 1 BLAS thread each (8 cores)"
+    assert eight.blas == 1 and not eight.splits_matmuls
+    mine = threads.ThreadBudget(1, 8, 4, "no launcher: one process", "OMP_NUM_THREADS=4")
+    assert mine.blas == 4 and not mine.splits_matmuls          # the user's BLAS threads itself

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from minipar.backend import xp
 from minipar.autograd.function import Function
+from minipar.autograd.rows import for_row_blocks
 
 
 def _wide(x):
@@ -58,17 +59,37 @@ class LayerNorm(Function):
 
     With x̂ = (x - μ)/σ and ĝ = dy·w:  dx = (ĝ - mean(ĝ) - x̂·mean(ĝ·x̂)) / σ,
     dw = Σ dy·x̂,  db = Σ dy  (sums over every axis but the last).
+    Each row is normalised on its own, so forward and dx run as row blocks on the
+    rank's threads (``rows.py``); dw and db, sums over rows, stay whole-array sums.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps=1e-5):
-        z = _wide(x)
-        mu = z.mean(axis=-1, keepdims=True)
-        centred = z - mu
-        inv_sigma = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-        xhat = centred * inv_sigma
+        d = x.shape[-1]
+        x2 = x.reshape(-1, d)
+        wide = _wide(x2[:0]).dtype
+        y = xp.empty(x2.shape, dtype=x.dtype)
+        xhat = xp.empty(x2.shape, dtype=wide)
+        inv_sigma = xp.empty((x2.shape[0], 1), dtype=wide)
+
+        def rows(lo, hi):
+            z = _wide(x2[lo:hi])
+            c = xhat[lo:hi]
+            xp.subtract(z, z.mean(axis=-1, keepdims=True), out=c)
+            s = inv_sigma[lo:hi]
+            xp.add((c * c).mean(axis=-1, keepdims=True), eps, out=s)
+            xp.sqrt(s, out=s)
+            xp.divide(1.0, s, out=s)
+            c *= s
+            if y.dtype == wide:
+                xp.multiply(c, weight, out=y[lo:hi])
+                y[lo:hi] += bias
+            else:
+                y[lo:hi] = c * weight + bias
+
+        for_row_blocks(x2.shape[0], rows, x2.size)
         ctx.save_for_backward(xhat, inv_sigma)   # weight: read from ctx.inputs (see Linear)
-        return (xhat * weight + bias).astype(x.dtype)
+        return y.reshape(x.shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -76,16 +97,27 @@ class LayerNorm(Function):
         w = ctx.input_value(1)
         nx, nw, nb = ctx.needs_input_grad[:3]
         gw = gb = gx = None
-        g32 = _wide(g)
+        g2 = g.reshape(xhat.shape)
         if nw:
-            gw = (g32 * xhat).reshape(-1, xhat.shape[-1]).sum(axis=0).astype(w.dtype)
+            gw = (_wide(g2) * xhat).sum(axis=0).astype(w.dtype)
         if nb:
-            gb = g32.reshape(-1, g.shape[-1]).sum(axis=0).astype(w.dtype)
+            gb = (g2.sum(axis=0, dtype=xp.float32) if g2.dtype.itemsize < 4
+                  else g2.sum(axis=0)).astype(w.dtype)
         if nx:
-            gh = g32 * w
-            gx = (gh - gh.mean(axis=-1, keepdims=True)
-                  - xhat * (gh * xhat).mean(axis=-1, keepdims=True)) * inv_sigma
-            gx = gx.astype(g.dtype)
+            gx = xp.empty(g2.shape, dtype=g.dtype)
+
+            def rows(lo, hi):
+                gh = _wide(g2[lo:hi]) * w
+                xh = xhat[lo:hi]
+                mean_gh = gh.mean(axis=-1, keepdims=True)
+                mean_ghx = (gh * xh).mean(axis=-1, keepdims=True)
+                gh -= mean_gh
+                gh -= xh * mean_ghx
+                gh *= inv_sigma[lo:hi]
+                gx[lo:hi] = gh
+
+            for_row_blocks(g2.shape[0], rows, g2.size)
+            gx = gx.reshape(g.shape)
         return gx, gw, gb, None
 
 
@@ -191,17 +223,33 @@ def causal_bias(nq, nk, dtype):
 class AttentionSoftmax(Function):
     """P = softmax(scale·S + M) over the last axis, M = -inf above the diagonal when
     causal (key j > query i + offset, offset = Nk - Nq).  dS = scale · P ∘ (dP - Σ dP∘P).
-    One fused op instead of scale, mask and softmax, updating one array in place."""
+    One fused op instead of scale, mask and softmax, updating one array in place;
+    each (batch, head) matrix is a block of rows for the rank's threads (``rows.py``)."""
 
     @staticmethod
     def forward(ctx, scores, scale, causal=True):
-        z = _wide(scores) * scale
-        if causal:
-            z += causal_bias(*z.shape[-2:], z.dtype)
-        z -= z.max(axis=-1, keepdims=True)
-        xp.exp(z, out=z)
-        z /= z.sum(axis=-1, keepdims=True)
-        p = z.astype(scores.dtype, copy=False)
+        nq, nk = scores.shape[-2:]
+        s3 = scores.reshape(-1, nq, nk)
+        wide = _wide(s3[:0]).dtype
+        p = xp.empty(s3.shape, dtype=scores.dtype)
+        bias = causal_bias(nq, nk, wide) if causal else None
+        in_place = p.dtype == wide
+
+        def rows(lo, hi):
+            if in_place:             # work in the output itself
+                z = xp.multiply(s3[lo:hi], scale, out=p[lo:hi])
+            else:
+                z = xp.multiply(s3[lo:hi], scale, dtype=wide)
+            if bias is not None:
+                z += bias
+            z -= z.max(axis=-1, keepdims=True)
+            xp.exp(z, out=z)
+            z /= z.sum(axis=-1, keepdims=True)
+            if not in_place:
+                p[lo:hi] = z
+
+        for_row_blocks(s3.shape[0], rows, s3.size)
+        p = p.reshape(scores.shape)
         ctx.save_for_backward(p)
         ctx.scale = scale
         return p
@@ -209,8 +257,16 @@ class AttentionSoftmax(Function):
     @staticmethod
     def backward(ctx, g):
         (p,) = ctx.saved
-        r = g * p
-        r = g - r.sum(axis=-1, keepdims=True)
-        r *= p
-        r *= ctx.scale
-        return r, None, None
+        nq, nk = p.shape[-2:]
+        p3, g3 = p.reshape(-1, nq, nk), g.reshape(-1, nq, nk)
+        r = xp.empty(g3.shape, dtype=xp.result_type(g, p))
+
+        def rows(lo, hi):
+            gb, pb, rb = g3[lo:hi], p3[lo:hi], r[lo:hi]
+            xp.multiply(gb, pb, out=rb)
+            xp.subtract(gb, rb.sum(axis=-1, keepdims=True), out=rb)
+            rb *= pb
+            rb *= ctx.scale
+
+        for_row_blocks(g3.shape[0], rows, g3.size)
+        return r.reshape(g.shape), None, None

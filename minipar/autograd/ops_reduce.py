@@ -15,6 +15,7 @@ from __future__ import annotations
 from minipar.backend import xp, is_half, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import unbroadcast
+from minipar.autograd.rows import matmul
 
 
 def _mm(a, b, bias=None):
@@ -22,7 +23,7 @@ def _mm(a, b, bias=None):
     NumPy has no half-precision BLAS, so it computes in float32 and rounds (the same
     numbers a tensor core gives); CuPy's native half GEMM accumulates in fp32 itself."""
     if not (is_half(a.dtype) and is_half(b.dtype)):
-        y = a @ b
+        y = matmul(a, b)
         if bias is not None:
             y += bias
         return y
@@ -30,7 +31,7 @@ def _mm(a, b, bias=None):
     if backend_name() == "cupy":
         y = a @ b
         return y if bias is None else y + bias
-    y = a.astype(xp.float32) @ b.astype(xp.float32)
+    y = matmul(a.astype(xp.float32), b.astype(xp.float32))
     if bias is not None:
         y += bias.astype(xp.float32)
     return y.astype(half)

@@ -1,0 +1,121 @@
+"""Row blocks on a thread pool: the elementwise work of an op uses every core the rank owns.
+
+BLAS spreads a matmul over the rank's threads by itself; a NumPy ufunc (``exp``,
+``x - mean``, a row sum) runs on one core.  With one process on a 2-core machine the
+second core sits idle for every LayerNorm, softmax and GELU of the step — about a third
+of it.  Yet these ops are independent row by row: LayerNorm and softmax normalise each
+row of their last axis on its own, GELU each element.  So a fused op is written once
+as a *kernel over a block of rows* that writes into output arrays it is given,
+
+    kernel(lo, hi)      computes rows [lo, hi) of the outputs from rows [lo, hi) of the inputs
+
+and ``for_row_blocks(rows, kernel)`` cuts range(rows) into T equal blocks and runs
+them on T threads (the calling thread takes the first).  NumPy releases the GIL inside
+each ufunc loop and reduction, so the blocks really run at the same time.  Every row is
+computed by the same code in the same order whatever T is, so the result is
+bit-identical to one call on the whole array — the plain NumPy path, and the reference.
+
+    T = the rank's thread budget (``minipar.threads``), 1 when ranks fill the cores
+        (then nothing is threaded, and no thread is started); 1 for arrays smaller than
+        ``MIN_ELEMENTS`` (handing a block to a thread costs ~20 µs); 1 on CuPy (the GPU
+        runs every row in parallel already).
+
+Sums over rows (a LayerNorm's dW = Σ_rows dy·x̂) are not row-independent: they stay
+whole-array reductions on the calling thread, so they too keep their bits.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from minipar.backend import backend_name, xp
+
+MIN_ELEMENTS = 1 << 16
+
+_pool = None
+_pool_workers = 0
+
+
+def row_threads(elements):
+    """How many threads a kernel over an array of ``elements`` values gets."""
+    if elements < MIN_ELEMENTS or backend_name() != "numpy":
+        return 1
+    from minipar.threads import current_budget
+    return max(1, current_budget().threads)
+
+
+def _get_pool(workers):
+    global _pool, _pool_workers
+    if _pool is None or _pool_workers < workers:
+        if _pool is not None:
+            _pool.shutdown(wait=True)
+        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipar-rows")
+        _pool_workers = workers
+    return _pool
+
+
+def for_row_blocks(rows, kernel, elements, threads=None):
+    """kernel(lo, hi) over blocks [lo, hi) that cover range(rows), on up to
+    ``row_threads(elements)`` threads (or ``threads``); returns when every block is done."""
+    threads = min(row_threads(elements) if threads is None else threads, rows)
+    if threads <= 1:
+        kernel(0, rows)
+        return
+    bounds = [rows * i // threads for i in range(threads + 1)]
+    pool = _get_pool(threads - 1)
+    futures = [pool.submit(kernel, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    try:
+        kernel(bounds[0], bounds[1])
+    finally:
+        for f in futures:
+            f.result()          # re-raises a block's exception here
+
+
+MIN_MATMUL_FLOPS = 1 << 22     # below ~40 µs of work a hand-off does not pay
+
+
+def matmul_threads(a, b):
+    """Threads for a @ b: the pool's, when the rank splits its matmuls itself."""
+    if backend_name() != "numpy" or a.ndim < 2 or b.ndim < 2:
+        return 1
+    from minipar.threads import current_budget
+    budget = current_budget()
+    if not budget.splits_matmuls:
+        return 1
+    flops = 2 * a.size * b.shape[-1]
+    return budget.threads if flops >= MIN_MATMUL_FLOPS else 1
+
+
+def matmul(a, b):
+    """a @ b, its output cut into blocks of rows over the pool (each block one call of
+    a one-thread BLAS):
+
+        (M, K) @ (K, N)        rows of a (M ≥ N) or columns of b (a weight's gradient,
+                               Xᵀ·dY, has few rows and many columns)
+        (B, ..., M, K) @ (K, N)          and
+        (B, ..., M, K) @ (B, ..., K, N)  the leading batch axis
+
+    Any other shape, or a rank whose BLAS threads itself, is one plain ``a @ b``."""
+    threads = matmul_threads(a, b)
+    if threads == 1:
+        return a @ b
+    if a.ndim == 2 and b.ndim == 2:
+        out = xp.empty((a.shape[0], b.shape[1]), dtype=xp.result_type(a, b))
+        if a.shape[0] >= b.shape[1]:
+            kernel = lambda lo, hi: xp.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
+            for_row_blocks(a.shape[0], kernel, out.size, threads)
+        else:
+            kernel = lambda lo, hi: xp.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
+            for_row_blocks(b.shape[1], kernel, out.size, threads)
+        return out
+    if a.ndim >= 3 and (b.ndim == 2 or (b.ndim == a.ndim and b.shape[0] == a.shape[0])):
+        out = xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                       dtype=xp.result_type(a, b))
+        if out.shape[0] != a.shape[0]:
+            return a @ b
+        if b.ndim == 2:
+            kernel = lambda lo, hi: xp.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
+        else:
+            kernel = lambda lo, hi: xp.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])  # noqa: E731
+        for_row_blocks(a.shape[0], kernel, out.size, threads)
+        return out
+    return a @ b
