@@ -10,8 +10,9 @@ so after the all-reduce every replica makes the same update as one process on
 the whole batch.  To hide the all-reduce behind backward, gradients are packed
 into buckets (``buckets.py``); a leaf hook counts the gradients arriving in each
 bucket, and the moment a bucket is complete its comm hook (an all-reduce by
-default, ``hooks.py``) is started on the communication thread, while backward goes
-on computing earlier layers.  ``finish()`` waits for what is still in flight and
+default, ``hooks.py``) is started, while backward goes on computing earlier layers:
+on the communication thread where a core is free for it, else as a ring whose
+messages this thread advances at every later gradient hook (``comm/stepwise.py``).  ``finish()`` waits for what is still in flight and
 writes the averaged gradients back.
 
 ``no_sync()`` skips communication for gradient accumulation: K-1 micro-batches
@@ -63,6 +64,7 @@ class DDPSync:
         self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
         self.events = []             # (bucket index, submitted, started, finished) of the last sync
         self._saved_switch = None
+        self._advanced = []          # in-flight handles this thread advances (stepwise)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -80,6 +82,8 @@ class DDPSync:
         bucket.ready += 1
         if bucket.ready == len(bucket.params) and self.overlap:
             self._launch(bucket)
+        for h in self._advanced:          # move the in-flight rings on (never blocks)
+            h.progress()
 
     # While an all-reduce runs on the communication thread, the main thread is busy in
     # backward and holds Python's GIL; the thread needs it between two messages of the
@@ -88,11 +92,13 @@ class DDPSync:
     SWITCH_INTERVAL_S = 1e-4
 
     def _launch(self, bucket):
-        if self._saved_switch is None:
-            self._saved_switch = sys.getswitchinterval()
-            sys.setswitchinterval(self.SWITCH_INTERVAL_S)
         bucket.submitted = time.perf_counter()
         bucket.handle = self.comm_hook(self.comm, bucket.pack_grads())
+        if hasattr(bucket.handle, "progress"):      # advanced by us, in this thread
+            self._advanced.append(bucket.handle)
+        elif self._saved_switch is None:            # on the progress thread
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(self.SWITCH_INTERVAL_S)
 
     def finish(self):
         """Wait for (or, without overlap, run) every bucket's hook; write back the
@@ -124,6 +130,7 @@ class DDPSync:
             for p, view in bucket.views(flat):
                 p.grad = view
             bucket.handle, bucket.ready = None, 0
+        self._advanced = []
         if self._saved_switch is not None:
             sys.setswitchinterval(self._saved_switch)
             self._saved_switch = None
