@@ -2,6 +2,7 @@
 
     python benchmarks/step_time.py [--layers 4 --d-model 256 --heads 4 --seq 256 --batch 8]
                                    [--steps 10] [--threads N] [--profile]
+    python benchmarks/step_time.py --table       # the issue's shapes, 1 and 2 threads each
 
 Both run the same architecture in float32 on the CPU in the same process, with the same
 thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
@@ -86,15 +87,35 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--threads", type=int, default=None, help="BLAS / torch threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of each (default: minipar's budget, all the cores)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--table", action="store_true",
+                   help="the issue's table: shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads")
     args = p.parse_args(argv)
-    if args.threads:
-        try:
-            from threadpoolctl import threadpool_limits
-            threadpool_limits(args.threads)
-        except ImportError:
-            print("(threadpoolctl not installed: set OMP_NUM_THREADS to fix numpy's threads)")
+    if not args.table:
+        compare(args)
+        return
+    rows = []
+    for layers, d, seq, batch in ((4, 256, 256, 8), (4, 128, 128, 16)):
+        for n in (1, 2):
+            run = argparse.Namespace(**{**vars(args), "layers": layers, "d_model": d, "seq": seq,
+                                        "batch": batch, "threads": n, "profile": False})
+            rows.append(((layers, d, seq, batch), n, compare(run)))
+            print()
+    print("shape (layers, d, seq, batch)  threads  minipar ms  / eager  / eager+SDPA")
+    for shape, n, t in rows:
+        ratios = "".join(f"  {t['minipar'] / t[k]:9.2f}x" for k in t if k != "minipar")
+        print(f"{str(shape):30s} {n:7d} {t['minipar'] * 1e3:11.1f}{ratios}")
+
+
+def compare(args):
+    """Time minipar and PyTorch on one shape and thread count; returns {label: seconds}."""
+    from minipar import threads
+    budget = threads.use_threads(args.threads) if args.threads else threads.current_budget()
+    args.threads = budget.threads
+    print(f"threads: {args.threads} each (minipar: {threads.describe_threads(budget)}; "
+          f"PyTorch: torch.set_num_threads({args.threads}))")
     print(f"GPT {args.layers} layers, d={args.d_model}, {args.heads} heads, seq {args.seq}, "
           f"batch {args.batch}, float32, fwd+bwd+AdamW; median of {args.steps} steps")
     step = minipar_step_fn(args)
@@ -107,16 +128,19 @@ def main(argv=None):
     steps = {"minipar": step}
     try:
         import torch
-        if args.threads:
-            torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
+        print("PyTorch not installed: no baseline in this run (pip install torch)")
+    if torch is not None:
+        torch.set_num_threads(args.threads)
         steps["PyTorch eager (same attention)"] = torch_step_fn(args, fused_attention=False)
         steps["PyTorch eager + SDPA"] = torch_step_fn(args, fused_attention=True)
-    except ImportError:
-        print("PyTorch not installed: no baseline in this run (pip install torch)")
     times = interleaved_medians(steps, args.steps)
     for label, t in times.items():
         ratio = "" if label == "minipar" else f"   minipar / PyTorch = {times['minipar'] / t:.2f}x"
         print(f"{label:32s} {t * 1e3:8.1f} ms/step{ratio}")
+    return times
+
 
 if __name__ == "__main__":
     main()
