@@ -14,6 +14,7 @@ import math
 
 from minipar.backend import xp
 from minipar.autograd import no_grad
+from minipar.autograd.rows import for_row_blocks
 
 
 def sgd_update(p, g, buf, lr, momentum=0.0, weight_decay=0.0):
@@ -29,17 +30,46 @@ def sgd_update(p, g, buf, lr, momentum=0.0, weight_decay=0.0):
 
 def adamw_update(p, g, m, v, step, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
     """One AdamW step on arrays, in place (``step`` counts from 1).  ``weight_decay``
-    may be an array (ZeRO passes a per-element mask over its flat shard)."""
-    m *= beta1
-    m += (1 - beta1) * g
-    v *= beta2
-    v += (1 - beta2) * (g * g)
+    may be an array (ZeRO passes a per-element mask over its flat shard).  Element by
+    element, so a large array runs as blocks on the rank's threads (``autograd/rows.py``)."""
     m_hat_scale = 1.0 / (1 - beta1 ** step)
     v_hat_scale = 1.0 / (1 - beta2 ** step)
-    update = (m * m_hat_scale) / (xp.sqrt(v * v_hat_scale) + eps)
+    per_element = not isinstance(weight_decay, (int, float))
+    arrays = (p, g, m, v) + ((weight_decay,) if per_element else ())
+    if not all(a.flags.c_contiguous and a.shape == p.shape for a in arrays):
+        _adamw_block(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)
+        return
+    flat = [a.reshape(-1) for a in arrays]
+
+    def block(lo, hi):
+        pb, gb, mb, vb = (a[lo:hi] for a in flat[:4])
+        wd = flat[4][lo:hi] if per_element else weight_decay
+        _adamw_block(pb, gb, mb, vb, lr, beta1, beta2, eps, wd, m_hat_scale, v_hat_scale)
+
+    for_row_blocks(p.size, block, p.size)
+
+
+def _adamw_block(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale):
+    """The update of the module docstring, with two scratch arrays:
+    update = (m·ŝ1) / (sqrt(v·ŝ2) + eps) + wd·p;  p -= lr·update."""
+    step, scratch = xp.empty_like(m), xp.empty_like(m)
+    m *= beta1
+    xp.multiply(g, 1 - beta1, out=scratch)
+    m += scratch
+    v *= beta2
+    xp.multiply(g, g, out=scratch)
+    scratch *= 1 - beta2
+    v += scratch
+    xp.multiply(m, m_hat_scale, out=step)
+    xp.multiply(v, v_hat_scale, out=scratch)
+    xp.sqrt(scratch, out=scratch)
+    scratch += eps
+    step /= scratch
     if not isinstance(weight_decay, (int, float)) or weight_decay:
-        update += weight_decay * p
-    p -= lr * update
+        xp.multiply(p, weight_decay, out=scratch)
+        step += scratch
+    step *= lr
+    p -= step
 
 
 def decays(name, p):

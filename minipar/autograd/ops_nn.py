@@ -7,7 +7,7 @@ log-sum-exp) in float32, and results are rounded back: the mixed-precision rule.
 """
 from __future__ import annotations
 
-from minipar.backend import xp
+from minipar.backend import xp, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.rows import for_row_blocks
 
@@ -132,7 +132,16 @@ class Embedding(Function):
     @staticmethod
     def backward(ctx, g):
         gw = xp.zeros(ctx.shape, dtype=ctx.dtype)
-        xp.add.at(gw, ctx.ids.reshape(-1), g.reshape(-1, ctx.shape[1]))
+        ids, rows = ctx.ids.reshape(-1), g.reshape(-1, ctx.shape[1])
+        if backend_name() != "numpy" or ids.size == 0:
+            xp.add.at(gw, ids, rows)
+            return gw, None
+        # NumPy's add.at goes element by element (~3x slower here): sort the rows by
+        # id instead, and sum each id's run of rows with one reduceat
+        order = xp.argsort(ids, kind="stable")
+        ids = ids[order]
+        starts = xp.flatnonzero(xp.r_[True, ids[1:] != ids[:-1]])
+        gw[ids[starts]] = xp.add.reduceat(rows[order], starts, axis=0)
         return gw, None
 
 
