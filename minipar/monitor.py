@@ -58,14 +58,16 @@ MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer
 
 
 def measure_gemm_flops(seconds=0.2):
-    """FLOP/s of a square float32 matmul (2n^3 FLOPs) on this rank, timed for ``seconds``."""
+    """FLOP/s of a square float32 matmul (2n^3 FLOPs) on this rank, timed for ``seconds``,
+    through the model's own matmul (split over the rank's threads when it has several)."""
+    from minipar.autograd.rows import matmul
     n = 2048 if backend.backend_name() == "cupy" else 512
     a = backend.xp.ones((n, n), dtype=backend.xp.float32)
-    a @ a                                          # warm-up: thread pools, kernels, caches
+    matmul(a, a)                                   # warm-up: thread pools, kernels, caches
     backend.sync()
     count, t0 = 0, time.perf_counter()
     while count == 0 or time.perf_counter() - t0 < seconds:
-        a @ a
+        matmul(a, a)
         backend.sync()
         count += 1
     return 2 * n ** 3 * count / (time.perf_counter() - t0)
