@@ -1,6 +1,7 @@
-"""The command line: ``python -m minipar train | sample | bench``.
+"""The command line: ``python -m minipar train | profile | sample | report | plan | ...``.
 
     mpiexec -n N python -m minipar train [layout] [numerics] [model] [run] [output]
+    python -m minipar profile [train's model/run flags] [--steps N] [--top K] [--json FILE]
     python -m minipar sample --resume DIR [--prompt TEXT]
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
@@ -18,7 +19,7 @@ import argparse
 import sys
 
 
-def add_train_flags(p):
+def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule spans them)"):
     from minipar.config import TrainConfig as D         # the defaults live there, once
     from minipar.config_checks import EVAL_BATCHES
     layout = p.add_argument_group("layout")
@@ -71,7 +72,7 @@ def add_train_flags(p):
     model.add_argument("--dropout", type=float)
     model.add_argument("--tie-weights", action="store_true", default=None)
     run = p.add_argument_group("run")
-    run.add_argument("--steps", type=int, default=D.steps, help="total steps (the LR schedule spans them)")
+    run.add_argument("--steps", type=int, default=steps or D.steps, help=steps_help)
     run.add_argument("--stop-at", type=int, default=None,
                      help="end this run at that step (saving with --save); resume later")
     run.add_argument("--batch-size", type=int, default=D.batch_size, help="global batch, in sequences")
@@ -101,6 +102,11 @@ def build_parser():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_flags(sub.add_parser("train", help="train a GPT under a parallel layout"))
+    profile = sub.add_parser("profile", help="where a step's time goes: by op and phase, "
+                             "against this machine's roofline")
+    add_train_flags(profile, steps=3, steps_help="profiled steps, after one warm-up (default 3)")
+    profile.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
+    profile.add_argument("--json", help="also write the tables to this file (JSON)")
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
     sample.add_argument("--resume", required=True, help="checkpoint directory")
     sample.add_argument("--prompt", default="def ")
@@ -154,6 +160,27 @@ def run_train(args):
         _stop(f"minipar train: {err}", err.code)
 
 
+def run_profile(args):
+    """``profile``: one run set up as ``train`` sets it up, its steps timed by op and phase."""
+    from minipar.config import ConfigError
+    from minipar.layout import LayoutError, as_flags, validate_layout
+    from minipar.profiler import NOT_PROFILED, profile_run
+    defaults = vars(build_parser().parse_args(["profile"]))
+    for field, why in NOT_PROFILED.items():
+        if getattr(args, field) != defaults[field]:
+            _stop(f"minipar profile: --{field.replace('_', '-')} is not built for profile "
+                  f"({why}); drop it", 2)
+    if args.steps < 1 or args.top < 1:
+        _stop(f"minipar profile: --steps and --top must be >= 1, got {args.steps} and {args.top}", 2)
+    try:
+        config = validate_layout(args)
+        profile_run(config, args.steps, top=args.top, json_path=args.json)
+    except LayoutError as err:
+        _stop(str(err.code).replace("minipar train:", "minipar profile:", 1), 2)
+    except ConfigError as err:
+        _stop(f"minipar profile: {as_flags(err)}", 2)
+
+
 PASS_THROUGH = {   # subcommands with parsers of their own: everything after the name is theirs
     "plan": ("minipar.perf.plan", "plan_main"),
     "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
@@ -174,6 +201,8 @@ def main(argv=None):
         set_backend(args.backend)
     if args.command == "train":
         run_train(args)
+    elif args.command == "profile":
+        run_profile(args)
     elif args.command == "sample":
         from minipar.sample import SampleError, sample_main
         try:

@@ -27,6 +27,7 @@ import contextlib
 from minipar.backend import memory
 
 _grad_enabled = True
+_op_observer = None   # the profiler while one is active (``minipar/profiler.py``); else None
 
 
 def is_grad_enabled() -> bool:
@@ -96,7 +97,10 @@ class Function:
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         track = _grad_enabled and any(needs)
         ctx = Context(cls, args if track else None, needs)
-        out = cls.forward(ctx, *arrays, **kwargs)
+        if _op_observer is None:
+            out = cls.forward(ctx, *arrays, **kwargs)
+        else:                                   # it calls cls.forward and times it
+            out = _op_observer.forward(ctx, arrays, kwargs)
         if not track:
             return Tensor(out)
         result = Tensor(out, requires_grad=True)

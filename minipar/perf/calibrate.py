@@ -46,13 +46,15 @@ def _dtype(name):
     return backend.dtype_of(name)
 
 
-def gemm_curve(shapes, dtype):
-    """[[flops, seconds]] of x @ w for each (m, n, k)."""
+def gemm_curve(shapes, dtype, matmul=None):
+    """[[flops, seconds]] of x @ w for each (m, n, k).  ``matmul``: the product to time
+    (default ``@``; the profiler passes autograd's, which splits over minipar's threads)."""
+    matmul = matmul or (lambda a, b: a @ b)
     pts = []
     for m, n, k in shapes:
         a = xp.ones((m, k), dtype=_dtype(dtype))
         w = xp.ones((k, n), dtype=_dtype(dtype))
-        pts.append([2.0 * m * n * k, _time(lambda: a @ w)])
+        pts.append([2.0 * m * n * k, _time(lambda: matmul(a, w))])
     return sorted(pts)
 
 
@@ -80,6 +82,18 @@ def elementwise_rate(N, h, dtype="fp32"):
     t = _time(layer) - 8 * op_overhead()
     nbytes = 3 * elementwise_bytes(LayerShape(1, N, h, 1, 1, dtype=dtype))   # fwd + 2x bwd
     return nbytes / max(t, 1e-9)
+
+
+def stream_rate(n, dtype="fp32"):
+    """Memory bytes/s of c = a + b over ``n`` elements (3·n·itemsize bytes: two arrays
+    read, one written), on the rank's threads (``autograd.rows``): the bandwidth ceiling
+    of an elementwise op, against which ``elementwise_rate`` is what minipar's ops reach."""
+    from minipar.autograd.rows import for_row_blocks
+    a, b, c = (xp.ones(n, dtype=_dtype(dtype)) for _ in range(3))
+
+    def add():
+        for_row_blocks(n, lambda lo, hi: xp.add(a[lo:hi], b[lo:hi], out=c[lo:hi]), n)
+    return 3 * a.nbytes / max(_time(add, 9), 1e-9)
 
 
 def attention_curve(kind, shapes, dtype="fp32"):

@@ -16,17 +16,25 @@ from minipar.comm import all_reduce
 from minipar.data import shard_rows
 
 
-def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0):
+def _no_phase(name):
+    return contextlib.nullcontext()
+
+
+def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_phase):
     """K micro-batches of this replica's rows; returns the mean local loss.  ``weight``
-    multiplies what is back-propagated (load balancing's w_i = dp·n_i/N, ``balance.py``)."""
+    multiplies what is back-propagated (load balancing's w_i = dp·n_i/N, ``balance.py``).
+    ``phase(name)``: a context manager around each "forward" and "backward" (the profiler's)."""
     rows = x.shape[0] // grad_accum
     loss_sum = 0.0
     for i in range(grad_accum):
         last = i == grad_accum - 1
         with (contextlib.nullcontext() if last else optimizer.no_sync()):
             xs, ys = x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows]
-            _, loss = model(backend.to_device(xs), backend.to_device(ys))
-            (optimizer.scale_loss(loss) * (weight / grad_accum)).backward()
+            with phase("forward"):
+                _, loss = model(backend.to_device(xs), backend.to_device(ys))
+                scaled = optimizer.scale_loss(loss) * (weight / grad_accum)
+            with phase("backward"):
+                scaled.backward()
         loss_sum += loss.item()
     return loss_sum / grad_accum
 

@@ -1,0 +1,121 @@
+"""The step profiler (minipar/profiler.py): exact FLOPs of a matmul, op times inside their
+phases, phases that add up to the step, and the ``python -m minipar profile`` command."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from minipar.autograd import Tensor, function, ops
+from minipar.config import TrainConfig
+from minipar.profiler import StepProfiler, summarize, timed_step
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(model="tiny", n_layer=2, d_model=32, seq_len=16, batch_size=4, steps=3)
+
+
+def counted(prof, name, kind):
+    calls, _, flops, nbytes = prof.ops[(name, kind, kind)]
+    return calls, flops, nbytes
+
+
+def test_linear_and_matmul_flops_are_2mnk():
+    m, k, n = 3, 5, 7
+    x = Tensor(np.ones((m, k), np.float32), requires_grad=True)
+    w = Tensor(np.ones((k, n), np.float32), requires_grad=True)
+    b = Tensor(np.zeros(n, np.float32), requires_grad=True)
+    with StepProfiler() as prof:
+        with prof.phase("forward"):
+            y = ops.linear(x, w)
+            z = ops.linear(x, w, b)
+        with prof.phase("backward"):
+            (ops.sum(y) + ops.sum(z)).backward()
+    assert counted(prof, "Linear", "forward")[:2] == (2, 2 * (2 * m * n * k) + m * n)
+    # dx and dW: 2mnk each, twice; db: m·n once
+    assert counted(prof, "Linear", "backward")[:2] == (2, 2 * (2 * 2 * m * n * k) + m * n)
+    one = x.data.nbytes + w.data.nbytes + y.data.nbytes                  # inputs + output
+    assert counted(prof, "Linear", "forward")[2] == 2 * one + b.data.nbytes
+
+    a = Tensor(np.ones((2, 3, 4, 5), np.float32), requires_grad=True)    # batched, (m, k) = (4, 5)
+    c = Tensor(np.ones((2, 3, 5, 6), np.float32))                        # no gradient wanted
+    with StepProfiler() as prof:
+        with prof.phase("forward"):
+            out = a @ c
+        with prof.phase("backward"):
+            ops.sum(out).backward()
+    flops = 2 * (2 * 3) * 4 * 6 * 5
+    assert counted(prof, "MatMul", "forward")[1] == flops
+    assert counted(prof, "MatMul", "backward")[1] == flops       # only dA is produced
+    assert function._op_observer is None                         # the seam is closed again
+
+
+def test_a_view_moves_nothing_and_profilers_do_not_nest():
+    x = Tensor(np.ones((4, 6), np.float32), requires_grad=True)
+    with StepProfiler() as prof:
+        with prof.phase("forward"):
+            ops.reshape(x, (6, 4))
+        with pytest.raises(RuntimeError):
+            with StepProfiler():
+                pass
+    assert counted(prof, "Reshape", "forward")[1:] == (0, 0)
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    from minipar.train import setup
+    run = setup(TrainConfig(**TINY))
+    timed_step(run, 0, StepProfiler())                       # warm-up
+    walls, profs = [], []
+    for step in (1, 2):
+        with StepProfiler() as prof:
+            walls.append(timed_step(run, step, prof))
+        profs.append(prof)
+    return walls, profs
+
+
+def test_op_times_fit_inside_their_phases(profiled):
+    _, profs = profiled
+    for prof in profs:
+        for phase in ("forward", "backward"):
+            inside = sum(s for (_, _, ph), (_, s, _, _) in prof.ops.items() if ph == phase)
+            assert 0 < inside <= prof.phases[phase]
+        assert {ph for (_, _, ph) in prof.ops} <= {"forward", "backward"}
+        rep = summarize(prof, 1, gemm_rate=1e10, mem_bw=1e9)
+        assert all(o["roofline_s"] >= 0 for o in rep["ops"])
+        assert rep["python_overhead_s"] >= 0
+
+
+def test_phases_add_up_to_the_step_wall_time(profiled):
+    walls, profs = profiled
+    for wall, prof in zip(walls, profs):
+        phases = sum(prof.phases.values())
+        assert phases <= wall + 1e-6
+        assert wall - phases <= 0.002 + 0.05 * wall, (wall, prof.phases)
+
+
+def run_cli(*flags, timeout=120):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "minipar", "profile", *flags], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_command_prints_its_tables_and_the_final_line(tmp_path):
+    out = tmp_path / "profile.json"
+    proc = run_cli("--model", "tiny", "--steps", "1", "--top", "5", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("profile: step ") and "python overhead" in lines[-1]
+    assert "GFLOP/s" in proc.stdout and "achieved/roofline" in proc.stdout
+    rep = json.loads(out.read_text())
+    assert set(rep["phases"]) == {"forward", "backward", "optimizer", "comm"}
+    assert abs(sum(p["s"] for p in rep["phases"].values()) - rep["step_s"]) < 1e-9
+    assert {"Linear", "Optimizer.step"} <= {o["op"] for o in rep["ops"]}
+
+
+@pytest.mark.parametrize("flags, says", [(["--save", "x"], "--save is not built for profile"),
+                                         (["--steps", "0"], "--steps and --top must be >= 1")])
+def test_the_command_refuses_what_it_does_not_do(flags, says):
+    proc = run_cli("--model", "tiny", *flags, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr
