@@ -47,9 +47,11 @@ def _dtype(name):
 
 
 def gemm_curve(shapes, dtype, matmul=None):
-    """[[flops, seconds]] of x @ w for each (m, n, k).  ``matmul``: the product to time
-    (default ``@``; the profiler passes autograd's, which splits over minipar's threads)."""
-    matmul = matmul or (lambda a, b: a @ b)
+    """[[flops, seconds]] of x @ w for each (m, n, k).  ``matmul``: the product to time;
+    by default the model's own (``autograd.rows.matmul``: split over the rank's thread
+    pool when it has several), so the rate is the one training gets."""
+    if matmul is None:
+        from minipar.autograd.rows import matmul
     pts = []
     for m, n, k in shapes:
         a = xp.ones((m, k), dtype=_dtype(dtype))
