@@ -7,7 +7,8 @@ What is timed (medians of a few repetitions; the machine's load is written down)
 
 - GEMM seconds against FLOPs, per dtype, at the model's own matmul shapes
   (b·s × h · h × 3h, ... for a few micro-batch sizes b);
-- the per-op overhead: one autograd op on one element, forward + backward, halved;
+- the per-op overhead and the optimizer step's fixed cost, on a miniature of the model
+  (``miniature_overheads``: its ops and tensors, no arithmetic to speak of);
 - elementwise bandwidth *as minipar's ops reach it*: LayerNorm, GELU and an add,
   forward and backward through autograd on (b·s, h), over the bytes the compute
   model counts for them (``compute.elementwise_bytes``) — one effective rate;
@@ -48,16 +49,48 @@ def _dtype(name):
 
 def gemm_curve(shapes, dtype, matmul=None):
     """[[flops, seconds]] of x @ w for each (m, n, k).  ``matmul``: the product to time;
-    by default the model's own (``autograd.rows.matmul``: split over the rank's thread
-    pool when it has several), so the rate is the one training gets."""
+    by default the model's own (``autograd.ops_reduce._mm``: split over the rank's thread
+    pool when it has several, half precision through fp32 with its casts), so the rate is
+    the one training gets."""
     if matmul is None:
-        from minipar.autograd.rows import matmul
+        from minipar.autograd.ops_reduce import _mm as matmul
     pts = []
     for m, n, k in shapes:
         a = xp.ones((m, k), dtype=_dtype(dtype))
         w = xp.ones((k, n), dtype=_dtype(dtype))
         pts.append([2.0 * m * n * k, _time(lambda: matmul(a, w))])
     return sorted(pts)
+
+
+def miniature_overheads(cfg):
+    """(seconds per autograd op, seconds of an optimizer step's fixed cost), measured on a
+    miniature of the model: the same layers — so the same ops and parameter tensors — at
+    d_model = 2·n_head, seq 4, batch 1, vocab 16, where the arithmetic is negligible and
+    what is left is Python, the graph walk and the per-call cost of each NumPy call:
+
+        per op    = (forward + backward) / (2 · ops)      ops counted as compute.py counts
+        optimizer = one AdamW step over the miniature's tensors (a call per tensor)
+
+    ``op_overhead`` (one op on one element) is the floor; a real block's ops carry more
+    Python (reshapes, hooks, the engine's bookkeeping), so this is what a step pays."""
+    import numpy as np
+    from minipar.nn import GPT, GPTConfig
+    from minipar.optim import AdamW
+    from minipar.perf.compute import OPS_EMBED, OPS_HEAD, OPS_PER_BLOCK
+    mini = GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
+                     n_head=cfg.n_head, tie_weights=cfg.tie_weights)
+    model = GPT(mini, seed=0)
+    opt = AdamW(model.named_parameters(), lr=1e-4)
+    ids = np.zeros((1, 4), dtype=np.int64)
+
+    def forward_backward():
+        _, loss = model(ids, ids)
+        loss.backward()
+    fb = _time(forward_backward, 15)
+    forward_backward()
+    step = _time(opt.step, 15)
+    ops = cfg.n_layer * OPS_PER_BLOCK + OPS_HEAD + OPS_EMBED
+    return fb / (2 * ops), step
 
 
 def op_overhead():
@@ -159,7 +192,7 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
             prof.gemm_curve[dt] = gemm_curve(shapes, dt)
         except (TypeError, ValueError):
             continue
-    prof.op_overhead_s = op_overhead()
+    prof.op_overhead_s, prof.efficiency["step_overhead_s"] = miniature_overheads(cfg)
     prof.mem_bw = elementwise_rate(4 * s, h)
     att = [(b, a, s, h // a) for b in micro_rows]
     prof.attention = {k: attention_curve(k, att) for k in ("naive", "flash")}
