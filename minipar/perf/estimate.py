@@ -145,8 +145,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     """What minipar's live-array counter (``peak_mem_bytes``) should read on the rank at
     ``coords``: the tracked model state (weights; ZeRO-3's shards are untracked)
-    + activations (+ the gradients already accumulated when several micro-batches run
-    before the last forward)."""
+    + activations (+ the gradients: DDP's flat buffers hold them all step, and ZeRO-1
+    holds them when several micro-batches run before the last forward)."""
     cfg = config.model_config()
     b, M = micro_rows(config)
     state = pmem.model_state_bytes(cfg, config, coords)
@@ -163,8 +163,11 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
         config.tp, config.sequence_parallel, dtype, config.attention, config.recompute,
         first=stage == 0, last=stage == pp - 1, in_flight=in_flight)
     accumulate = (M > 1) if accumulate is None else accumulate
+    # DDP in fp32/fp64 keeps its gradients in flat buffers (parallel/sync/flat.py): they
+    # live the whole step, so they count at the peak, as accumulated ones do
+    flat_grads = config.zero == 0 and config.precision not in ("fp16", "bf16")
     grads = 0
-    if accumulate and config.zero < 2:
+    if (accumulate and config.zero < 2) or flat_grads:
         item = DTYPE_BYTES[dtype]
         grads = item * sum(k for _, k in pmem.param_sizes(
             cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))

@@ -29,6 +29,7 @@ import sys
 import time
 
 from minipar.parallel.buckets import make_buckets
+from minipar.parallel.sync.flat import FlatStorage
 from minipar.parallel.sync.hooks import allreduce_hook
 from minipar.parallel.sync.slots import ParamRules, Slot, broadcast_parameters
 
@@ -55,11 +56,17 @@ class DDPSync:
             for p in bucket.params:
                 self.bucket_of[id(p)] = bucket
                 p.register_hook(self._grad_ready)
-        masters = self.amp.masters if self.amp else self.params
-        r = self.rules
-        self.slots = [Slot(m.data, None, 1.0 if r.decays(n, p) else 0.0, r.norm_weight(n),
-                           r.partial_over_tp(n))
-                      for n, p, m in zip(self.names, self.params, masters)]
+        # fp32/fp64: parameters and gradients as views of one flat pair per bucket
+        # (``flat.py``); mixed precision keeps per-parameter fp32 masters (``amp``)
+        self.flat = None
+        if self.amp is None:
+            self.flat = FlatStorage(self.buckets, {id(p): n for n, p in named})
+            self.slots = self.flat.slots(self.rules)
+        else:
+            r = self.rules
+            self.slots = [Slot(m.data, None, 1.0 if r.decays(n, p) else 0.0, r.norm_weight(n),
+                               r.partial_over_tp(n))
+                          for n, p, m in zip(self.names, self.params, self.amp.masters)]
         self.sync = True
         self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
         self.events = []             # (bucket index, submitted, started, finished) of the last sync
@@ -91,9 +98,13 @@ class DDPSync:
     # buckets are in flight lets the thread move on after each message.
     SWITCH_INTERVAL_S = 1e-4
 
+    def _bucket_grads(self, bucket):
+        """The flat gradient to communicate: the bucket's own buffer, or a packed copy."""
+        return self.flat.grads(bucket) if self.flat else bucket.pack_grads()
+
     def _launch(self, bucket):
         bucket.submitted = time.perf_counter()
-        bucket.handle = self.comm_hook(self.comm, bucket.pack_grads())
+        bucket.handle = self.comm_hook(self.comm, self._bucket_grads(bucket))
         if hasattr(bucket.handle, "progress"):      # advanced by us, in this thread
             self._advanced.append(bucket.handle)
         elif self._saved_switch is None:            # on the progress thread
@@ -104,11 +115,11 @@ class DDPSync:
         """Wait for (or, without overlap, run) every bucket's hook; write back the
         averaged gradients; returns the slots, gradients in the masters' dtype."""
         self._average()
-        if self.amp is not None:
+        if self.flat is not None:
+            grads = [self.flat.grads(b) for b in self.buckets]
+        else:
             self.amp.grads_to_masters()
             grads = self.amp.master_grads()
-        else:
-            grads = [p.grad for p in self.params]
         for slot, g in zip(self.slots, grads):
             slot.grad = g
         return self.slots
@@ -122,13 +133,17 @@ class DDPSync:
         for i, bucket in enumerate(self.buckets):
             if bucket.handle is None:          # not launched: no overlap, or unused params
                 bucket.submitted = time.perf_counter()
-                bucket.handle = self.comm_hook(self.comm, bucket.pack_grads())
+                bucket.handle = self.comm_hook(self.comm, self._bucket_grads(bucket))
             h = bucket.handle
             flat = h.wait()
             self.events.append((i, bucket.submitted, getattr(h, "started_at", bucket.submitted),
                                 getattr(h, "finished_at", time.perf_counter())))
-            for p, view in bucket.views(flat):
-                p.grad = view
+            if self.flat is not None:
+                if flat is not bucket.flat_grad:   # a hook that returned a new array
+                    bucket.flat_grad[...] = flat
+            else:
+                for p, view in bucket.views(flat):
+                    p.grad = view
             bucket.handle, bucket.ready = None, 0
         self._advanced = []
         if self._saved_switch is not None:
@@ -141,9 +156,11 @@ class DDPSync:
             self.amp.masters_to_model()
 
     def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-        if self.amp is not None:
+        if self.flat is not None:
+            self.flat.zero_grad()               # one fill per bucket; the views stay
+        else:
+            for p in self.params:
+                p.grad = None
             self.amp.zero_grad()
         for slot in self.slots:
             slot.grad = None
@@ -151,10 +168,14 @@ class DDPSync:
     # ------------------------------------------------------------ checkpoints, accounting
     def to_named(self, arrays):
         """{name: host array} of per-slot arrays (every replica holds them all)."""
+        if self.flat is not None:
+            return self.flat.to_named(arrays)
         from minipar.backend import to_host
         return {n: to_host(a).copy() for n, a in zip(self.names, arrays)}
 
     def from_named(self, named):
+        if self.flat is not None:
+            return self.flat.from_named(named, self.slots[0].master.dtype)
         from minipar.backend import to_device
         return [to_device(named[n], dtype=s.master.dtype) for n, s in zip(self.names, self.slots)]
 
