@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minipar.backend import xp, backend_name
 from minipar.autograd.function import Function
-from minipar.autograd.rows import for_row_blocks
+from minipar.autograd.rows import for_row_blocks, row_dot, row_sum
 
 
 def _wide(x):
@@ -75,9 +75,13 @@ class LayerNorm(Function):
         def rows(lo, hi):
             z = _wide(x2[lo:hi])
             c = xhat[lo:hi]
-            xp.subtract(z, z.mean(axis=-1, keepdims=True), out=c)
+            mean = row_sum(z)
+            mean /= d
+            xp.subtract(z, mean, out=c)
             s = inv_sigma[lo:hi]
-            xp.add((c * c).mean(axis=-1, keepdims=True), eps, out=s)
+            var = row_dot(c, c)
+            var /= d
+            xp.add(var, eps, out=s)
             xp.sqrt(s, out=s)
             xp.divide(1.0, s, out=s)
             c *= s
@@ -98,6 +102,7 @@ class LayerNorm(Function):
         nx, nw, nb = ctx.needs_input_grad[:3]
         gw = gb = gx = None
         g2 = g.reshape(xhat.shape)
+        d = xhat.shape[-1]
         if nw:
             gw = (_wide(g2) * xhat).sum(axis=0).astype(w.dtype)
         if nb:
@@ -109,8 +114,10 @@ class LayerNorm(Function):
             def rows(lo, hi):
                 gh = _wide(g2[lo:hi]) * w
                 xh = xhat[lo:hi]
-                mean_gh = gh.mean(axis=-1, keepdims=True)
-                mean_ghx = (gh * xh).mean(axis=-1, keepdims=True)
+                mean_gh = row_sum(gh)
+                mean_gh /= d
+                mean_ghx = row_dot(gh, xh)
+                mean_ghx /= d
                 gh -= mean_gh
                 gh -= xh * mean_ghx
                 gh *= inv_sigma[lo:hi]
@@ -253,7 +260,7 @@ class AttentionSoftmax(Function):
                 z += bias
             z -= z.max(axis=-1, keepdims=True)
             xp.exp(z, out=z)
-            z /= z.sum(axis=-1, keepdims=True)
+            z /= row_sum(z)
             if not in_place:
                 p[lo:hi] = z
 
@@ -272,8 +279,7 @@ class AttentionSoftmax(Function):
 
         def rows(lo, hi):
             gb, pb, rb = g3[lo:hi], p3[lo:hi], r[lo:hi]
-            xp.multiply(gb, pb, out=rb)
-            xp.subtract(gb, rb.sum(axis=-1, keepdims=True), out=rb)
+            xp.subtract(gb, row_dot(gb, pb), out=rb)
             rb *= pb
             rb *= ctx.scale
 

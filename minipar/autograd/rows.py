@@ -121,3 +121,23 @@ def matmul(a, b):
         for_row_blocks(a.shape[0], kernel, out.size, threads)
         return out
     return a @ b
+
+
+_EINSUM_DTYPES = (xp.dtype("float32"), xp.dtype("float64"))   # not bfloat16 (ml_dtypes)
+
+
+def row_sum(a):
+    """Σ over the last axis (keepdims).  ``einsum`` rather than ``a.sum(-1)``: NumPy's
+    reduction pays bookkeeping per row, which dominates short rows (measured, (2048, 128)
+    float32: 91 µs against 32 µs); einsum walks each row with one SIMD loop, in an order
+    that does not depend on the other rows — so row blocks keep their bits."""
+    if backend_name() != "numpy" or a.dtype not in _EINSUM_DTYPES:
+        return a.sum(axis=-1, keepdims=True)
+    return xp.einsum("...j->...", a)[..., None]
+
+
+def row_dot(a, b):
+    """Σ a·b over the last axis (keepdims), without the a·b temporary."""
+    if backend_name() != "numpy" or a.dtype not in _EINSUM_DTYPES or b.dtype != a.dtype:
+        return (a * b).sum(axis=-1, keepdims=True)
+    return xp.einsum("...j,...j->...", a, b)[..., None]
