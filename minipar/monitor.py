@@ -57,6 +57,16 @@ MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer
         "peak_mem_bytes", "device_util")   # the gathered vector, in this order
 
 
+class _Watched:
+    """What the watchdog needs of a communicator (``mpi``, ``size``, ``hang_timeout``),
+    for the monitor's plain mpi4py communicator."""
+
+    def __init__(self, mpi):
+        from minipar.comm import watchdog
+        self.mpi, self.size = mpi, mpi.Get_size()
+        self.hang_timeout = watchdog.get_hang_timeout()
+
+
 def measure_gemm_flops(seconds=0.2):
     """FLOP/s of a square float32 matmul (2n^3 FLOPs) on this rank, timed for ``seconds``,
     through the model's own matmul (split over the rank's threads when it has several)."""
@@ -146,8 +156,18 @@ class RunMonitor:
         mine = np.asarray(values, dtype=np.float64)
         if self.mpi is None or self.world_size == 1:
             return mine[None, :]
+        from minipar.comm import watchdog
         everyone = np.empty((self.world_size, mine.size)) if self.rank == 0 else None
-        self.mpi.Gather(mine, everyone, root=0)
+        # under the hang watchdog like every wait on a peer: rank 0 waits here for every
+        # rank's numbers, and a stopped rank must end the job, not hang it
+        peer = None if self.rank == 0 else 0
+        rec = watchdog.begin(_Watched(self.mpi), peer, "the monitor's gather of step timings") \
+            if watchdog.get_hang_timeout() is not None else None
+        try:
+            self.mpi.Gather(mine, everyone, root=0)
+        finally:
+            if rec is not None:
+                watchdog.end(rec)
         return everyone
 
     def start(self):
