@@ -110,10 +110,10 @@ def matmul(a, b):
             for_row_blocks(b.shape[1], kernel, out.size, threads)
         return out
     if a.ndim >= 3 and (b.ndim == 2 or (b.ndim == a.ndim and b.shape[0] == a.shape[0])):
-        out = xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                       dtype=xp.result_type(a, b))
-        if out.shape[0] != a.shape[0]:
+        batch = xp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        if batch[0] != a.shape[0]:            # b broadcasts a's leading axis: no split
             return a @ b
+        out = xp.empty(batch + (a.shape[-2], b.shape[-1]), dtype=xp.result_type(a, b))
         if b.ndim == 2:
             kernel = lambda lo, hi: xp.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
         else:
