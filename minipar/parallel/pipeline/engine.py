@@ -65,6 +65,9 @@ class PipelineEngine:
             return
         buf = xp.ascontiguousarray(array)
         t0 = self._now()
+        # a completed send's buffer can go now: holding each one to the end of the step
+        # would keep every micro-batch's sent activations (or gradients) alive at once
+        self.pending_sends = [(r, b) for r, b in self.pending_sends if not r.test()]
         self.pending_sends.append((self.comm.isend(buf, rank, tag=self._tag(kind, mb, to_stage)), buf))
         self.spans.append(Span("send", mb, 0, t0, self._now()))
 

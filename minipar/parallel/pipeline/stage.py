@@ -5,7 +5,8 @@ virtual stages; stage s = chunk·pp + rank (Megatron's interleaved layout, see
 ``schedules.py``).  The blocks are dealt out evenly, L/S per stage; the first
 stage also embeds the tokens, the last also applies the final LayerNorm, the
 head and the loss.  Every rank builds the same full model from the same seed and
-keeps only its stages, so the weights equal the single-process model's.
+keeps only its stages (the other blocks are dropped and freed), so the weights
+equal the single-process model's.
 """
 from __future__ import annotations
 
@@ -60,11 +61,26 @@ class RankStages(Module):
                              "would live on the first and last stage; drop `tie_weights`")
         S = pp * chunks
         self.config = model.config
+        self._flops_per_token = model.flops_per_token()     # of the whole model
         self.stages = [Stage(model, c * pp + rank, S) for c in range(chunks)]
+        _drop_other_stages(model, self.stages)
 
     def named_parameters(self, prefix=""):
         for stage in self.stages:
             yield from stage.named_parameters()
 
     def flops_per_token(self):
-        return self.stages[0].model.flops_per_token()
+        return self._flops_per_token
+
+
+def _drop_other_stages(model, stages):
+    """Free the weights of the blocks (and embeddings, head) other ranks hold: a stage
+    keeps only its own, so a pipeline of p ranks holds ~1/p of the model each."""
+    mine = {i for st in stages for i in st.block_ids}
+    for i in range(len(model.blocks)):
+        if i not in mine:
+            model.blocks[i] = None
+    if not any(st.is_first for st in stages):
+        model.wte = model.wpe = None
+    if not any(st.is_last for st in stages):
+        model.ln_f = model.lm_head = None
