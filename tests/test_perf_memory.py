@@ -4,9 +4,9 @@
 ``Optimizer.memory_bytes()`` exactly on every rank.  The live-array peak
 (``backend.memory``) is predicted by ``tracked_peak_bytes``: within 1 % for one process,
 data parallelism and ZeRO (the count is exact up to a few bytes of scalars); within
-20 % under tensor and pipeline parallelism, whose extra buffers (the communication
-regions' copies, the stages' receive buffers, the accumulation's temporary sums) the
-model counts only in part.
+5 % under tensor and pipeline parallelism, recomputation and accumulation, where the
+peak's moment depends on the schedule (interleaved stages, and the sends a stage has
+not yet found complete, are counted approximately).
 """
 import json
 
@@ -15,7 +15,7 @@ import pytest
 from minipar.perf import activations as act
 from tests.mpirun import run_mpi
 
-TIGHT, LOOSE = 0.01, 0.20
+TIGHT, LOOSE = 0.01, 0.05
 
 TWO_RANKS = [dict(), dict(zero=1), dict(zero=2, precision="bf16", bucket_mb=0.05),
              dict(zero=3), dict(zero=1, precision="fp16"), dict(grad_accum=2),

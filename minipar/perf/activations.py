@@ -57,7 +57,7 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
     residual = 2 * seq * h * e                               # the two adds
     rows = 2 * N * h * e                                     # proj outputs, full rows
     if t > 1:
-        rows += 2 * seq * h * e                              # their reduced (scattered) copy
+        rows += 2 * 2 * seq * h * e     # their reduced (scattered) copy, and + bias after it
     gathered = 2 * N * h * e if sp else 0                    # all-gathered LN outputs
     sliced = (3 + 1 + 1 + 4 + 8) * N * h / t * e             # qkv, P·v, merge, fc, gelu ×2
     core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
@@ -68,33 +68,77 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
     return norms + residual + rows + gathered + sliced + core
 
 
-def minipar_embed_bytes(b, s, h, dtype="fp32", sp=False, t=1):
-    e = DTYPE_BYTES[dtype]
-    return (2 * b * s * h + s * h) * e
+def minipar_embed_bytes(b, s, h, dtype="fp32", t=1, sp=False):
+    """Token rows, position rows and their sum; vocabulary-parallel (t > 1) adds the
+    masked lookup (rows of other shards zeroed) and its all-reduced sum — reduce-scattered
+    to this rank's s/t positions under sequence parallelism, where the sum is s/t too."""
+    e, N = DTYPE_BYTES[dtype], b * s
+    if t == 1:
+        return (2 * N * h + s * h) * e
+    if sp:
+        return (2 * N * h + 2 * N * h / t + s * h / t) * e
+    return (4 * N * h + s * h) * e
 
 
-def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32"):
-    """ln_f (out, xhat, inv_sigma), logits, and the loss's exp(z - max) and its sums."""
+def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32", sp=False):
+    """ln_f (out, xhat, inv_sigma), logits, and the loss's exp(z - max) and its sums
+    (vocabulary-parallel: the sums and the picked logits, stacked for one all-reduce).
+    Under sequence parallelism ln_f runs on s/t positions and its output is gathered."""
     e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
     v = -(-vocab // t)
-    return N * h * e + N * h * w + N * w + N * v * e + N * v * w + N * w
+    norm = N * h * e + N * h * w + N * w
+    if sp and t > 1:
+        norm = norm / t + N * h * e
+    return norm + N * v * e + N * v * w + N * w * (2 if t > 1 else 1)
 
 
 def minipar_peak_activation_bytes(b, s, h, a, vocab, layers, t=1, sp=False, dtype="fp32",
                                   attention="naive", recompute="none", first=True,
-                                  last=True, in_flight=1.0):
+                                  last=True, in_flight=1.0, pipeline=None):
     """Peak bytes of activations on one rank: ``in_flight`` micro-batches' worth of
     ``layers`` blocks (+ embeddings on the first stage, head on the last); with full
-    recompute the recomputed block's working set on top during backward."""
+    recompute the recomputed block's working set on top during backward.  ``pipeline``:
+    None, or (chunks, schedule, micro-batches waiting for W) of a pipelined run
+    (``pipeline_io_bytes`` and ``weight_input_bytes`` on top)."""
     kw = dict(t=t, sp=sp, dtype=dtype, attention=attention)
     per_mb = layers * minipar_block_bytes(b, s, h, a, recompute=recompute, **kw)
     if first:
-        per_mb += minipar_embed_bytes(b, s, h, dtype)
+        per_mb += minipar_embed_bytes(b, s, h, dtype, t, sp)
     if last:
-        per_mb += minipar_head_bytes(b, s, h, vocab, t, dtype)
+        per_mb += minipar_head_bytes(b, s, h, vocab, t, dtype, sp)
     peak = in_flight * per_mb
+    if pipeline is not None:
+        chunks, schedule, w_held = pipeline
+        x = b * s * h * DTYPE_BYTES[dtype] / (t if sp else 1)
+        peak += pipeline_io_bytes(x, first, chunks, in_flight, schedule != "afab")
+        peak += w_held * weight_input_bytes(b, s, h, layers, t, dtype, last)
     if recompute == "full":
-        e = DTYPE_BYTES[dtype]
-        working = minipar_block_bytes(b, s, h, a, **kw) + b * s * h * e  # + upstream grad
-        peak += working
+        # the peak is in backward, recomputing a block: its working set and the upstream
+        # gradient on top — by then the head's backward has freed what its loss and ln_f
+        # saved, and only ln_f's output and the logits (the step still holds them) remain
+        e, v = DTYPE_BYTES[dtype], -(-vocab // t)
+        working = minipar_block_bytes(b, s, h, a, **kw) + b * s * h * e
+        freed = 0.0
+        if last:
+            freed = minipar_head_bytes(b, s, h, vocab, t, dtype, sp) - b * s * (h + v) * e
+        peak = max(peak, peak - freed + working)
     return peak
+
+
+def pipeline_io_bytes(x, first, chunks, in_flight, interleaves):
+    """What a pipeline stage holds besides its layers' activations, ``x`` bytes being one
+    micro-batch's activation tensor: the received input of every micro-batch in flight
+    (every chunk receives, except virtual stage 0's, which embeds), and, when forwards and
+    backwards interleave (every schedule but AFAB), one sent buffer not yet found
+    complete (``PipelineEngine._send`` frees finished sends when it posts the next)."""
+    receiving = 1.0 - (1.0 / chunks if first else 0.0)
+    return in_flight * receiving * x + (x if interleaves else 0.0)
+
+
+def weight_input_bytes(b, s, h, layers, t=1, dtype="fp32", last=False):
+    """What a micro-batch whose W (weight gradients) is deferred still holds: the inputs
+    of the weight GEMMs, per block qkv's and fc's (LayerNorm outputs, gathered under
+    SP: N·h each), proj's (N·h/t) and fc2's (the GELU output, 4·N·h/t); ln_f's output
+    for the head on the last stage."""
+    e, N = DTYPE_BYTES[dtype], b * s
+    return (layers * (2 * N * h + 5 * N * h / t) + (N * h if last else 0)) * e

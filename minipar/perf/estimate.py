@@ -26,7 +26,7 @@ from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import memory as pmem
 from minipar.perf.compute import LayerShape, embed_time, head_time, layer_time
-from minipar.perf.pipeline import in_flight as stage_in_flight, pipeline_time
+from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
 from minipar.perf.profile import DTYPE_BYTES
 
 
@@ -131,7 +131,9 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
             a_bytes = act.minipar_peak_activation_bytes(
                 b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, per_rank_layers,
                 tp, config.sequence_parallel, dtype, config.attention, config.recompute,
-                first=stage == 0, last=stage == pp - 1, in_flight=fl)
+                first=stage == 0, last=stage == pp - 1, in_flight=fl,
+                pipeline=(v, kind, held_for_weights(kind, pp, M, v, stage))
+                if config.pipelined else None)
         total = pmem.total(state) + a_bytes + pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
         mems.append((total, state, a_bytes))
     mem, state, a_bytes = max(mems, key=lambda r: r[0])
@@ -161,8 +163,14 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     a_bytes = act.minipar_peak_activation_bytes(
         b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
         config.tp, config.sequence_parallel, dtype, config.attention, config.recompute,
-        first=stage == 0, last=stage == pp - 1, in_flight=in_flight)
-    accumulate = (M > 1) if accumulate is None else accumulate
+        first=stage == 0, last=stage == pp - 1, in_flight=in_flight,
+        pipeline=(config.chunks, config.schedule or "1f1b",
+                  held_for_weights(config.schedule or "1f1b", pp, M, config.chunks, stage))
+        if config.pipelined else None)
+    if accumulate is None:      # do gradients exist yet when the activations peak?
+        accumulate = M > 1
+        if config.pipelined:    # a stage peaks before its first backward if it holds them all
+            accumulate = in_flight < M
     # DDP in fp32/fp64 keeps its gradients in flat buffers (parallel/sync/flat.py): they
     # live the whole step, so they count at the peak, as accumulated ones do
     flat_grads = config.zero == 0 and config.precision not in ("fp16", "bf16")

@@ -66,14 +66,25 @@ def pipeline_time(kind, pp, m, chunks, t_f, t_b, t_w=None, t_comm=0.0):
 @lru_cache(maxsize=1024)
 def in_flight(kind, pp, m, chunks=1, rank=0):
     """Micro-batches' worth of a stage's activations rank ``rank`` holds at its peak
-    (the schedule's own count for small schedules; AFAB m, 1F1B min(m, pp - rank))."""
+    (the schedule's own count for small schedules; AFAB m, 1F1B min(m, pp - rank)).
+    ZB-H1's micro-batches whose B has run but not yet their W are not counted here:
+    they hold only the weight GEMMs' inputs (``held_for_weights``)."""
     if pp * m * chunks <= MAX_SIMULATED:
         sched = build_schedule(kind, pp, m, chunks)
         r = simulate(sched, pp, chunks)
-        held = r.peak_held if kind == "zb-h1" else r.peak_in_flight
-        return held[rank] / chunks
+        return r.peak_in_flight[rank] / chunks
     if kind == "afab":
         return float(m)
     v = chunks if kind == "interleaved" else 1
     base = min(m, pp - rank)
     return base * (1 + (pp - 1) / (pp * v)) if v > 1 else float(base)
+
+
+@lru_cache(maxsize=1024)
+def held_for_weights(kind, pp, m, chunks=1, rank=0):
+    """ZB-H1: micro-batches past B whose W has not run, at the peak (simulated for small
+    schedules; 0 in the closed form, which does not track them)."""
+    if kind != "zb-h1" or pp * m * chunks > MAX_SIMULATED:
+        return 0.0
+    r = simulate(build_schedule(kind, pp, m, chunks), pp, chunks)
+    return max(r.peak_held[rank] - r.peak_in_flight[rank], 0) / chunks
