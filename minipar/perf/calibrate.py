@@ -11,8 +11,10 @@ What is timed (medians of a few repetitions; the machine's load is written down)
   (``miniature_overheads``: its ops and tensors, no arithmetic to speak of);
 - elementwise bandwidth *as minipar's ops reach it*: LayerNorm, GELU and an add,
   forward and backward through autograd on (b·s, h), over the bytes the compute
-  model counts for them (``compute.elementwise_bytes``) — one effective rate;
-- attention (naive and flash), forward and backward, against b·a·s²·d;
+  model counts for them (``compute.elementwise_bytes``) — one effective rate per
+  dtype (on a CPU, bf16 and fp16 arithmetic is emulated and several times slower);
+- attention (naive and flash), forward and backward, against b·a·s²·d (naive also
+  per dtype);
 - AdamW per parameter (fp32, fp64);
 - with ranks, for the world group: all-reduce, all-gather, reduce-scatter and
   send/recv curves (placement ``intra``: one machine; ranks sharing cores when there
@@ -196,6 +198,10 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
     prof.mem_bw = elementwise_rate(4 * s, h)
     att = [(b, a, s, h // a) for b in micro_rows]
     prof.attention = {k: attention_curve(k, att) for k in ("naive", "flash")}
+    for dt in prof.gemm_curve:          # other dtypes: NumPy's own speed for each (bf16 emulated)
+        if dt != "fp32":
+            prof.mem_bw_by_dtype[dt] = elementwise_rate(4 * s, h, dt)
+            prof.attention[f"naive:{dt}"] = attention_curve("naive", att, dt)
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
     prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
     prof.cores_per_node = os.cpu_count() or 1
@@ -220,7 +226,7 @@ def calibrate_main(argv=None):
     for f in ("n_layer", "d_model", "n_head", "seq_len"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
     ap.add_argument("--out", default="profile.json")
-    ap.add_argument("--quick", action="store_true", help="fp32/fp64 GEMMs only")
+    ap.add_argument("--quick", action="store_true", help="fp32, fp64 and bf16 only (no fp16)")
     args = ap.parse_args(argv)
     cfg = config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
                              n_head=args.n_head, seq_len=args.seq_len)
@@ -228,7 +234,7 @@ def calibrate_main(argv=None):
     if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
         from minipar.comm import Communicator
         comm = Communicator()
-    dtypes = ("fp32", "fp64") if args.quick else ("fp32", "fp64", "bf16", "fp16")
+    dtypes = ("fp32", "fp64", "bf16") if args.quick else ("fp32", "fp64", "bf16", "fp16")
     prof = calibrate(cfg, dtypes=dtypes, comm=comm)
     if comm is None or comm.rank == 0:
         prof.save(args.out)

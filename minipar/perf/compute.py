@@ -78,14 +78,14 @@ def attention_core_s(prof, x: LayerShape):
     reads and writes b·a/t·s² scores; flash keeps them on chip)."""
     heads = x.b * max(x.a // x.t, 1)
     size = heads * x.s * x.s * (x.h // x.a)
-    curve = prof.attention.get(x.attention)
+    curve = prof.attention_curve(x.attention, x.dtype)
     if curve:
         return (interp_loglog([[p[0], p[1]] for p in curve], size),
                 interp_loglog([[p[0], p[2]] for p in curve], size))
     g = layer_gemms(x)
     mm = _gemm_s(prof, x, *g[1][1:]) + _gemm_s(prof, x, *g[2][1:])
     soft = 0.0 if x.attention == "flash" else prof.elementwise_seconds(
-        3 * heads * x.s * x.s * x.e)     # write scores, read them, write P (+ dropout mask)
+        3 * heads * x.s * x.s * x.e, x.dtype)     # write scores, read them, write P (+ dropout mask)
     return mm + soft, 2 * mm + 2 * soft
 
 
@@ -114,7 +114,7 @@ def layer_time(prof, x: LayerShape, recompute="none"):
     weights = [g for g in layer_gemms(x) if g[0] not in ("scores", "pv")]
     mm = sum(_gemm_s(prof, x, *g[1:]) for g in weights)
     core_f, core_b = attention_core_s(prof, x)
-    elem = prof.elementwise_seconds(elementwise_bytes(x))
+    elem = prof.elementwise_seconds(elementwise_bytes(x), x.dtype)
     ops = OPS_PER_BLOCK + (OPS_TP_EXTRA if x.t > 1 else 0) + (OPS_SP_EXTRA if x.sp else 0)
     over = ops * prof.op_overhead_s
     fwd = mm + core_f + elem + over
@@ -130,13 +130,13 @@ def head_time(prof, x: LayerShape):
     bs = x.b * x.s
     mm = _gemm_s(prof, x, bs, -(-x.vocab // x.t), x.h, 1)
     logits = bs * -(-x.vocab // x.t) * x.e
-    elem = prof.elementwise_seconds(4 * logits + 2 * bs * x.h * x.e)
+    elem = prof.elementwise_seconds(4 * logits + 2 * bs * x.h * x.e, x.dtype)
     over = OPS_HEAD * prof.op_overhead_s
     return mm + elem + over, 2 * mm + 1.5 * elem + over
 
 
 def embed_time(prof, x: LayerShape):
     """(forward, backward) of the token and position lookups and their sum."""
-    elem = prof.elementwise_seconds(4 * x.b * x.s * x.h * x.e)
+    elem = prof.elementwise_seconds(4 * x.b * x.s * x.h * x.e, x.dtype)
     over = OPS_EMBED * prof.op_overhead_s
     return elem + over, 1.5 * elem + over

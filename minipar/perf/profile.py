@@ -17,8 +17,11 @@ The format (all SI units: seconds, bytes, FLOP/s)::
                       "gemm_half_size_flops": F}   fractions of peak reached
      "gemm_curve":   {dtype: [[flops, seconds], ...]}   measured; overrides peak·eff
      "mem_bw":       bytes/s of elementwise work (spec: HBM bandwidth)
+     "mem_bw_by_dtype": {dtype: bytes/s}       measured; overrides mem_bw for that dtype
+                     (a CPU has no bf16 arithmetic: NumPy emulates it element by element)
      "op_overhead_s": seconds per autograd op (forward or backward): launch + Python
-     "attention":    {"naive"|"flash": [[b·a·s²·d, fwd_s, bwd_s], ...]}  measured
+     "attention":    {"naive"|"flash"[":" dtype]: [[b·a·s²·d, fwd_s, bwd_s], ...]}  measured
+                     (no dtype suffix: fp32)
      "optimizer_s_per_param": {dtype: seconds}  AdamW step per parameter
      "mem_per_rank_bytes", "ranks_per_node", "cores_per_node",
      "links":        {"intra"|"inter": {"alpha": s, "bw": bytes/s per rank}}
@@ -71,6 +74,7 @@ class Profile:
     efficiency: dict = field(default_factory=dict)
     gemm_curve: dict = field(default_factory=dict)
     mem_bw: float = 1e11
+    mem_bw_by_dtype: dict = field(default_factory=dict)
     op_overhead_s: float = 0.0
     attention: dict = field(default_factory=dict)
     optimizer_s_per_param: dict = field(default_factory=dict)
@@ -97,11 +101,16 @@ class Profile:
     def peak(self, dtype):
         return self.peak_flops.get(dtype) or self.peak_flops.get("fp32") or 1e12
 
-    def memory_bw(self):
-        return self.mem_bw * self.efficiency.get("memory", 1.0)
+    def memory_bw(self, dtype=None):
+        return self.mem_bw_by_dtype.get(dtype) or self.mem_bw * self.efficiency.get("memory", 1.0)
 
-    def elementwise_seconds(self, nbytes):
-        return nbytes / self.memory_bw()
+    def elementwise_seconds(self, nbytes, dtype=None):
+        """Seconds of memory-bound work moving ``nbytes`` of ``dtype`` values."""
+        return nbytes / self.memory_bw(dtype)
+
+    def attention_curve(self, kind, dtype):
+        """The measured attention curve of ``kind`` for ``dtype`` (else fp32's), or None."""
+        return self.attention.get(f"{kind}:{dtype}") or self.attention.get(kind)
 
     def optimizer_seconds(self, params, dtype):
         per = self.optimizer_s_per_param.get(dtype) or self.optimizer_s_per_param.get("fp32")
