@@ -1,11 +1,14 @@
 """Predicted against measured on this machine: step time and peak memory per rank.
 
-    python benchmarks/plan_accuracy.py [--steps 6] [--model tiny] [--batch-size 8]
+    python benchmarks/plan_accuracy.py [--steps 10] [--repeats 3] [--model tiny] [--batch-size 8]
 
-1. calibrates a profile here (``mpiexec -n 2 python -m minipar.perf.calibrate``: the
-   GEMM/attention/elementwise/optimizer curves and the 2-rank collective curves);
-2. trains each layout for a few steps (``tests/scripts/perf_layouts.py``; 1 and 2
-   ranks for time, up to 8 ranks for memory), every row measured in this run;
+1. trains each layout for a few steps (``tests/scripts/perf_layouts.py``; 1 and 2
+   ranks for time, up to 8 ranks for memory), every row measured in this run; a timed
+   row is the median step over ``--repeats`` separate runs of its layouts (every
+   other run in reverse order);
+2. calibrates a profile here before each of those runs (``mpiexec -n 2 python -m
+   minipar.perf.calibrate``: the GEMM/attention/elementwise/optimizer curves and the
+   2-rank collective curves) and predicts with the median of the calibrations;
 3. prints measured and predicted side by side and the errors.
 
 One BLAS thread per rank for calibration and runs alike (the shared 2-core machine:
@@ -20,6 +23,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from minipar.config import TrainConfig
+from minipar.perf.calibrate import median_profile
+from minipar.perf.estimate import predict
+from minipar.perf.profile import load_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
@@ -44,33 +52,62 @@ def mpi(n, args, timeout=900):
     return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
 
 
-def layouts(n, kws, base, steps, profile):
+def run_layouts(n, kws, base, steps):
     full = [dict(base, **kw) for kw in kws]
-    return mpi(n, ["tests/scripts/perf_layouts.py", json.dumps(full), "--steps", str(steps),
-                   "--profile", profile])
+    return mpi(n, ["tests/scripts/perf_layouts.py", json.dumps(full), "--steps", str(steps)])
+
+
+def calibrate(model, tmp, i):
+    path = os.path.join(tmp, f"profile{i}.json")
+    mpi(2, ["-m", "minipar.perf.calibrate", "--model", model, "--quick", "--repeat", "1",
+            "--out", path])
+    return load_profile(path)
+
+
+def timed_rows(groups, base, steps, repeats, model, profile):
+    """Each group's layouts run ``repeats`` times (a fresh job each time); a row's step is
+    the median over all its runs' steps.  Unless a profile is given, a calibration runs
+    before every group's run and the profile is their median: the machine has fast and
+    slow spells of seconds, and the calibration then samples the spells the runs met."""
+    tmp = tempfile.mkdtemp()
+    runs, profiles = {n: [] for n, _ in groups}, []
+    for r in range(repeats):
+        for n, kws in groups:
+            if profile is None:
+                profiles.append(calibrate(model, tmp, len(profiles)))
+            order = kws if r % 2 == 0 else kws[::-1]   # a slow spell meets other layouts
+            rows = run_layouts(n, order, base, steps)
+            runs[n].append(rows if r % 2 == 0 else rows[::-1])
+    prof = load_profile(profile) if profile else median_profile(profiles)
+    rows = []
+    for n, _ in groups:
+        for i, row in enumerate(runs[n][0]):
+            row["step_s"] = statistics.median(t for run in runs[n] for t in run[i]["step_s_all"])
+            config = TrainConfig(**row["layout"]).resolve(n)
+            row["pred_step_s"] = predict(config, prof).step_s
+            rows.append((n, row))
+    return rows, prof
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each timed layout")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--profile", default=None, help="skip calibration, use this profile")
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()} on {os.cpu_count()} cores")
-    profile = a.profile
-    if profile is None:
-        profile = os.path.join(tempfile.mkdtemp(), "profile.json")
-        mpi(2, ["-m", "minipar.perf.calibrate", "--model", a.model, "--quick", "--out", profile])
-        print(f"calibrated {profile}")
     base = dict(model=a.model, batch_size=a.batch_size)
+    rows, prof = timed_rows([(1, TIME_1), (2, TIME_2)], base, a.steps, a.repeats, a.model,
+                            a.profile)
+    print(f"profile: {prof.notes[-1]}; per-op overhead {prof.op_overhead_s * 1e6:.1f} us, "
+          f"elementwise {prof.mem_bw / 1e9:.2f} GB/s")
+    for n, kw in MEM_8:
+        rows += [(n, r) for r in run_layouts(n, [kw], base, 1)]
     step_err, mem_err = [], []
     print(f"{'ranks':>5} {'layout':<58} {'measured ms':>11} {'predicted ms':>12} {'error':>7} "
           f"{'peak MiB':>9} {'model MiB':>9} {'error':>7}")
-    rows = [(1, r) for r in layouts(1, TIME_1, base, a.steps, profile)]
-    rows += [(2, r) for r in layouts(2, TIME_2, base, a.steps, profile)]
-    for n, kw in MEM_8:
-        rows += [(n, r) for r in layouts(n, [kw], base, 1, profile)]
     for n, r in rows:
         timed = n <= 2
         peak = max(x["peak"] for x in r["ranks"])

@@ -3,7 +3,8 @@
     python -m minipar.perf.calibrate [--model tiny ...] [--out profile.json]
     mpiexec -n 2 python -m minipar.perf.calibrate --out p.json     (+ the link curves)
 
-What is timed (medians of a few repetitions; the machine's load is written down):
+What is timed (medians of a few repetitions, and the whole calibration ``--repeat``
+times, 3 by default, with the median of each number kept; the load is written down):
 
 - GEMM seconds against FLOPs, per dtype, at the model's own matmul shapes
   (b·s × h · h × 3h, ... for a few micro-batch sizes b);
@@ -16,8 +17,8 @@ What is timed (medians of a few repetitions; the machine's load is written down)
 - attention (naive and flash), forward and backward, against b·a·s²·d (naive also
   per dtype);
 - AdamW per parameter (fp32, fp64);
-- with ranks, for the world group: all-reduce, all-gather, reduce-scatter and
-  send/recv curves (placement ``intra``: one machine; ranks sharing cores when there
+- with ranks, for the world group: ZeRO-3's cost per unit over ZeRO-2
+  (``zero3_unit_overhead``); all-reduce, all-gather, reduce-scatter and send/recv curves (placement ``intra``: one machine; ranks sharing cores when there
   are more ranks than cores), and the comm cost model's constants and winners.
 """
 from __future__ import annotations
@@ -93,6 +94,43 @@ def miniature_overheads(cfg):
     step = _time(opt.step, 15)
     ops = cfg.n_layer * OPS_PER_BLOCK + OPS_HEAD + OPS_EMBED
     return fb / (2 * ops), step
+
+
+def zero3_unit_overhead(cfg, comm):
+    """Seconds a ZeRO-3 unit adds to a step over ZeRO-2 with the same buckets, measured
+    on the miniature of ``miniature_overheads``: per unit, two all-gathers (forward, and
+    again in backward), the weights swapped in and out, the unit's entry and exit ops,
+    and the progress thread those prefetches run on (which, with every core computing,
+    takes time from the compute instead of hiding behind it):
+
+        per unit = (step_ZeRO-3 - step_ZeRO-2) / units"""
+    import numpy as np
+    from minipar.nn import GPT, GPTConfig
+    from minipar.parallel.buckets import Bucket
+    from minipar.parallel.sync.zero import ZeroSync
+    from minipar.parallel.sync.zero3 import Zero3Sync, model_units
+    mini = GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
+                     n_head=cfg.n_head)
+    ids = np.zeros((1, 4), dtype=np.int64)
+
+    def step_seconds(stage):
+        model = GPT(mini, seed=0)
+        if stage == 3:
+            sync = Zero3Sync(model, comm)
+            run = sync.wrap(model)
+        else:
+            buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
+            sync, run = ZeroSync(model, comm, stage=2, buckets=buckets), model
+
+        def step():
+            comm.mpi.Barrier()
+            run(ids, ids)[1].backward()
+            sync.finish()
+            sync.zero_grad()
+        return comm.mpi.allreduce(_time(step, 15), op=MPI.MAX)
+    from mpi4py import MPI
+    units = cfg.n_layer + 2
+    return max(step_seconds(3) - step_seconds(2), 0.0) / units
 
 
 def op_overhead():
@@ -211,11 +249,44 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         from minipar.comm import cost_model
         ctx = comm.context("coll")
         prof.collectives = comm_curves(ctx)
+        prof.efficiency["zero3_unit_overhead_s"] = zero3_unit_overhead(cfg, ctx)
         c, _ = cost_model.measure_winners(ctx, SIZES, cost_model.calibrate(ctx))
         prof.cost_params = c.to_dict()
         prof.links = {"intra": {"alpha": c.alpha, "bw": 1 / (c.beta_large or c.beta)}}
     prof.notes = [f"measured for {cfg}", "placement intra: every rank on this machine"]
     return prof
+
+
+def _median_curve(curves):
+    """Point-wise median of curves measured at the same x: [[x, y...], ...] each."""
+    return [[pts[0][0]] + [statistics.median(p[j] for p in pts) for j in range(1, len(pts[0]))]
+            for pts in zip(*curves)]
+
+
+def median_profile(profiles):
+    """One profile from several calibrations of the same machine: the median of every
+    measured number (a shared machine has slow spells of seconds; one calibration taken
+    in one would skew every prediction)."""
+    first = profiles[0]
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    first.op_overhead_s = med([p.op_overhead_s for p in profiles])
+    for k in first.efficiency:
+        if k.endswith("_s"):
+            first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
+    first.mem_bw = med([p.mem_bw for p in profiles])
+    for name in ("mem_bw_by_dtype", "optimizer_s_per_param", "peak_flops"):
+        table = getattr(first, name)
+        for k in table:
+            table[k] = med([getattr(p, name)[k] for p in profiles])
+    for name in ("gemm_curve", "attention"):
+        table = getattr(first, name)
+        for k in table:
+            table[k] = _median_curve([getattr(p, name)[k] for p in profiles])
+    for kind, curves in first.collectives.items():
+        for key in curves:
+            curves[key] = _median_curve([p.collectives[kind][key] for p in profiles])
+    first.notes.append(f"the median of {len(profiles)} calibrations")
+    return first
 
 
 def calibrate_main(argv=None):
@@ -227,6 +298,8 @@ def calibrate_main(argv=None):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
     ap.add_argument("--out", default="profile.json")
     ap.add_argument("--quick", action="store_true", help="fp32, fp64 and bf16 only (no fp16)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="calibrations to take the median of (default 3)")
     args = ap.parse_args(argv)
     cfg = config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
                              n_head=args.n_head, seq_len=args.seq_len)
@@ -235,7 +308,8 @@ def calibrate_main(argv=None):
         from minipar.comm import Communicator
         comm = Communicator()
     dtypes = ("fp32", "fp64", "bf16") if args.quick else ("fp32", "fp64", "bf16", "fp16")
-    prof = calibrate(cfg, dtypes=dtypes, comm=comm)
+    prof = median_profile([calibrate(cfg, dtypes=dtypes, comm=comm)
+                           for _ in range(max(args.repeat, 1))])
     if comm is None or comm.rank == 0:
         prof.save(args.out)
         print(f"wrote {args.out}: {prof.description}")

@@ -116,6 +116,14 @@ class Profile:
         per = self.optimizer_s_per_param.get(dtype) or self.optimizer_s_per_param.get("fp32")
         return params * (per if per else 16 * DTYPE_BYTES.get(dtype, 4) / self.memory_bw())
 
+    def overlaps_comm(self, ranks_per_node):
+        """Whether communication can hide behind compute.  On a GPU the copies run on
+        their own engines; on a CPU a transfer is a core's work, so it hides only when
+        each rank has a core beyond its compute thread (``sync/hooks.spare_core``)."""
+        if self.kind == "spec" or not self.cores_per_node:
+            return True
+        return self.cores_per_node >= 2 * max(ranks_per_node, 1)
+
     # ------------------------------------------------------------ links
     def link(self, placement):
         d = self.links.get(placement) or self.links.get("intra") or {"alpha": 1e-5, "bw": 1e9}
