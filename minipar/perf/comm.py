@@ -24,7 +24,9 @@ What counts towards a step (``exposed``):
 - ZeRO-1: reduce-scatter after backward + all-gather after the step;  ZeRO-2: the
   reduce-scatters overlap like DDP, the all-gather does not;  ZeRO-3: per unit an
   all-gather in forward and in backward (prefetched: hidden behind the previous
-  unit's compute) and a reduce-scatter;
+  unit's compute) and a reduce-scatter, plus its measured bookkeeping per unit;
+- none of it hides where the ranks fill a CPU's cores: a transfer is then a core's
+  work taken from compute (``Profile.overlaps_comm``);
 - pipeline: one activation send per stage boundary (the simulator's t_comm).
 """
 from __future__ import annotations
@@ -74,21 +76,43 @@ def tp_seconds_per_layer(prof, tp, act_bytes, ranks_per_node, sp=False):
     if tp <= 1:
         return 0.0, 0.0
     where = placement(tp, 1, ranks_per_node)
-    if sp:
-        one = (collective_seconds(prof, "all_gather", tp, act_bytes, where)
-               + collective_seconds(prof, "reduce_scatter", tp, act_bytes, where))
+    if sp:   # each all-reduce becomes an all-gather before the block half, a reduce-scatter after
+        one = 2 * (collective_seconds(prof, "all_gather", tp, act_bytes, where)
+                   + collective_seconds(prof, "reduce_scatter", tp, act_bytes, where))
     else:
         one = 2 * collective_seconds(prof, "all_reduce", tp, act_bytes, where)
     return one, one
 
 
+def tp_seconds_edges(prof, tp, act_bytes, tokens, ranks_per_node, sp=False):
+    """((forward, backward) of the embeddings, (forward, backward) of the head) in
+    tensor-parallel collectives: the vocabulary-parallel lookup's sum (a reduce-scatter
+    under SP), the head's input region (its backward all-reduce; under SP an all-gather
+    forward, a reduce-scatter backward) and the vocabulary-parallel loss's two small
+    all-reduces (the max, then the sums and picked logits: 3 floats per token)."""
+    if tp <= 1:
+        return (0.0, 0.0), (0.0, 0.0)
+    where = placement(tp, 1, ranks_per_node)
+    c = lambda kind, n: collective_seconds(prof, kind, tp, n, where)  # noqa: E731
+    loss = c("all_reduce", 4 * tokens) + c("all_reduce", 8 * tokens)
+    if sp:
+        ag, rs = c("all_gather", act_bytes), c("reduce_scatter", act_bytes)
+        return (rs, ag), (ag + loss, rs)
+    ar = c("all_reduce", act_bytes)
+    return (ar, 0.0), (loss, ar)
+
+
 def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, forward_s,
                        overlap, stride, ranks_per_node, accum=1):
     """Exposed seconds of the gradient synchronisation of one step (see the docstring).
-    ``bucket_bytes``: the gradient buckets (ZeRO-3: ``unit_bytes``, the units)."""
+    ``bucket_bytes``: the gradient buckets (ZeRO-3: ``unit_bytes``, the units).  Where
+    the ranks fill the cores (``Profile.overlaps_comm``) nothing hides: every transfer
+    counts in full, and ZeRO-3 pays its measured cost per unit on top."""
     if dp <= 1:
         return 0.0
     where = placement(dp, stride, ranks_per_node)
+    hides = prof.overlaps_comm(ranks_per_node)
+    overlap = overlap and hides
     memo = {}
 
     def t(kind, n):          # buckets mostly share one size: time each size once
@@ -103,13 +127,16 @@ def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, for
         ag = sum(t("all_gather", n) for n in bucket_bytes)
         if zero == 1:
             return sum(rs) + ag
-        return accum * overlapped_buckets(rs, backward_s / accum) + ag
+        return accum * overlapped_buckets(rs, backward_s / accum, overlap) + ag
     units = [(t("all_gather", n), t("reduce_scatter", n)) for n in unit_bytes]
+    per_unit = len(units) * prof.efficiency.get("zero3_unit_overhead_s", 0.0)
+    if not hides:
+        return accum * (sum(2 * g + r for g, r in units) + per_unit)
     k = max(len(units), 1)
     f_unit, b_unit = forward_s / accum / k, backward_s / accum / k
     fwd = units[0][0] + sum(max(g - f_unit, 0.0) for g, _ in units[1:])
     bwd = units[-1][0] + sum(max(g + r - b_unit, 0.0) for g, r in units[:-1]) + units[0][1]
-    return accum * (fwd + bwd)
+    return accum * (fwd + bwd + per_unit)
 
 
 def pp_send_seconds(prof, pp, act_bytes, stride, ranks_per_node):

@@ -81,8 +81,11 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     act_bytes = b * cfg.seq_len * cfg.d_model * e
     tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel)
     redo_tp = tp_f if config.recompute == "full" else 0.0
+    (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
+                                                   config.sequence_parallel)
     hf, hb = head_time(prof, x)
     ef, eb = embed_time(prof, x)
+    hf, hb, ef, eb = hf + htf, hb + htb, ef + etf, eb + etb
     # the slowest stage (the last: its layers and the head) sets a pipeline's pace
     t_f = per_rank_layers * (lt.forward + tp_f) + hf + (ef if pp == 1 else 0.0)
     t_b = per_rank_layers * (lt.backward_input + lt.recompute + tp_b + redo_tp) + hb \
@@ -110,7 +113,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     opt = prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
     overhead = prof.efficiency.get("step_overhead_s", 0.0)
     step = span + exposed_dp + opt + overhead
-    tp_exposed = M * per_rank_layers * (tp_f + tp_b + redo_tp)
+    tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
     tokens = config.batch_size * cfg.seq_len
     peak = prof.peak(dtype) * config.world_size
     mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
