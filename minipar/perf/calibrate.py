@@ -12,7 +12,7 @@ times, 3 by default, with the median of each number kept; the load is written do
   (``miniature_overheads``: its ops and tensors, no arithmetic to speak of);
 - elementwise bandwidth *as minipar's ops reach it*: LayerNorm, GELU and an add,
   forward and backward through autograd on (b·s, h), over the bytes the compute
-  model counts for them (``compute.elementwise_bytes``) — one effective rate per
+  model counts for them (``compute.elementwise_bytes``) — a curve against size per
   dtype (on a CPU, bf16 and fp16 arithmetic is emulated and several times slower);
 - attention (naive and flash), forward and backward, against b·a·s²·d (naive also
   per dtype);
@@ -142,6 +142,20 @@ def op_overhead():
     return _time(one, 50) / 4        # add and sum, forward and backward each
 
 
+def elementwise_curve(rows, h, dtype="fp32"):
+    """[[bytes, seconds]] of a layer's memory-bound work at each token count in ``rows``:
+    ``compute.elementwise_bytes`` of the layer against a third of the measured time of
+    ``elementwise_rate``'s forward + backward (the compute model charges the backward
+    twice the forward).  A curve, not one rate: a small batch's activations stay in
+    cache, a large one's stream from memory at a fraction of the speed."""
+    from minipar.perf.compute import LayerShape, elementwise_bytes
+    pts = []
+    for n in rows:
+        nbytes = elementwise_bytes(LayerShape(1, n, h, 1, 1, dtype=dtype))
+        pts.append([nbytes, nbytes / elementwise_rate(n, h, dtype)])
+    return sorted(pts)
+
+
 def elementwise_rate(N, h, dtype="fp32"):
     """Effective bytes/s of LN + GELU + add through autograd (see the docstring)."""
     from minipar.autograd import Tensor, ops
@@ -193,10 +207,35 @@ def optimizer_per_param(dtype, n=1 << 20):
     return _time(lambda: adamw_update(p, g, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)) / n
 
 
-def comm_curves(comm, sizes=SIZES):
-    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median."""
+def _time_after(fn, work, reps=7):
+    """Median seconds of ``fn()`` alone, each call right after ``work()``."""
+    work()
+    fn()
+    out = []
+    for _ in range(reps):
+        work()
+        t0 = time.perf_counter()
+        fn()
+        backend.sync()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def comm_curves(comm, sizes=SIZES, work=None):
+    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median.
+
+    Timed as training calls them: each collective right after some compute (``work``,
+    by default a GEMM of 256 × 256 · 256 × 1024, ~0.1 GFLOP), with no barrier before it.
+    So a curve includes what a barrier-synchronised loop hides: waiting for the other
+    rank, whose compute ran a little slower this time, and buffers that compute has
+    just pushed out of cache.  Measured on the 2-core development machine, an all-reduce
+    took 2.3x its barrier-synchronised time at 64 KiB and 1.4x at 1 MiB: the sizes
+    tensor parallelism's collectives have there."""
     from mpi4py import MPI
     from minipar.comm import all_gather, all_reduce, reduce_scatter
+    if work is None:
+        a, w = xp.ones((256, 256), dtype=xp.float32), xp.ones((256, 1024), dtype=xp.float32)
+        work = lambda: a @ w  # noqa: E731
     p = comm.size
     out = {k: {} for k in ("all_reduce", "all_gather", "reduce_scatter", "p2p")}
     for n in sizes:
@@ -209,10 +248,8 @@ def comm_curves(comm, sizes=SIZES):
                "p2p": lambda: comm.sendrecv(buf, peer, buf.copy(), peer, 12)
                if peer < p else None}
         for kind, fn in fns.items():
-            def timed():
-                comm.mpi.Barrier()
-                fn()
-            t = comm.mpi.allreduce(_time(timed), op=MPI.MAX)
+            comm.mpi.Barrier()
+            t = comm.mpi.allreduce(_time_after(fn, work), op=MPI.MAX)
             key = f"{2 if kind == 'p2p' else p}:intra"
             out[kind].setdefault(key, []).append([n, t])
     return out
@@ -233,11 +270,14 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         except (TypeError, ValueError):
             continue
     prof.op_overhead_s, prof.efficiency["step_overhead_s"] = miniature_overheads(cfg)
+    rows = [b * s for b in micro_rows]
+    prof.elementwise_curve = {"fp32": elementwise_curve(rows, h)}
     prof.mem_bw = elementwise_rate(4 * s, h)
     att = [(b, a, s, h // a) for b in micro_rows]
     prof.attention = {k: attention_curve(k, att) for k in ("naive", "flash")}
     for dt in prof.gemm_curve:          # other dtypes: NumPy's own speed for each (bf16 emulated)
         if dt != "fp32":
+            prof.elementwise_curve[dt] = elementwise_curve(rows, h, dt)
             prof.mem_bw_by_dtype[dt] = elementwise_rate(4 * s, h, dt)
             prof.attention[f"naive:{dt}"] = attention_curve("naive", att, dt)
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
@@ -278,7 +318,7 @@ def median_profile(profiles):
         table = getattr(first, name)
         for k in table:
             table[k] = med([getattr(p, name)[k] for p in profiles])
-    for name in ("gemm_curve", "attention"):
+    for name in ("gemm_curve", "attention", "elementwise_curve"):
         table = getattr(first, name)
         for k in table:
             table[k] = _median_curve([getattr(p, name)[k] for p in profiles])

@@ -18,6 +18,7 @@ The format (all SI units: seconds, bytes, FLOP/s)::
      "gemm_curve":   {dtype: [[flops, seconds], ...]}   measured; overrides peak·eff
      "mem_bw":       bytes/s of elementwise work (spec: HBM bandwidth)
      "mem_bw_by_dtype": {dtype: bytes/s}       measured; overrides mem_bw for that dtype
+     "elementwise_curve": {dtype: [[bytes, seconds], ...]}  measured; overrides both
                      (a CPU has no bf16 arithmetic: NumPy emulates it element by element)
      "op_overhead_s": seconds per autograd op (forward or backward): launch + Python
      "attention":    {"naive"|"flash"[":" dtype]: [[b·a·s²·d, fwd_s, bwd_s], ...]}  measured
@@ -75,6 +76,7 @@ class Profile:
     gemm_curve: dict = field(default_factory=dict)
     mem_bw: float = 1e11
     mem_bw_by_dtype: dict = field(default_factory=dict)
+    elementwise_curve: dict = field(default_factory=dict)
     op_overhead_s: float = 0.0
     attention: dict = field(default_factory=dict)
     optimizer_s_per_param: dict = field(default_factory=dict)
@@ -105,7 +107,11 @@ class Profile:
         return self.mem_bw_by_dtype.get(dtype) or self.mem_bw * self.efficiency.get("memory", 1.0)
 
     def elementwise_seconds(self, nbytes, dtype=None):
-        """Seconds of memory-bound work moving ``nbytes`` of ``dtype`` values."""
+        """Seconds of memory-bound work moving ``nbytes`` of ``dtype`` values: the measured
+        curve (its size matters: what fits in cache runs faster), else bytes / bandwidth."""
+        curve = self.elementwise_curve.get(dtype or "fp32")
+        if curve:
+            return interp_loglog(curve, nbytes)
         return nbytes / self.memory_bw(dtype)
 
     def attention_curve(self, kind, dtype):
