@@ -117,8 +117,9 @@ print("model-state bytes: predicted = held by the optimizer, in all four")
 The ratios say how far off the predicted step times are in this run. The profile was calibrated
 a few seconds before the steps were timed; on a shared machine other processes' load moves both,
 so a ratio far from 1 here is as likely the machine changing between the two as the model missing a
-cost. `benchmarks/plan_accuracy.py` separates them: it calibrates and trains 17 layouts on 1–2 ranks
-in one run and prints measured beside predicted — run it on a quiet machine.
+cost. `benchmarks/plan_accuracy.py` separates them: it trains 17 layouts on 1–2 ranks, each
+three times in separate jobs, calibrates before every job, and predicts with the median of the
+calibrations — so the calibration sees the same slow and fast spells of the machine as the steps.
 
 ## Memory per rank: ZeRO stages and recomputation
 
