@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from minipar.backend import xp, is_half
+from minipar.backend import xp, is_half, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.rows import for_row_blocks
 
@@ -29,6 +29,25 @@ def unbroadcast(grad, shape):
 
 def _shape(x):
     return getattr(x, "shape", ())
+
+
+_fused = None  # the CUDA versions of the fused ops, once registered (use_fused_kernels)
+
+
+def use_fused_kernels(module):
+    """Give the fused ops (Gelu here; LayerNorm, AttentionSoftmax in ops_nn) their CUDA
+    kernels: ``minipar.kernels.fused_cuda`` registers itself when imported.  Autograd
+    cannot import it (kernels build on autograd); None unregisters."""
+    global _fused
+    _fused = module
+
+
+def fused_kernels(*arrays):
+    """The registered kernels on the CuPy backend when they take these arrays (one dtype:
+    fp32, fp16 or bf16), else None: then the op's array code runs."""
+    if backend_name() != "cupy" or _fused is None:
+        return None
+    return _fused if _fused.supports(*(a.dtype for a in arrays), elements=arrays[0].size) else None
 
 
 class Add(Function):
@@ -171,6 +190,10 @@ class Gelu(Function):
 
     @staticmethod
     def forward(ctx, x):
+        if fused := fused_kernels(x):                    # one CUDA kernel: kernels/fused_cuda.py
+            y, t = fused.gelu_forward(x)
+            ctx.save_for_backward(x, t)
+            return y
         flat = x.reshape(-1)
         t, y = xp.empty_like(flat), xp.empty_like(flat)
 
@@ -192,6 +215,8 @@ class Gelu(Function):
     @staticmethod
     def backward(ctx, g):
         x, t = ctx.saved
+        if fused := fused_kernels(x, t, g):
+            return fused.gelu_backward(x, t, g)
         xf, tf, gf = x.reshape(-1), t.reshape(-1), g.reshape(-1)
         d = xp.empty(xf.shape, dtype=x.dtype)
 

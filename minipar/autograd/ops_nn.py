@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from minipar.backend import xp, backend_name
 from minipar.autograd.function import Function
+from minipar.autograd.ops_math import fused_kernels
 from minipar.autograd.rows import for_row_blocks, row_dot, row_sum
 
 
@@ -65,6 +66,10 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps=1e-5):
+        if fused := fused_kernels(x, weight, bias):      # one CUDA kernel: kernels/fused_cuda.py
+            y, xhat, inv_sigma = fused.layernorm_forward(x, weight, bias, eps)
+            ctx.save_for_backward(xhat, inv_sigma)
+            return y
         d = x.shape[-1]
         x2 = x.reshape(-1, d)
         wide = _wide(x2[:0]).dtype
@@ -99,6 +104,8 @@ class LayerNorm(Function):
     def backward(ctx, g):
         xhat, inv_sigma = ctx.saved
         w = ctx.input_value(1)
+        if fused := fused_kernels(g, w):
+            return fused.layernorm_backward(g, xhat, inv_sigma, w, ctx.needs_input_grad[:3]) + (None,)
         nx, nw, nb = ctx.needs_input_grad[:3]
         gw = gb = gx = None
         g2 = g.reshape(xhat.shape)
@@ -244,6 +251,9 @@ class AttentionSoftmax(Function):
 
     @staticmethod
     def forward(ctx, scores, scale, causal=True):
+        if fused := fused_kernels(scores):               # one CUDA kernel: kernels/fused_cuda.py
+            ctx.save_for_backward(fused.attention_softmax_forward(scores, scale, causal))
+            return ctx.saved[0]
         nq, nk = scores.shape[-2:]
         s3 = scores.reshape(-1, nq, nk)
         wide = _wide(s3[:0]).dtype
@@ -273,6 +283,8 @@ class AttentionSoftmax(Function):
     @staticmethod
     def backward(ctx, g):
         (p,) = ctx.saved
+        if fused := fused_kernels(p):                    # forward was fused too; scale is input 1
+            return fused.attention_softmax_backward(p, g, ctx.input_value(1)), None, None
         nq, nk = p.shape[-2:]
         p3, g3 = p.reshape(-1, nq, nk), g.reshape(-1, nq, nk)
         r = xp.empty(g3.shape, dtype=xp.result_type(g, p))

@@ -22,11 +22,17 @@ text is the whole cache key.  Launch geometry:
 ``kernels=`` (default ``CupyKernels()``) is what launches: ``EmulatedKernels()`` runs the
 same launch code on NumPy arrays, the .cu file executed by the CPU emulator
 (``minipar.kernels.emulator``), so the tests check this file without a GPU.
+
+Importing this module registers it with the autograd ops (``ops_math.use_fused_kernels``):
+autograd may not import kernels, which are built on it.
 """
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
+
+from minipar.autograd import ops_math
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
@@ -193,3 +199,6 @@ def attention_softmax_backward(probs, grad, scale, kernels=None):
         _launch(kernels, "softmax_backward", probs.dtype, g2.shape[0], _row_threads(n_keys),
                 (p2, g2, ds, xp.int32(n_keys), xp.float32(scale)))
     return ds.reshape(grad.shape)
+
+
+ops_math.use_fused_kernels(sys.modules[__name__])
