@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one go (the CPU tests run anywhere):
-#   1. the CUDA compile check (nvcc, if present) and the kernels vs the float64 reference
-#      (tests/test_flash_gpu.py, CuPy backend);
-#   2. the attention benchmark: flash kernels vs naive CuPy vs PyTorch flash SDPA.
+#   1. the CUDA compile checks (nvcc, if present) and the kernels vs the float64 reference
+#      (tests/test_flash_gpu.py, tests/test_fused_gpu.py, CuPy backend);
+#   2. the attention benchmark: flash kernels vs naive CuPy vs PyTorch flash SDPA;
+#   3. the fused elementwise ops: CUDA kernels vs CuPy array code vs PyTorch.
 # Needs CuPy (and, for the PyTorch columns, torch) already installed; installs nothing
 # beyond `pip install -e .` when minipar itself is not importable.  Output goes to
 # $OUT (if set) or runs/gpu_checks/, and to the terminal.
@@ -25,7 +26,7 @@ python -c "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0" \
 status=0
 echo "== pytest: GPU kernels vs reference, compile check, the GPT and train on CuPy" | tee "$OUT_DIR/pytest_gpu.txt"
 timeout 300 python -m pytest -q -rs tests/test_flash_gpu.py tests/test_flash_compile.py \
-    tests/test_gpu_backend.py 2>&1 \
+    tests/test_gpu_backend.py tests/test_fused_gpu.py tests/test_fused_compile.py 2>&1 \
     | tee -a "$OUT_DIR/pytest_gpu.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
@@ -33,6 +34,10 @@ SIZES=1024,2048,4096,8192
 [ -n "${QUICK:-}" ] && SIZES=1024,4096
 echo "== benchmark: attention (sizes $SIZES)" | tee "$OUT_DIR/bench_attention.txt"
 timeout 420 python benchmarks/attention.py --sizes "$SIZES" 2>&1 | tee -a "$OUT_DIR/bench_attention.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== benchmark: fused elementwise ops (LayerNorm, GELU, attention softmax)" | tee "$OUT_DIR/bench_fused_ops.txt"
+timeout 180 python benchmarks/fused_ops.py 2>&1 | tee -a "$OUT_DIR/bench_fused_ops.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "gpu_checks: exit status $status; outputs in $OUT_DIR"
