@@ -143,34 +143,45 @@ def op_overhead():
 
 
 def elementwise_curve(rows, h, dtype="fp32"):
-    """[[bytes, seconds]] of a layer's memory-bound work at each token count in ``rows``:
-    ``compute.elementwise_bytes`` of the layer against a third of the measured time of
-    ``elementwise_rate``'s forward + backward (the compute model charges the backward
-    twice the forward).  A curve, not one rate: a small batch's activations stay in
-    cache, a large one's stream from memory at a fraction of the speed."""
+    """[[bytes, forward s, backward s]] of a layer's memory-bound work at each token count
+    in ``rows``: ``compute.elementwise_bytes`` of the layer against the measured time of
+    ``elementwise_rate``'s ops, forward alone and the backward that follows.  A curve,
+    not one rate: a small batch's activations stay in cache, a large one's stream from
+    memory.  Forward and backward apart: minipar's fused backwards take about as long as
+    their forwards here (not twice, as counting their bytes would say)."""
     from minipar.perf.compute import LayerShape, elementwise_bytes
     pts = []
     for n in rows:
         nbytes = elementwise_bytes(LayerShape(1, n, h, 1, 1, dtype=dtype))
-        pts.append([nbytes, nbytes / elementwise_rate(n, h, dtype)])
+        fwd, both = _elementwise_times(n, h, dtype)
+        pts.append([nbytes, fwd, max(both - fwd, 0.5 * fwd)])
     return sorted(pts)
 
 
-def elementwise_rate(N, h, dtype="fp32"):
-    """Effective bytes/s of LN + GELU + add through autograd (see the docstring)."""
+def _elementwise_times(N, h, dtype):
+    """(forward s, forward + backward s) of LN + GELU + adds through autograd, each net of
+    its ops' fixed per-op cost (counted apart, as ``op_overhead_s``)."""
     from minipar.autograd import Tensor, ops
-    from minipar.perf.compute import LayerShape, elementwise_bytes
     x = Tensor(xp.ones((N, h), dtype=_dtype(dtype)), requires_grad=True)
     w, bias = Tensor(xp.ones(h, dtype=_dtype(dtype))), Tensor(xp.zeros(h, dtype=_dtype(dtype)))
     x4 = Tensor(xp.ones((N, 4 * h), dtype=_dtype(dtype)), requires_grad=True)
 
-    def layer():
+    def forward():
         y = ops.layer_norm(x, w, bias, 1e-5)
         z = ops.layer_norm(y + x, w, bias, 1e-5) + y
-        (ops.gelu(x4).sum() + z.sum()).backward()
-    t = _time(layer) - 8 * op_overhead()
-    nbytes = 3 * elementwise_bytes(LayerShape(1, N, h, 1, 1, dtype=dtype))   # fwd + 2x bwd
-    return nbytes / max(t, 1e-9)
+        return ops.gelu(x4).sum() + z.sum()
+    over = 8 * op_overhead()            # 8 ops: 2 LayerNorms, 3 adds, GELU, 2 sums
+    fwd = _time(forward) - over
+    both = _time(lambda: forward().backward()) - 2 * over
+    return max(fwd, 1e-9), max(both, 2e-9)
+
+
+def elementwise_rate(N, h, dtype="fp32"):
+    """Effective bytes/s of LN + GELU + adds through autograd, forward and backward, over
+    3x the forward's bytes (the bandwidth view: a backward moves about twice as much)."""
+    from minipar.perf.compute import LayerShape, elementwise_bytes
+    _, both = _elementwise_times(N, h, dtype)
+    return 3 * elementwise_bytes(LayerShape(1, N, h, 1, 1, dtype=dtype)) / both
 
 
 def stream_rate(n, dtype="fp32"):

@@ -97,6 +97,17 @@ def elementwise_bytes(x: LayerShape):
     return norm_part + 2 * 4 * tok / x.t
 
 
+def separate_bias_s(prof, x: LayerShape):
+    """(forward, backward) seconds of the qkv and fc biases where a measured profile says the
+    GEMMs come without them: minipar's Linear adds its bias in a pass of its own over the
+    7h/t outputs (read, write; in fp32, half precision included: ``ops_reduce._mm``) and
+    sums dy over rows for its gradient; Megatron fuses both into the GEMM or the GELU."""
+    if prof.kind != "measured":
+        return 0.0, 0.0
+    t = prof.elementwise_seconds(2 * 7 * x.b * x.s * x.h * 4 / x.t, "fp32")
+    return t, 0.5 * t
+
+
 @dataclass(frozen=True)
 class LayerTime:
     forward: float
@@ -114,11 +125,14 @@ def layer_time(prof, x: LayerShape, recompute="none"):
     weights = [g for g in layer_gemms(x) if g[0] not in ("scores", "pv")]
     mm = sum(_gemm_s(prof, x, *g[1:]) for g in weights)
     core_f, core_b = attention_core_s(prof, x)
-    elem = prof.elementwise_seconds(elementwise_bytes(x), x.dtype)
+    nbytes = elementwise_bytes(x)
+    bias_f, bias_b = separate_bias_s(prof, x)
+    elem = prof.elementwise_seconds(nbytes, x.dtype) + bias_f
+    elem_b = prof.elementwise_seconds(nbytes, x.dtype, backward=True) + bias_b
     ops = OPS_PER_BLOCK + (OPS_TP_EXTRA if x.t > 1 else 0) + (OPS_SP_EXTRA if x.sp else 0)
     over = ops * prof.op_overhead_s
     fwd = mm + core_f + elem + over
-    b_in = mm + core_b + 2 * elem + over    # dX of the weight GEMMs, the core, elementwise
+    b_in = mm + core_b + elem_b + over      # dX of the weight GEMMs, the core, elementwise
     b_w = mm                                # dW of the weight GEMMs
     redo = {"none": 0.0, "full": fwd, "selective": core_f}[recompute]
     return LayerTime(fwd, b_in, b_w, redo)
@@ -130,13 +144,16 @@ def head_time(prof, x: LayerShape):
     bs = x.b * x.s
     mm = _gemm_s(prof, x, bs, -(-x.vocab // x.t), x.h, 1)
     logits = bs * -(-x.vocab // x.t) * x.e
-    elem = prof.elementwise_seconds(4 * logits + 2 * bs * x.h * x.e, x.dtype)
+    nbytes = 4 * logits + 2 * bs * x.h * x.e
+    elem = prof.elementwise_seconds(nbytes, x.dtype)
+    elem_b = 0.75 * prof.elementwise_seconds(nbytes, x.dtype, backward=True)
     over = OPS_HEAD * prof.op_overhead_s
-    return mm + elem + over, 2 * mm + 1.5 * elem + over
+    return mm + elem + over, 2 * mm + elem_b + over
 
 
 def embed_time(prof, x: LayerShape):
     """(forward, backward) of the token and position lookups and their sum."""
-    elem = prof.elementwise_seconds(4 * x.b * x.s * x.h * x.e, x.dtype)
+    nbytes = 4 * x.b * x.s * x.h * x.e
     over = OPS_EMBED * prof.op_overhead_s
-    return elem + over, 1.5 * elem + over
+    return (prof.elementwise_seconds(nbytes, x.dtype) + over,
+            0.75 * prof.elementwise_seconds(nbytes, x.dtype, backward=True) + over)

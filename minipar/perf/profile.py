@@ -18,7 +18,7 @@ The format (all SI units: seconds, bytes, FLOP/s)::
      "gemm_curve":   {dtype: [[flops, seconds], ...]}   measured; overrides peak·eff
      "mem_bw":       bytes/s of elementwise work (spec: HBM bandwidth)
      "mem_bw_by_dtype": {dtype: bytes/s}       measured; overrides mem_bw for that dtype
-     "elementwise_curve": {dtype: [[bytes, seconds], ...]}  measured; overrides both
+     "elementwise_curve": {dtype: [[bytes, fwd_s, bwd_s], ...]}  measured; overrides both
                      (a CPU has no bf16 arithmetic: NumPy emulates it element by element)
      "op_overhead_s": seconds per autograd op (forward or backward): launch + Python
      "attention":    {"naive"|"flash"[":" dtype]: [[b·a·s²·d, fwd_s, bwd_s], ...]}  measured
@@ -106,13 +106,16 @@ class Profile:
     def memory_bw(self, dtype=None):
         return self.mem_bw_by_dtype.get(dtype) or self.mem_bw * self.efficiency.get("memory", 1.0)
 
-    def elementwise_seconds(self, nbytes, dtype=None):
-        """Seconds of memory-bound work moving ``nbytes`` of ``dtype`` values: the measured
-        curve (its size matters: what fits in cache runs faster), else bytes / bandwidth."""
+    def elementwise_seconds(self, nbytes, dtype=None, backward=False):
+        """Seconds of memory-bound work whose forward moves ``nbytes`` of ``dtype`` values,
+        forward or its backward: the measured curve (its size matters: what fits in cache
+        runs faster), else bytes / bandwidth, a backward moving twice the bytes."""
         curve = self.elementwise_curve.get(dtype or "fp32")
         if curve:
-            return interp_loglog(curve, nbytes)
-        return nbytes / self.memory_bw(dtype)
+            if len(curve[0]) == 2:         # [[bytes, forward s]]: backward twice as long
+                return (2 if backward else 1) * interp_loglog(curve, nbytes)
+            return interp_loglog([[p[0], p[2 if backward else 1]] for p in curve], nbytes)
+        return (2 if backward else 1) * nbytes / self.memory_bw(dtype)
 
     def attention_curve(self, kind, dtype):
         """The measured attention curve of ``kind`` for ``dtype`` (else fp32's), or None."""
