@@ -25,9 +25,8 @@ import sys
 import tempfile
 
 from minipar.config import TrainConfig
-from minipar.perf.calibrate import median_profile
+from minipar.perf.profile import load_profile, median_profile
 from minipar.perf.estimate import predict
-from minipar.perf.profile import load_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",

@@ -30,10 +30,8 @@ import time
 
 from minipar import backend
 from minipar.backend import xp
-from minipar.perf.profile import Profile
-
-SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
-
+from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
+from minipar.perf.profile import Profile, median_profile
 
 def _time(fn, reps=5):
     fn()
@@ -65,6 +63,14 @@ def gemm_curve(shapes, dtype, matmul=None):
     return sorted(pts)
 
 
+def miniature_config(cfg):
+    """The miniature of model ``cfg``: its layers (so its ops and parameter tensors) at
+    d_model = 2·n_head, seq 4, vocab 16, where the arithmetic is negligible."""
+    from minipar.nn import GPTConfig
+    return GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
+                     n_head=cfg.n_head, tie_weights=cfg.tie_weights)
+
+
 def miniature_overheads(cfg):
     """(seconds per autograd op, seconds of an optimizer step's fixed cost), measured on a
     miniature of the model: the same layers — so the same ops and parameter tensors — at
@@ -77,12 +83,10 @@ def miniature_overheads(cfg):
     ``op_overhead`` (one op on one element) is the floor; a real block's ops carry more
     Python (reshapes, hooks, the engine's bookkeeping), so this is what a step pays."""
     import numpy as np
-    from minipar.nn import GPT, GPTConfig
+    from minipar.nn import GPT
     from minipar.optim import AdamW
     from minipar.perf.compute import OPS_EMBED, OPS_HEAD, OPS_PER_BLOCK
-    mini = GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
-                     n_head=cfg.n_head, tie_weights=cfg.tie_weights)
-    model = GPT(mini, seed=0)
+    model = GPT(miniature_config(cfg), seed=0)
     opt = AdamW(model.named_parameters(), lr=1e-4)
     ids = np.zeros((1, 4), dtype=np.int64)
 
@@ -94,43 +98,6 @@ def miniature_overheads(cfg):
     step = _time(opt.step, 15)
     ops = cfg.n_layer * OPS_PER_BLOCK + OPS_HEAD + OPS_EMBED
     return fb / (2 * ops), step
-
-
-def zero3_unit_overhead(cfg, comm):
-    """Seconds a ZeRO-3 unit adds to a step over ZeRO-2 with the same buckets, measured
-    on the miniature of ``miniature_overheads``: per unit, two all-gathers (forward, and
-    again in backward), the weights swapped in and out, the unit's entry and exit ops,
-    and the progress thread those prefetches run on (which, with every core computing,
-    takes time from the compute instead of hiding behind it):
-
-        per unit = (step_ZeRO-3 - step_ZeRO-2) / units"""
-    import numpy as np
-    from minipar.nn import GPT, GPTConfig
-    from minipar.parallel.buckets import Bucket
-    from minipar.parallel.sync.zero import ZeroSync
-    from minipar.parallel.sync.zero3 import Zero3Sync, model_units
-    mini = GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
-                     n_head=cfg.n_head)
-    ids = np.zeros((1, 4), dtype=np.int64)
-
-    def step_seconds(stage):
-        model = GPT(mini, seed=0)
-        if stage == 3:
-            sync = Zero3Sync(model, comm)
-            run = sync.wrap(model)
-        else:
-            buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
-            sync, run = ZeroSync(model, comm, stage=2, buckets=buckets), model
-
-        def step():
-            comm.mpi.Barrier()
-            run(ids, ids)[1].backward()
-            sync.finish()
-            sync.zero_grad()
-        return comm.mpi.allreduce(_time(step, 15), op=MPI.MAX)
-    from mpi4py import MPI
-    units = cfg.n_layer + 2
-    return max(step_seconds(3) - step_seconds(2), 0.0) / units
 
 
 def op_overhead():
@@ -218,54 +185,6 @@ def optimizer_per_param(dtype, n=1 << 20):
     return _time(lambda: adamw_update(p, g, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)) / n
 
 
-def _time_after(fn, work, reps=7):
-    """Median seconds of ``fn()`` alone, each call right after ``work()``."""
-    work()
-    fn()
-    out = []
-    for _ in range(reps):
-        work()
-        t0 = time.perf_counter()
-        fn()
-        backend.sync()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
-def comm_curves(comm, sizes=SIZES, work=None):
-    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median.
-
-    Timed as training calls them: each collective right after some compute (``work``,
-    by default a GEMM of 256 × 256 · 256 × 1024, ~0.1 GFLOP), with no barrier before it.
-    So a curve includes what a barrier-synchronised loop hides: waiting for the other
-    rank, whose compute ran a little slower this time, and buffers that compute has
-    just pushed out of cache.  Measured on the 2-core development machine, an all-reduce
-    took 2.3x its barrier-synchronised time at 64 KiB and 1.4x at 1 MiB: the sizes
-    tensor parallelism's collectives have there."""
-    from mpi4py import MPI
-    from minipar.comm import all_gather, all_reduce, reduce_scatter
-    if work is None:
-        a, w = xp.ones((256, 256), dtype=xp.float32), xp.ones((256, 1024), dtype=xp.float32)
-        work = lambda: a @ w  # noqa: E731
-    p = comm.size
-    out = {k: {} for k in ("all_reduce", "all_gather", "reduce_scatter", "p2p")}
-    for n in sizes:
-        buf = xp.ones(n // 4, dtype=xp.float32)
-        part = buf[: buf.size // p]
-        peer = comm.rank ^ 1
-        fns = {"all_reduce": lambda: all_reduce(comm, buf),
-               "all_gather": lambda: all_gather(comm, part, sizes=[part.size] * p),
-               "reduce_scatter": lambda: reduce_scatter(comm, buf[: part.size * p]),
-               "p2p": lambda: comm.sendrecv(buf, peer, buf.copy(), peer, 12)
-               if peer < p else None}
-        for kind, fn in fns.items():
-            comm.mpi.Barrier()
-            t = comm.mpi.allreduce(_time_after(fn, work), op=MPI.MAX)
-            key = f"{2 if kind == 'p2p' else p}:intra"
-            out[kind].setdefault(key, []).append([n, t])
-    return out
-
-
 def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"), comm=None):
     """A measured Profile of this machine for the shapes of model ``cfg``."""
     h, s, V, a = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.n_head
@@ -306,38 +225,6 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         prof.links = {"intra": {"alpha": c.alpha, "bw": 1 / (c.beta_large or c.beta)}}
     prof.notes = [f"measured for {cfg}", "placement intra: every rank on this machine"]
     return prof
-
-
-def _median_curve(curves):
-    """Point-wise median of curves measured at the same x: [[x, y...], ...] each."""
-    return [[pts[0][0]] + [statistics.median(p[j] for p in pts) for j in range(1, len(pts[0]))]
-            for pts in zip(*curves)]
-
-
-def median_profile(profiles):
-    """One profile from several calibrations of the same machine: the median of every
-    measured number (a shared machine has slow spells of seconds; one calibration taken
-    in one would skew every prediction)."""
-    first = profiles[0]
-    med = lambda xs: statistics.median(xs)  # noqa: E731
-    first.op_overhead_s = med([p.op_overhead_s for p in profiles])
-    for k in first.efficiency:
-        if k.endswith("_s"):
-            first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
-    first.mem_bw = med([p.mem_bw for p in profiles])
-    for name in ("mem_bw_by_dtype", "optimizer_s_per_param", "peak_flops"):
-        table = getattr(first, name)
-        for k in table:
-            table[k] = med([getattr(p, name)[k] for p in profiles])
-    for name in ("gemm_curve", "attention", "elementwise_curve"):
-        table = getattr(first, name)
-        for k in table:
-            table[k] = _median_curve([getattr(p, name)[k] for p in profiles])
-    for kind, curves in first.collectives.items():
-        for key in curves:
-            curves[key] = _median_curve([p.collectives[kind][key] for p in profiles])
-    first.notes.append(f"the median of {len(profiles)} calibrations")
-    return first
 
 
 def calibrate_main(argv=None):

@@ -38,6 +38,7 @@ import bisect
 import json
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
@@ -166,3 +167,35 @@ def load_profile(name_or_path=None) -> Profile:
     with open(path) as f:
         data = json.load(f)
     return Profile(**{k: v for k, v in data.items() if k in Profile.__dataclass_fields__})
+
+
+def _median_curve(curves):
+    """Point-wise median of curves measured at the same x: [[x, y...], ...] each."""
+    return [[pts[0][0]] + [statistics.median(p[j] for p in pts) for j in range(1, len(pts[0]))]
+            for pts in zip(*curves)]
+
+
+def median_profile(profiles):
+    """One profile from several calibrations of the same machine: the median of every
+    measured number (a shared machine has slow spells of seconds; one calibration taken
+    in one would skew every prediction)."""
+    first = profiles[0]
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    first.op_overhead_s = med([p.op_overhead_s for p in profiles])
+    for k in first.efficiency:
+        if k.endswith("_s"):
+            first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
+    first.mem_bw = med([p.mem_bw for p in profiles])
+    for name in ("mem_bw_by_dtype", "optimizer_s_per_param", "peak_flops"):
+        table = getattr(first, name)
+        for k in table:
+            table[k] = med([getattr(p, name)[k] for p in profiles])
+    for name in ("gemm_curve", "attention", "elementwise_curve"):
+        table = getattr(first, name)
+        for k in table:
+            table[k] = _median_curve([getattr(p, name)[k] for p in profiles])
+    for kind, curves in first.collectives.items():
+        for key in curves:
+            curves[key] = _median_curve([p.collectives[kind][key] for p in profiles])
+    first.notes.append(f"the median of {len(profiles)} calibrations")
+    return first

@@ -1,0 +1,105 @@
+"""``minipar calibrate``'s communication part: what the links and the synchronisers cost.
+
+Run under ``mpiexec`` by ``calibrate.calibrate`` when there are several ranks:
+
+- collective curves for the whole group (all-reduce, all-gather, reduce-scatter and
+  send/recv against bytes), each collective timed right after some compute, as training
+  calls it (``comm_curves``);
+- ZeRO-3's bookkeeping per unit over ZeRO-2, on the model's miniature
+  (``zero3_unit_overhead``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+from minipar import backend
+from minipar.backend import xp
+
+SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+
+
+def _time_after(fn, work, reps=7):
+    """Median seconds of ``fn()`` alone, each call right after ``work()``."""
+    work()
+    fn()
+    out = []
+    for _ in range(reps):
+        work()
+        t0 = time.perf_counter()
+        fn()
+        backend.sync()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def comm_curves(comm, sizes=SIZES, work=None):
+    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median.
+
+    Timed as training calls them: each collective right after some compute (``work``,
+    by default a GEMM of 256 × 256 · 256 × 1024, ~0.1 GFLOP), with no barrier before it.
+    So a curve includes what a barrier-synchronised loop hides: waiting for the other
+    rank, whose compute ran a little slower this time, and buffers that compute has
+    just pushed out of cache.  Measured on the 2-core development machine, an all-reduce
+    took 2.3x its barrier-synchronised time at 64 KiB and 1.4x at 1 MiB: the sizes
+    tensor parallelism's collectives have there."""
+    from mpi4py import MPI
+    from minipar.comm import all_gather, all_reduce, reduce_scatter
+    if work is None:
+        a, w = xp.ones((256, 256), dtype=xp.float32), xp.ones((256, 1024), dtype=xp.float32)
+        work = lambda: a @ w  # noqa: E731
+    p = comm.size
+    out = {k: {} for k in ("all_reduce", "all_gather", "reduce_scatter", "p2p")}
+    for n in sizes:
+        buf = xp.ones(n // 4, dtype=xp.float32)
+        part = buf[: buf.size // p]
+        peer = comm.rank ^ 1
+        fns = {"all_reduce": lambda: all_reduce(comm, buf),
+               "all_gather": lambda: all_gather(comm, part, sizes=[part.size] * p),
+               "reduce_scatter": lambda: reduce_scatter(comm, buf[: part.size * p]),
+               "p2p": lambda: comm.sendrecv(buf, peer, buf.copy(), peer, 12)
+               if peer < p else None}
+        for kind, fn in fns.items():
+            comm.mpi.Barrier()
+            t = comm.mpi.allreduce(_time_after(fn, work), op=MPI.MAX)
+            key = f"{2 if kind == 'p2p' else p}:intra"
+            out[kind].setdefault(key, []).append([n, t])
+    return out
+
+
+def zero3_unit_overhead(cfg, comm):
+    """Seconds a ZeRO-3 unit adds to a step over ZeRO-2 with the same buckets, measured
+    on the miniature of ``miniature_overheads``: per unit, two all-gathers (forward, and
+    again in backward), the weights swapped in and out, the unit's entry and exit ops,
+    and the progress thread those prefetches run on (which, with every core computing,
+    takes time from the compute instead of hiding behind it):
+
+        per unit = (step_ZeRO-3 - step_ZeRO-2) / units"""
+    import numpy as np
+    from mpi4py import MPI
+    from minipar.nn import GPT
+    from minipar.parallel.buckets import Bucket
+    from minipar.perf.calibrate import miniature_config
+    from minipar.parallel.sync.zero import ZeroSync
+    from minipar.parallel.sync.zero3 import Zero3Sync, model_units
+    mini = dataclasses.replace(miniature_config(cfg), tie_weights=False)   # ZeRO-3 needs untied
+    ids = np.zeros((1, 4), dtype=np.int64)
+
+    def step_seconds(stage):
+        model = GPT(mini, seed=0)
+        if stage == 3:
+            sync = Zero3Sync(model, comm)
+            run = sync.wrap(model)
+        else:
+            buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
+            sync, run = ZeroSync(model, comm, stage=2, buckets=buckets), model
+
+        def step():
+            comm.mpi.Barrier()
+            run(ids, ids)[1].backward()
+            sync.finish()
+            sync.zero_grad()
+        return comm.mpi.allreduce(_time_after(step, lambda: None, 15), op=MPI.MAX)
+    units = cfg.n_layer + 2
+    return max(step_seconds(3) - step_seconds(2), 0.0) / units
