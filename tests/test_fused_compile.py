@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from minipar.kernels.fused_cuda import KINDS, SOURCE, kernel_source
+from tests.test_flash_compile import nvrtc_or_none
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
@@ -60,16 +61,6 @@ def test_source_without_a_storage_type_is_refused(tmp_path):
     source.write_text(SOURCE.read_text())
     proc = nvcc_cubin(source, "sm_90", tmp_path / "x.cubin")
     assert proc.returncode != 0 and "define exactly one of STORAGE_F32" in proc.stdout
-
-
-def nvrtc_or_none():
-    """CuPy's binding of NVRTC (needs cupy and the NVRTC library, not a GPU)."""
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-        nvrtc.getVersion()
-        return nvrtc
-    except Exception:  # cupy missing, or its NVRTC library missing
-        return None
 
 
 @pytest.mark.skipif(nvrtc_or_none() is None, reason="CuPy's NVRTC not available")
