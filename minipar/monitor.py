@@ -51,7 +51,9 @@ import time
 import numpy as np
 
 from minipar import backend
-from minipar.threads import current_budget, describe_threads
+from minipar.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
+from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401 (the readers)
+from minipar.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
         "peak_mem_bytes", "device_util")   # the gathered vector, in this order
@@ -65,60 +67,6 @@ class _Watched:
         from minipar.comm import watchdog
         self.mpi, self.size = mpi, mpi.Get_size()
         self.hang_timeout = watchdog.get_hang_timeout()
-
-
-def measure_gemm_flops(seconds=0.2):
-    """FLOP/s of a square float32 matmul (2n^3 FLOPs) on this rank, timed for ``seconds``,
-    through the model's own matmul (split over the rank's threads when it has several)."""
-    from minipar.autograd.rows import matmul
-    n = 2048 if backend.backend_name() == "cupy" else 512
-    a = backend.xp.ones((n, n), dtype=backend.xp.float32)
-    matmul(a, a)                                   # warm-up: thread pools, kernels, caches
-    backend.sync()
-    count, t0 = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - t0 < seconds:
-        matmul(a, a)
-        backend.sync()
-        count += 1
-    return 2 * n ** 3 * count / (time.perf_counter() - t0)
-
-
-def memory_budget_bytes():
-    """Bytes this rank may use: the GPU's memory, or its share of the RAM it may use."""
-    if backend.backend_name() == "cupy":
-        try:
-            return int(backend.xp.cuda.runtime.memGetInfo()[1])
-        except Exception:                               # no device query: unknown
-            return 0
-    limit = None
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                value = f.read().strip()
-            if value.isdigit() and int(value) < 2 ** 60:    # "max" / huge: no limit
-                limit = int(value)
-                break
-        except OSError:
-            continue
-    if limit is None:
-        try:
-            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            return 0
-    return limit // max(1, current_budget().ranks_on_node)
-
-
-def _nvml_handle():
-    """An NVML handle for this rank's GPU, or None (no CuPy, no nvidia-ml-py, no GPU)."""
-    if backend.backend_name() != "cupy":
-        return None
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        bus = backend.xp.cuda.Device().pci_bus_id
-        return pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-    except Exception:
-        return None
 
 
 def _fmt_bytes(n):
@@ -342,40 +290,3 @@ def _plain(v):
     """JSON-ready: NumPy scalars to Python numbers, NaN to None."""
     v = v.item() if isinstance(v, np.generic) else v
     return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def read_log_events(path, skip_bad_lines=False):
-    """(header, step records, event records, final) of a ``--log-json`` file, or of the
-    merged log of ``minipar launch`` (which adds ``{"event": ...}`` lines).
-    ``skip_bad_lines``: pass over a line cut off mid-write (a rank killed while logging)."""
-    header, steps, events, final = None, [], [], None
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                if skip_bad_lines:
-                    continue
-                raise
-            if "header" in rec:
-                header = rec["header"]
-            elif "final" in rec:
-                final = rec["final"]
-            elif "event" in rec:
-                events.append(rec["event"])
-            elif "step" in rec:
-                steps.append(rec)
-    return header, steps, events, final
-
-
-def read_log(path):
-    """(header, step records, final) of a ``--log-json`` file (header/final may be None)."""
-    header, steps, _, final = read_log_events(path)
-    return header, steps, final
-
-
-def step_records(path):
-    """The per-step records of a log, in order (what most readers want)."""
-    return read_log(path)[1]

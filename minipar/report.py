@@ -1,6 +1,6 @@
 """``python -m minipar report LOG.json [LOG2.json ...] --out DIR``: one HTML page of runs.
 
-Reads the JSON logs ``train --log-json`` writes (format: minipar/monitor.py) and draws,
+Reads the JSON logs ``train --log-json`` writes (format: monitor.py; parsing: runlog.py) and draws,
 with matplotlib's file-only Agg backend, one PNG per question a run answers:
 
     loss.png          did it learn?  train loss per step, val loss at the end, runs overlaid
@@ -36,7 +36,7 @@ class Run:
     """One log: its header (may be empty), step records and final figures."""
 
     def __init__(self, path, label=None):
-        from minipar.monitor import read_log_events
+        from minipar.runlog import read_log_events
         self.path = path
         header, self.steps, self.events, self.final = read_log_events(path)
         self.header = header or {}
