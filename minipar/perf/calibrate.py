@@ -17,9 +17,10 @@ times, 3 by default, with the median of each number kept; the load is written do
 - attention (naive and flash), forward and backward, against b·a·s²·d (naive also
   per dtype);
 - AdamW per parameter (fp32, fp64);
-- with ranks, for the world group: ZeRO-3's cost per unit over ZeRO-2
-  (``zero3_unit_overhead``); all-reduce, all-gather, reduce-scatter and send/recv curves (placement ``intra``: one machine; ranks sharing cores when there
-  are more ranks than cores), and the comm cost model's constants and winners.
+- with ranks, for the world group (``calibrate_comm.py``): all-reduce, all-gather,
+  reduce-scatter and send/recv curves, each timed right after compute (placement
+  ``intra``: one machine; ranks sharing cores when there are more ranks than cores),
+  ZeRO-3's cost per unit over ZeRO-2, and the comm cost model's constants and winners.
 """
 from __future__ import annotations
 
