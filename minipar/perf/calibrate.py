@@ -202,15 +202,13 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
             continue
     prof.op_overhead_s, prof.efficiency["step_overhead_s"] = miniature_overheads(cfg)
     rows = [b * s for b in micro_rows]
-    prof.elementwise_curve = {"fp32": elementwise_curve(rows, h)}
-    prof.mem_bw = elementwise_rate(4 * s, h)
     att = [(b, a, s, h // a) for b in micro_rows]
-    prof.attention = {k: attention_curve(k, att) for k in ("naive", "flash")}
-    for dt in prof.gemm_curve:          # other dtypes: NumPy's own speed for each (bf16 emulated)
-        if dt != "fp32":
-            prof.elementwise_curve[dt] = elementwise_curve(rows, h, dt)
-            prof.mem_bw_by_dtype[dt] = elementwise_rate(4 * s, h, dt)
-            prof.attention[f"naive:{dt}"] = attention_curve("naive", att, dt)
+    prof.attention = {"flash": attention_curve("flash", att)}
+    for dt in prof.gemm_curve:          # each dtype at NumPy's own speed (bf16 emulated)
+        prof.elementwise_curve[dt] = elementwise_curve(rows, h, dt)
+        prof.attention["naive" if dt == "fp32" else f"naive:{dt}"] = attention_curve("naive", att, dt)
+    nbytes, fwd, bwd = prof.elementwise_curve["fp32"][len(rows) // 2]
+    prof.mem_bw = 3 * nbytes / (fwd + bwd)   # one rate, the bandwidth view: backward moves 2x
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
     prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
     prof.cores_per_node = os.cpu_count() or 1

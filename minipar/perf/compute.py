@@ -146,6 +146,8 @@ def head_time(prof, x: LayerShape):
     logits = bs * -(-x.vocab // x.t) * x.e
     nbytes = 4 * logits + 2 * bs * x.h * x.e
     elem = prof.elementwise_seconds(nbytes, x.dtype)
+    # the loss's backward is lighter than a layer's: 0.75 of a backward, 1.5x the forward
+    # where a backward counts twice the bytes
     elem_b = 0.75 * prof.elementwise_seconds(nbytes, x.dtype, backward=True)
     over = OPS_HEAD * prof.op_overhead_s
     return mm + elem + over, 2 * mm + elem_b + over

@@ -123,20 +123,15 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     mems = []
     for stage in sorted({0, pp - 1}):
         state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
-        fl = stage_in_flight(kind, pp, M, v, stage) if config.pipelined else 1.0
         if korthikanti:
+            fl = _in_flight(config, stage)
             layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, tp,
                                                 config.sequence_parallel, config.recompute)
             a_bytes = fl * per_rank_layers * layer * e / 2
             if stage == pp - 1:
                 a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // tp) * 2
         else:
-            a_bytes = act.minipar_peak_activation_bytes(
-                b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, per_rank_layers,
-                tp, config.sequence_parallel, dtype, config.attention, config.recompute,
-                first=stage == 0, last=stage == pp - 1, in_flight=fl,
-                pipeline=(v, kind, held_for_weights(kind, pp, M, v, stage))
-                if config.pipelined else None)
+            a_bytes = minipar_activation_bytes(config, stage)
         total = pmem.total(state) + a_bytes + pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
         mems.append((total, state, a_bytes))
     mem, state, a_bytes = max(mems, key=lambda r: r[0])
@@ -145,6 +140,29 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
                       dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
                            optimizer_s=opt, overhead_s=overhead, t_f=t_f, t_b=t_b, t_w=t_w,
                            t_comm=t_comm, in_flight=in_flight, micro_rows=b, microbatches=M))
+
+
+def _in_flight(config, stage):
+    """Micro-batches' worth of activations pipeline stage ``stage`` holds at its peak."""
+    if not config.pipelined:
+        return 1.0
+    return stage_in_flight(config.schedule or "1f1b", config.pp, micro_rows(config)[1],
+                           config.chunks, stage)
+
+
+def minipar_activation_bytes(config, stage):
+    """Peak activation bytes of minipar's autograd on pipeline stage ``stage``
+    (``activations.minipar_peak_activation_bytes`` for this layout)."""
+    cfg, (b, M), pp = config.model_config(), micro_rows(config), config.pp
+    pipeline = None
+    if config.pipelined:
+        kind = config.schedule or "1f1b"
+        pipeline = (config.chunks, kind, held_for_weights(kind, pp, M, config.chunks, stage))
+    return act.minipar_peak_activation_bytes(
+        b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
+        config.tp, config.sequence_parallel, compute_dtype(config.precision),
+        config.attention, config.recompute, first=stage == 0, last=stage == pp - 1,
+        in_flight=_in_flight(config, stage), pipeline=pipeline)
 
 
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
@@ -159,17 +177,9 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     if config.zero in (1, 2) and config.precision in ("fp16", "bf16"):
         live = state["params"]
     pp, stage = config.pp, coords[2]
-    in_flight = 1.0
-    if config.pipelined:
-        in_flight = stage_in_flight(config.schedule or "1f1b", pp, M, config.chunks, stage)
+    in_flight = _in_flight(config, stage)
     dtype = compute_dtype(config.precision)
-    a_bytes = act.minipar_peak_activation_bytes(
-        b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
-        config.tp, config.sequence_parallel, dtype, config.attention, config.recompute,
-        first=stage == 0, last=stage == pp - 1, in_flight=in_flight,
-        pipeline=(config.chunks, config.schedule or "1f1b",
-                  held_for_weights(config.schedule or "1f1b", pp, M, config.chunks, stage))
-        if config.pipelined else None)
+    a_bytes = minipar_activation_bytes(config, stage)
     if accumulate is None:      # do gradients exist yet when the activations peak?
         accumulate = M > 1
         if config.pipelined:    # a stage peaks before its first backward if it holds them all

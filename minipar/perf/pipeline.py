@@ -70,9 +70,7 @@ def in_flight(kind, pp, m, chunks=1, rank=0):
     ZB-H1's micro-batches whose B has run but not yet their W are not counted here:
     they hold only the weight GEMMs' inputs (``held_for_weights``)."""
     if pp * m * chunks <= MAX_SIMULATED:
-        sched = build_schedule(kind, pp, m, chunks)
-        r = simulate(sched, pp, chunks)
-        return r.peak_in_flight[rank] / chunks
+        return _peaks(kind, pp, m, chunks)[0][rank] / chunks
     if kind == "afab":
         return float(m)
     v = chunks if kind == "interleaved" else 1
@@ -80,11 +78,17 @@ def in_flight(kind, pp, m, chunks=1, rank=0):
     return base * (1 + (pp - 1) / (pp * v)) if v > 1 else float(base)
 
 
-@lru_cache(maxsize=1024)
 def held_for_weights(kind, pp, m, chunks=1, rank=0):
     """ZB-H1: micro-batches past B whose W has not run, at the peak (simulated for small
     schedules; 0 in the closed form, which does not track them)."""
     if kind != "zb-h1" or pp * m * chunks > MAX_SIMULATED:
         return 0.0
+    in_flight_now, held = _peaks(kind, pp, m, chunks)
+    return max(held[rank] - in_flight_now[rank], 0) / chunks
+
+
+@lru_cache(maxsize=1024)
+def _peaks(kind, pp, m, chunks):
+    """The simulator's (peak_in_flight, peak_held) per rank for one schedule, once."""
     r = simulate(build_schedule(kind, pp, m, chunks), pp, chunks)
-    return max(r.peak_held[rank] - r.peak_in_flight[rank], 0) / chunks
+    return r.peak_in_flight, r.peak_held

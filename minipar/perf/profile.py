@@ -17,8 +17,7 @@ The format (all SI units: seconds, bytes, FLOP/s)::
                       "gemm_half_size_flops": F}   fractions of peak reached
      "gemm_curve":   {dtype: [[flops, seconds], ...]}   measured; overrides peak·eff
      "mem_bw":       bytes/s of elementwise work (spec: HBM bandwidth)
-     "mem_bw_by_dtype": {dtype: bytes/s}       measured; overrides mem_bw for that dtype
-     "elementwise_curve": {dtype: [[bytes, fwd_s, bwd_s], ...]}  measured; overrides both
+     "elementwise_curve": {dtype: [[bytes, fwd_s, bwd_s], ...]}  measured; overrides mem_bw
                      (a CPU has no bf16 arithmetic: NumPy emulates it element by element)
      "op_overhead_s": seconds per autograd op (forward or backward): launch + Python
      "attention":    {"naive"|"flash"[":" dtype]: [[b·a·s²·d, fwd_s, bwd_s], ...]}  measured
@@ -35,6 +34,7 @@ The format (all SI units: seconds, bytes, FLOP/s)::
 from __future__ import annotations
 
 import bisect
+import copy
 import json
 import math
 import os
@@ -76,7 +76,6 @@ class Profile:
     efficiency: dict = field(default_factory=dict)
     gemm_curve: dict = field(default_factory=dict)
     mem_bw: float = 1e11
-    mem_bw_by_dtype: dict = field(default_factory=dict)
     elementwise_curve: dict = field(default_factory=dict)
     op_overhead_s: float = 0.0
     attention: dict = field(default_factory=dict)
@@ -104,8 +103,8 @@ class Profile:
     def peak(self, dtype):
         return self.peak_flops.get(dtype) or self.peak_flops.get("fp32") or 1e12
 
-    def memory_bw(self, dtype=None):
-        return self.mem_bw_by_dtype.get(dtype) or self.mem_bw * self.efficiency.get("memory", 1.0)
+    def memory_bw(self):
+        return self.mem_bw * self.efficiency.get("memory", 1.0)
 
     def elementwise_seconds(self, nbytes, dtype=None, backward=False):
         """Seconds of memory-bound work whose forward moves ``nbytes`` of ``dtype`` values,
@@ -113,10 +112,8 @@ class Profile:
         runs faster), else bytes / bandwidth, a backward moving twice the bytes."""
         curve = self.elementwise_curve.get(dtype or "fp32")
         if curve:
-            if len(curve[0]) == 2:         # [[bytes, forward s]]: backward twice as long
-                return (2 if backward else 1) * interp_loglog(curve, nbytes)
             return interp_loglog([[p[0], p[2 if backward else 1]] for p in curve], nbytes)
-        return (2 if backward else 1) * nbytes / self.memory_bw(dtype)
+        return (2 if backward else 1) * nbytes / self.memory_bw()
 
     def attention_curve(self, kind, dtype):
         """The measured attention curve of ``kind`` for ``dtype`` (else fp32's), or None."""
@@ -178,15 +175,15 @@ def _median_curve(curves):
 def median_profile(profiles):
     """One profile from several calibrations of the same machine: the median of every
     measured number (a shared machine has slow spells of seconds; one calibration taken
-    in one would skew every prediction)."""
-    first = profiles[0]
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    in one would skew every prediction).  The profiles must hold the same curves."""
+    med = statistics.median
+    first = copy.deepcopy(profiles[0])
     first.op_overhead_s = med([p.op_overhead_s for p in profiles])
+    first.mem_bw = med([p.mem_bw for p in profiles])
     for k in first.efficiency:
         if k.endswith("_s"):
             first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
-    first.mem_bw = med([p.mem_bw for p in profiles])
-    for name in ("mem_bw_by_dtype", "optimizer_s_per_param", "peak_flops"):
+    for name in ("optimizer_s_per_param", "peak_flops"):
         table = getattr(first, name)
         for k in table:
             table[k] = med([getattr(p, name)[k] for p in profiles])
