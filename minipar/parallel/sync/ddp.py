@@ -116,7 +116,7 @@ class DDPSync:
         averaged gradients; returns the slots, gradients in the masters' dtype."""
         self._average()
         if self.flat is not None:
-            grads = [b.flat_grad for b in self.buckets]   # _average wrote the sums there
+            grads = [self.flat.grads(b) for b in self.buckets]
         else:
             self.amp.grads_to_masters()
             grads = self.amp.master_grads()
