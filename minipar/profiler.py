@@ -31,8 +31,8 @@ faster cache.  Printed beside: LayerNorm + GELU + add through autograd (``elemen
 
 A step is cut into phases: forward (the model and its loss), backward (``loss.backward()``),
 optimizer (``opt.step``: norm, clipping, AdamW, publish, zero_grad; one row of the op table,
-its bytes 8 per parameter element: the norm reads g, AdamW reads p, g, m, v and writes p,
-m, v) and comm (the communication the step waited for, ``opt.exposed_comm_s``, taken out
+its bytes 8 × the fp32 master weights' bytes: the norm reads g, AdamW reads p, g, m, v
+and writes p, m, v) and comm (the communication the step waited for, ``opt.exposed_comm_s``, taken out
 of the optimizer).  Python overhead = forward + backward time - the time inside their ops:
 building the graph, wrapping Tensors, the backward walk, accumulating .grad, the hooks
 (a recomputed block's re-run walk counts in its Checkpoint row).  Its own bookkeeping is

@@ -83,8 +83,11 @@ def test_op_times_fit_inside_their_phases(profiled):
             assert 0 < inside <= prof.phases[phase]
         assert {ph for (_, _, ph) in prof.ops} <= {"forward", "backward"}
         rep = summarize(prof, 1, gemm_rate=1e10, mem_bw=1e9)
-        assert all(o["roofline_s"] >= 0 for o in rep["ops"])
-        assert rep["python_overhead_s"] >= 0
+        linear = [o for o in rep["ops"] if o["op"] == "Linear"]
+        assert linear and all(o["flops"] > 0 and o["roofline_s"] > 0 for o in linear)
+        # forward and backward do work outside their ops (the graph, the walk): > 0, unclamped
+        assert all(prof.phases[ph] > sum(s for (_, _, p), (_, s, _, _) in prof.ops.items() if p == ph)
+                   for ph in ("forward", "backward"))
 
 
 def test_phases_add_up_to_the_step_wall_time(profiled):
@@ -110,7 +113,8 @@ def test_the_command_prints_its_tables_and_the_final_line(tmp_path):
     assert "GFLOP/s" in proc.stdout and "achieved/roofline" in proc.stdout
     rep = json.loads(out.read_text())
     assert set(rep["phases"]) == {"forward", "backward", "optimizer", "comm"}
-    assert abs(sum(p["s"] for p in rep["phases"].values()) - rep["step_s"]) < 1e-9
+    assert 0 < rep["step_s"] < 60
+    assert all(0 <= p["ops_s"] <= p["s"] + 1e-12 for p in rep["phases"].values())
     assert {"Linear", "Optimizer.step"} <= {o["op"] for o in rep["ops"]}
 
 

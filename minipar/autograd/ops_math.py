@@ -31,23 +31,27 @@ def _shape(x):
     return getattr(x, "shape", ())
 
 
-_fused = None  # the CUDA versions of the fused ops, once registered (use_fused_kernels)
+_fused = {}  # backend name -> the compiled versions of the fused ops (use_fused_kernels)
 
 
-def use_fused_kernels(module):
-    """Give the fused ops (Gelu here; LayerNorm, AttentionSoftmax in ops_nn) their CUDA
-    kernels: ``minipar.kernels.fused_cuda`` registers itself when imported.  Autograd
-    cannot import it (kernels build on autograd); None unregisters."""
-    global _fused
-    _fused = module
+def use_fused_kernels(module, backend="cupy"):
+    """Give the fused ops (Gelu here; LayerNorm, AttentionSoftmax in ops_nn) compiled
+    kernels for one backend: ``minipar.kernels.fused_cuda`` registers itself for CuPy,
+    ``minipar.kernels.fused_cpu`` (numba) for NumPy, when imported.  Autograd cannot
+    import them (kernels build on autograd); None unregisters."""
+    if module is None:
+        _fused.pop(backend, None)
+    else:
+        _fused[backend] = module
 
 
 def fused_kernels(*arrays):
-    """The registered kernels on the CuPy backend when they take these arrays (one dtype:
-    fp32, fp16 or bf16), else None: then the op's array code runs."""
-    if backend_name() != "cupy" or _fused is None:
+    """The kernels registered for the current backend when they take these arrays
+    (their ``supports``: dtypes, size), else None: then the op's array code runs."""
+    module = _fused.get(backend_name())
+    if module is None:
         return None
-    return _fused if _fused.supports(*(a.dtype for a in arrays), elements=arrays[0].size) else None
+    return module if module.supports(*(a.dtype for a in arrays), elements=arrays[0].size) else None
 
 
 class Add(Function):
@@ -190,7 +194,7 @@ class Gelu(Function):
 
     @staticmethod
     def forward(ctx, x):
-        if fused := fused_kernels(x):                    # one CUDA kernel: kernels/fused_cuda.py
+        if fused := fused_kernels(x):                    # one compiled kernel: kernels/fused_*.py
             y, t = fused.gelu_forward(x)
             ctx.save_for_backward(x, t)
             return y

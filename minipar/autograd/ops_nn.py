@@ -66,7 +66,7 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps=1e-5):
-        if fused := fused_kernels(x, weight, bias):      # one CUDA kernel: kernels/fused_cuda.py
+        if fused := fused_kernels(x, weight, bias):      # one compiled kernel: kernels/fused_*.py
             y, xhat, inv_sigma = fused.layernorm_forward(x, weight, bias, eps)
             ctx.save_for_backward(xhat, inv_sigma)
             return y
@@ -251,7 +251,8 @@ class AttentionSoftmax(Function):
 
     @staticmethod
     def forward(ctx, scores, scale, causal=True):
-        if fused := fused_kernels(scores):               # one CUDA kernel: kernels/fused_cuda.py
+        ctx.scale = scale
+        if fused := fused_kernels(scores):               # one compiled kernel: kernels/fused_*.py
             ctx.save_for_backward(fused.attention_softmax_forward(scores, scale, causal))
             return ctx.saved[0]
         nq, nk = scores.shape[-2:]
@@ -277,14 +278,13 @@ class AttentionSoftmax(Function):
         for_row_blocks(s3.shape[0], rows, s3.size)
         p = p.reshape(scores.shape)
         ctx.save_for_backward(p)
-        ctx.scale = scale
         return p
 
     @staticmethod
     def backward(ctx, g):
         (p,) = ctx.saved
-        if fused := fused_kernels(p):                    # forward was fused too; scale is input 1
-            return fused.attention_softmax_backward(p, g, ctx.input_value(1)), None, None
+        if fused := fused_kernels(p):
+            return fused.attention_softmax_backward(p, g, ctx.scale), None, None
         nq, nk = p.shape[-2:]
         p3, g3 = p.reshape(-1, nq, nk), g.reshape(-1, nq, nk)
         r = xp.empty(g3.shape, dtype=xp.result_type(g, p))

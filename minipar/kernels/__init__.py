@@ -1,4 +1,4 @@
-"""Hand-written attention kernels.
+"""Hand-written kernels: attention, and the fused elementwise ops.
 
 - ``dense``: attention with the whole N×N matrix P (forward, and backward from P), the
   baseline every flash implementation is checked against;
@@ -8,6 +8,9 @@
   algorithm as CUDA C (fp32, and fp16 on tensor cores), compiled at run time by CuPy;
 - ``flash_attention``: the autograd Function that picks one —
   ``from minipar.kernels.flash_attention import flash_attention``;
+- ``fused_cuda`` (``fused_elementwise.cu``) and ``fused_cpu`` (numba): LayerNorm, the tanh
+  GELU and the causal attention softmax as one compiled pass each, for CuPy and for
+  NumPy; the autograd ops call them once ``minipar.nn`` has imported (registered) them;
 - ``emulator``: runs those .cu files on the CPU (g++, one fiber per CUDA thread), to
   test the kernels without a GPU;
 - ``bench``: ``python -m minipar bench attention``.

@@ -7,7 +7,7 @@ makes five to ten).  The autograd ops (``ops_nn.LayerNorm``, ``ops_nn.AttentionS
 each returns what the NumPy math returns, so forward and backward keep one contract:
 
     layernorm_forward(x, w, b, eps)      -> y, x̂ (fp32), inv_sigma (rows, 1) fp32
-    layernorm_backward(dy, x̂, inv_sigma, w) -> dx, dw = Σ dy·x̂, db = Σ dy
+    layernorm_backward(dy, x̂, inv_sigma, w, needs) -> dx, dw = Σ dy·x̂, db = Σ dy
     gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
 
@@ -23,8 +23,9 @@ text is the whole cache key.  Launch geometry:
 same launch code on NumPy arrays, the .cu file executed by the CPU emulator
 (``minipar.kernels.emulator``), so the tests check this file without a GPU.
 
-Importing this module registers it with the autograd ops (``ops_math.use_fused_kernels``):
-autograd may not import kernels, which are built on it.
+Importing this module registers it with the autograd ops for the CuPy backend
+(``ops_math.use_fused_kernels``; ``import minipar.nn`` imports it): autograd may not
+import kernels, which are built on it.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import sys
 from pathlib import Path
 
 from minipar.autograd import ops_math
+from minipar.kernels import emulator
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
@@ -75,20 +77,16 @@ class CupyKernels:
         return _module(kind).get_function(name)
 
 
-class EmulatedKernels:
+class EmulatedKernels(emulator.EmulatedKernels):
     """The same members on the CPU: NumPy arrays, the kernels run by the emulator.
-    Options as ``minipar.kernels.emulator.EmulatedKernels``: ``check`` ("memory":
-    ASan/UBSan, "race": TSan), ``schedule``, ``seed``, ``fill``."""
-
-    def __init__(self, **options):
-        from minipar.kernels import emulator
-        self._emulator = emulator
-        self._flash = emulator.EmulatedKernels(**options)  # checks and keeps the options
-        self.xp = self._flash.xp
+    Options as ``minipar.kernels.emulator.EmulatedKernels`` (``check``: "memory" is
+    ASan/UBSan, "race" TSan; ``schedule``, ``seed``, ``fill``); ``sources`` maps
+    "f32"/"f16"/"bf16" to CUDA text to run instead of ``fused_elementwise.cu``."""
 
     def get(self, name, kind):
-        program = self._emulator.build(kernel_source(kind), 0, f"fused_{kind}", self._flash.check)
-        return self._emulator.EmulatedKernel(program, name, **self._flash.options)
+        source = self.sources.get(kind) or kernel_source(kind)
+        program = emulator.build(source, 0, f"fused_{kind}", self.check)
+        return emulator.EmulatedKernel(program, name, **self.options)
 
 
 def _row_threads(n):
@@ -201,4 +199,4 @@ def attention_softmax_backward(probs, grad, scale, kernels=None):
     return ds.reshape(grad.shape)
 
 
-ops_math.use_fused_kernels(sys.modules[__name__])
+ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")

@@ -3,9 +3,10 @@ from minipar.nn.module import Module, Parameter, Wrapper, unwrap
 from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
 from minipar.nn.attention import AttentionCore, CausalSelfAttention, naive_attention, attention_core
 from minipar.nn.gpt import GPT, GPTConfig, Block, PRESETS, config_from_preset
-# the CUDA versions of LayerNorm, GELU and the attention softmax: importing registers them
-# with the autograd ops, which use them on the CuPy backend (autograd cannot import kernels)
-from minipar.kernels import fused_cuda  # noqa: F401,E402
+# the compiled versions of LayerNorm, GELU and the attention softmax: importing registers
+# them with the autograd ops, CUDA for the CuPy backend and numba's for NumPy (autograd
+# cannot import kernels)
+from minipar.kernels import fused_cuda, fused_cpu  # noqa: F401,E402
 
 __all__ = ["Module", "Parameter", "Wrapper", "unwrap", "AttentionCore", "Linear", "Embedding", "LayerNorm", "Dropout", "MLP",
            "CausalSelfAttention", "naive_attention", "attention_core", "GPT", "GPTConfig",

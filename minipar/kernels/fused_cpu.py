@@ -1,0 +1,305 @@
+"""The fused elementwise ops compiled for the CPU (numba): one pass over memory per op.
+
+NumPy runs an op one whole-array ufunc at a time, so LayerNorm's forward reads and
+writes its (rows, d) activation seven times (mean, x - μ, the variance, σ, x̂, ·w, +b)
+and pays a call's fixed cost for each.  Measured here, float32 (2048, 128): 480 µs for
+the NumPy op on 2 threads, against PyTorch's 157 µs.  Compiled, the same row loop reads
+a row once for its sums and once to write it, while it sits in the L1 cache:
+
+    for each row r:   μ = Σ x / d,   v = Σ (x - μ)² / d,   s = 1 / sqrt(v + eps)
+                      x̂ = (x - μ)·s,   y = x̂·w + b                         (one row, hot)
+
+The same goes for the tanh GELU (forward and backward: one loop over the elements) and
+the causal attention softmax (a row's max, exp, sum and scale; the masked keys are
+never touched).  The formulas, the saved tensors and the contract are those of the
+CUDA versions (``fused_cuda.py``), so the autograd ops call either the same way:
+
+    layernorm_forward(x, w, b, eps)      -> y, x̂, inv_sigma (rows, 1)
+    layernorm_backward(dy, x̂, inv_sigma, w, needs) -> dx, dw = Σ dy·x̂, db = Σ dy
+    gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
+    attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
+
+and, CPU only, AdamW's update in one pass (``adamw_update``, called by ``optim``).
+Each kernel works on a range of rows, ``kernel(lo, hi, ...)``, and releases the GIL
+(``nogil``), so ``rows.for_row_blocks`` runs the blocks on the rank's own thread pool:
+one thread budget for the whole of minipar, and a row's result does not depend on how
+many threads there are.  The sums over rows (dw, db) are NumPy reductions, as in the
+array ops.  Floating-point flags: sums may be re-associated so that they vectorise
+(``reassoc``) but infinities and NaN keep their meaning (the mask is -inf).
+
+When this runs (``supports``): the NumPy backend, float32 or float64, numba installed,
+and at least ``MIN_ELEMENTS`` values.  Below that the array ops are quick enough and a
+short process (a test with a tiny model) does not pay numba's import and the loading
+of the compiled kernels (~0.3 s).  The first call of each kernel compiles it (about a
+second); numba caches the machine code beside this file, so later processes load it.
+``MINIPAR_CPU_KERNELS=0`` turns them off, to time or debug the array path.
+
+Importing this module registers it with the autograd ops for the NumPy backend
+(``ops_math.use_fused_kernels``); ``import minipar.nn`` imports it.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+from minipar.autograd import ops_math
+from minipar.autograd.rows import for_row_blocks
+
+MIN_ELEMENTS = 1 << 15
+SPLIT_ELEMENTS = 1 << 20   # measured: below ~1M values two threads gain nothing on a compiled
+                           # row loop (LayerNorm (2048, 256): 332 µs on one, 282 on two)
+DTYPES = ("float32", "float64")
+FLAGS = {"reassoc", "contract", "nsz", "arcp"}   # no "nnan"/"ninf": the mask is -inf
+_GELU_C = float(np.sqrt(2.0 / np.pi))
+_GELU_A = 0.044715
+
+
+def available():
+    """numba is installed and not switched off by ``MINIPAR_CPU_KERNELS=0``."""
+    return (os.environ.get("MINIPAR_CPU_KERNELS", "1") != "0"
+            and importlib.util.find_spec("numba") is not None)
+
+
+_AVAILABLE = available()
+
+
+def supports(dtype, *other_dtypes, elements=0):
+    """Whether the compiled kernels take these arrays: one dtype, float32 or float64,
+    at least MIN_ELEMENTS values, and numba available."""
+    name = str(dtype)
+    return (_AVAILABLE and elements >= MIN_ELEMENTS and name in DTYPES
+            and all(str(d) == name for d in other_dtypes))
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    """Compile (or load from numba's cache) the row kernels; numba is imported here.
+    Two rules make the loops vectorise (10× here): every constant comes in as an argument
+    of the arrays' dtype (``k``; a Python float is a float64 to numba, and one float64 in
+    a float32 loop makes it all float64), and a kernel slices its rows first and counts
+    from 0 (an index from ``range(lo, hi)`` might be negative, so numba checks it for
+    wrap-around at every access)."""
+    import numba
+
+    jit = functools.partial(numba.njit, nogil=True, cache=True, fastmath=FLAGS)
+
+    @jit
+    def layernorm_forward(lo, hi, x, w, b, inv_d, eps, y, xhat, inv_sigma):
+        x, y, xhat, inv_sigma = x[lo:hi], y[lo:hi], xhat[lo:hi], inv_sigma[lo:hi]
+        one = inv_d * x.shape[1]
+        for r in range(x.shape[0]):
+            total = inv_d * 0
+            for j in range(x.shape[1]):
+                total += x[r, j]
+            mean = total * inv_d
+            var = inv_d * 0
+            for j in range(x.shape[1]):
+                c = x[r, j] - mean
+                xhat[r, j] = c
+                var += c * c
+            s = one / np.sqrt(var * inv_d + eps)
+            inv_sigma[r, 0] = s
+            for j in range(x.shape[1]):
+                h = xhat[r, j] * s
+                xhat[r, j] = h
+                y[r, j] = h * w[j] + b[j]
+
+    @jit
+    def layernorm_backward(lo, hi, g, xhat, inv_sigma, w, inv_d, gx):
+        g, xhat, inv_sigma, gx = g[lo:hi], xhat[lo:hi], inv_sigma[lo:hi], gx[lo:hi]
+        for r in range(g.shape[0]):
+            sum_gh = inv_d * 0
+            sum_ghx = inv_d * 0
+            for j in range(g.shape[1]):
+                gh = g[r, j] * w[j]
+                sum_gh += gh
+                sum_ghx += gh * xhat[r, j]
+            mean_gh, mean_ghx, s = sum_gh * inv_d, sum_ghx * inv_d, inv_sigma[r, 0]
+            for j in range(g.shape[1]):
+                gx[r, j] = (g[r, j] * w[j] - mean_gh - xhat[r, j] * mean_ghx) * s
+
+    @jit
+    def gelu_inner(lo, hi, x, u, k):           # u = c·(x + a·x³),  k = (c, a, ½, 1)
+        c, a = k[0], k[1]
+        x, u = x[lo:hi], u[lo:hi]
+        for i in range(x.size):
+            v = x[i]
+            u[i] = c * (v + a * v * v * v)
+
+    @jit
+    def gelu_outer(lo, hi, x, t, y, k):        # y = ½·x·(1 + t)
+        half, one = k[2], k[3]
+        x, t, y = x[lo:hi], t[lo:hi], y[lo:hi]
+        for i in range(x.size):
+            y[i] = half * x[i] * (one + t[i])
+
+    @jit
+    def gelu_backward(lo, hi, x, t, g, dx, k):
+        c, a3, half, one = k[0], 3 * k[1], k[2], k[3]
+        x, t, g, dx = x[lo:hi], t[lo:hi], g[lo:hi], dx[lo:hi]
+        for i in range(x.size):
+            v, th = x[i], t[i]
+            dx[i] = g[i] * half * ((one + th) + v * (one - th * th) * c * (one + a3 * v * v))
+
+    @jit
+    def softmax_shift(lo, hi, s, z, n_queries, causal, scale):
+        """z = scale·s - max over the keys a query sees, -inf for those it does not."""
+        n_keys = s.shape[1]
+        s, z = s[lo:hi], z[lo:hi]
+        for r in range(s.shape[0]):
+            seen = min(n_keys, (lo + r) % n_queries + n_keys - n_queries + 1) if causal else n_keys
+            top = -np.inf
+            for j in range(max(seen, 0)):
+                top = max(top, s[r, j] * scale)
+            for j in range(max(seen, 0)):
+                z[r, j] = s[r, j] * scale - top
+            z[r, max(seen, 0):] = -np.inf
+
+    @jit
+    def softmax_normalise(lo, hi, e):
+        """e /= Σ e, row by row (a row that saw no key is all 0 and stays so)."""
+        e = e[lo:hi]
+        for r in range(e.shape[0]):
+            total = e[r, 0] * 0
+            for j in range(e.shape[1]):
+                total += e[r, j]
+            if total > 0:
+                inv = (total * 0 + 1) / total
+                for j in range(e.shape[1]):
+                    e[r, j] *= inv
+
+    @jit
+    def softmax_backward(lo, hi, p, g, ds, scale):
+        p, g, ds = p[lo:hi], g[lo:hi], ds[lo:hi]
+        for r in range(p.shape[0]):
+            dot = scale * 0
+            for j in range(p.shape[1]):
+                dot += g[r, j] * p[r, j]
+            for j in range(p.shape[1]):
+                ds[r, j] = scale * p[r, j] * (g[r, j] - dot)
+
+    @jit
+    def adamw(lo, hi, p, g, m, v, k):          # k = (lr, β1, 1-β1, β2, 1-β2, eps, wd, ŝ1, ŝ2)
+        lr, b1, c1, b2, c2, eps, wd, s1, s2 = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
+        p, g, m, v = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+        for i in range(p.size):
+            gi = g[i]
+            mi = b1 * m[i] + c1 * gi
+            vi = b2 * v[i] + c2 * gi * gi
+            m[i], v[i] = mi, vi
+            p[i] -= lr * (mi * s1 / (np.sqrt(vi * s2) + eps) + wd * p[i])
+
+    return {f.__name__: f for f in (layernorm_forward, layernorm_backward, gelu_inner, gelu_outer,
+                                    gelu_backward, softmax_shift, softmax_normalise, softmax_backward,
+                                    adamw)}
+
+
+def _blocks(rows, kernel, elements):
+    """kernel(lo, hi) over rows [0, rows): in blocks on the rank's threads from
+    SPLIT_ELEMENTS values on, else in one call on this thread."""
+    for_row_blocks(rows, kernel, elements, threads=None if elements >= SPLIT_ELEMENTS else 1)
+
+
+def _run(name, rows, elements, *args):
+    """The named kernel over rows [0, rows)."""
+    kernel = _kernels()[name]
+    _blocks(rows, lambda lo, hi: kernel(lo, hi, *args), elements)
+
+
+def _gelu_constants(dtype):
+    return np.array([_GELU_C, _GELU_A, 0.5, 1.0], dtype=dtype)
+
+
+def layernorm_forward(x, weight, bias, eps=1e-5):
+    """(y like x, x̂ (rows, d), inv_sigma (rows, 1)) over the last axis of x."""
+    d = x.shape[-1]
+    x2 = np.ascontiguousarray(x.reshape(-1, d))
+    y, xhat = np.empty_like(x2), np.empty_like(x2)
+    inv_sigma = np.empty((x2.shape[0], 1), dtype=x.dtype)
+    k = x.dtype.type
+    _run("layernorm_forward", x2.shape[0], x2.size, x2, np.ascontiguousarray(weight),
+         np.ascontiguousarray(bias), k(1 / d), k(eps), y, xhat, inv_sigma)
+    return y.reshape(x.shape), xhat, inv_sigma
+
+
+def layernorm_backward(grad, xhat, inv_sigma, weight, needs=(True, True, True)):
+    """(dx, dw, db), None where ``needs`` (for x, w, b) is False."""
+    rows, d = xhat.shape
+    g2 = np.ascontiguousarray(grad.reshape(rows, d))
+    gw = np.einsum("ij,ij->j", g2, xhat) if needs[1] else None
+    gb = g2.sum(axis=0) if needs[2] else None
+    gx = None
+    if needs[0]:
+        gx = np.empty_like(g2)
+        _run("layernorm_backward", rows, g2.size, g2, xhat, inv_sigma,
+             np.ascontiguousarray(weight), g2.dtype.type(1 / d), gx)
+        gx = gx.reshape(grad.shape)
+    return gx, gw, gb
+
+
+def gelu_forward(x):
+    """(y, t), both like x: y = 0.5·x·(1 + t), t = tanh(c·(x + 0.044715·x³)).
+    The tanh is NumPy's (vectorised; numba's is a scalar libm call, 7× slower here)."""
+    flat = np.ascontiguousarray(x.reshape(-1))
+    y, t = np.empty_like(flat), np.empty_like(flat)
+    kernels, k = _kernels(), _gelu_constants(x.dtype)
+
+    def block(lo, hi):
+        kernels["gelu_inner"](lo, hi, flat, t, k)
+        np.tanh(t[lo:hi], out=t[lo:hi])
+        kernels["gelu_outer"](lo, hi, flat, t, y, k)
+
+    _blocks(flat.size, block, flat.size)
+    return y.reshape(x.shape), t.reshape(x.shape)
+
+
+def gelu_backward(x, t, grad):
+    """dx like x: dy · 0.5·((1 + t) + x·(1 - t²)·c·(1 + 3·0.044715·x²))."""
+    xf, tf, gf = (np.ascontiguousarray(a.reshape(-1)) for a in (x, t, grad))
+    dx = np.empty_like(xf)
+    _run("gelu_backward", xf.size, xf.size, xf, tf, gf, dx, _gelu_constants(x.dtype))
+    return dx.reshape(grad.shape)
+
+
+def attention_softmax_forward(scores, scale, causal=True):
+    """P like scores (..., Nq, Nk): softmax over keys of scale·S, keys j > i + Nk - Nq
+    masked when causal.  A row that sees no key is 0 (the array op gives NaN)."""
+    n_queries, n_keys = scores.shape[-2:]
+    s2 = np.ascontiguousarray(scores.reshape(-1, n_keys))
+    p = np.empty_like(s2)
+    kernels, scale = _kernels(), scores.dtype.type(scale)
+
+    def block(lo, hi):
+        kernels["softmax_shift"](lo, hi, s2, p, n_queries, bool(causal), scale)
+        np.exp(p[lo:hi], out=p[lo:hi])
+        kernels["softmax_normalise"](lo, hi, p)
+
+    _blocks(s2.shape[0], block, s2.size)
+    return p.reshape(scores.shape)
+
+
+def attention_softmax_backward(probs, grad, scale):
+    """dS like P (dP is cast to P's dtype first): scale · P ∘ (dP - Σ_keys dP∘P)."""
+    n_keys = probs.shape[-1]
+    p2 = np.ascontiguousarray(probs.reshape(-1, n_keys))
+    g2 = np.ascontiguousarray(grad.astype(probs.dtype, copy=False).reshape(-1, n_keys))
+    ds = np.empty_like(g2)
+    _run("softmax_backward", g2.shape[0], g2.size, p2, g2, ds, probs.dtype.type(scale))
+    return ds.reshape(grad.shape)
+
+
+def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale):
+    """``optim.adamw_update`` in one pass over p, g, m, v (contiguous, one shape, a scalar
+    weight decay): m, v and p read and written once each, where the array code makes
+    about fifteen passes.  The constants are rounded to p's dtype as NumPy rounds them."""
+    k = np.array([lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay, m_hat_scale,
+                  v_hat_scale], dtype=p.dtype)
+    flat = [a.reshape(-1) for a in (p, g, m, v)]
+    _run("adamw", p.size, p.size, *flat, k)
+
+
+ops_math.use_fused_kernels(sys.modules[__name__], backend="numpy")
