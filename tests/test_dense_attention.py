@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from minipar.autograd.ops_nn import causal_bias
+from minipar.autograd.ops_attention import causal_bias
 from minipar.kernels.dense import causal_mask, dense_attention_backward, dense_attention_forward
 
 SIZES = [(1, 1), (5, 5), (4, 9), (9, 4), (7, 1)]  # square, fewer queries (decode), more queries

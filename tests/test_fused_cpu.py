@@ -147,11 +147,13 @@ def test_adamw_matches_the_array_update(always, dtype, weight_decay):
 
 def test_when_the_kernels_run():
     big, small = np.zeros(fused_cpu.MIN_ELEMENTS, np.float32), np.zeros(8, np.float32)
-    assert ops_math.fused_kernels(big) is fused_cpu
-    assert ops_math.fused_kernels(big.astype(np.float64)) is fused_cpu
-    assert ops_math.fused_kernels(small) is None                      # the array code is quick
-    assert ops_math.fused_kernels(big.astype(np.float16)) is None     # no half kernels
-    assert ops_math.fused_kernels(big, big.astype(np.float64)) is None
+    for op in ("layernorm", "gelu", "attention_softmax", "adamw"):
+        assert ops_math.fused_kernels(op, big) is fused_cpu
+        assert ops_math.fused_kernels(op, big.astype(np.float64)) is fused_cpu
+        assert ops_math.fused_kernels(op, small) is None                   # the array code is quick
+        assert ops_math.fused_kernels(op, big.astype(np.float16)) is None  # no half kernels
+        assert ops_math.fused_kernels(op, big, big.astype(np.float64)) is None
+    assert ops_math.fused_kernels("softmax", big) is None                  # an op it does not provide
 
 
 def test_switched_off_by_the_environment():

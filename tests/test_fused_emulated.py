@@ -164,7 +164,7 @@ def test_autograd_ops_dispatch_to_the_kernels_on_cupy(monkeypatch):
         out.backward(np.ones(out.shape, np.float32))
         return [out.data] + [t.grad for t in tensors]
 
-    assert ops_math.fused_kernels(x) is None  # NumPy: too small for its compiled kernels
+    assert ops_math.fused_kernels("gelu", x) is None  # NumPy: too small for its compiled kernels
     want = run()
     launched = []
 
@@ -175,8 +175,9 @@ def test_autograd_ops_dispatch_to_the_kernels_on_cupy(monkeypatch):
 
     monkeypatch.setattr(ops_math, "backend_name", lambda: "cupy")
     monkeypatch.setattr(fused_cuda, "CupyKernels", Recording)
-    assert ops_math.fused_kernels(x.astype(np.float64)) is None
-    assert ops_math.fused_kernels(x, w.astype(np.float16)) is None
+    assert ops_math.fused_kernels("layernorm", x.astype(np.float64)) is None
+    assert ops_math.fused_kernels("layernorm", x, w.astype(np.float16)) is None
+    assert ops_math.fused_kernels("adamw", x) is None    # AdamW has no CUDA kernel
     got = run()
     assert sorted(set(launched)) == sorted(["layernorm_forward", "layernorm_backward", "gelu_forward",
                                             "gelu_backward", "softmax_forward", "softmax_backward"])

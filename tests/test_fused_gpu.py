@@ -63,13 +63,13 @@ def run(op, arrays, grad):
     return out.data, [t.grad for t in tensors]
 
 
-def check(op, host_arrays, host_grad, dtype, rows=None):
+def check(name, op, host_arrays, host_grad, dtype, rows=None):
     """The op in ``dtype`` (fused) against the op in float64 (array code) on the rounded inputs."""
     import cupy
     arrays = [cupy.asarray(a).astype(device_dtype(dtype)) for a in host_arrays]
     grad = cupy.asarray(host_grad).astype(arrays[0].dtype)
     from minipar.autograd.ops_math import fused_kernels
-    assert fused_kernels(*arrays) is not None, "the fused kernels should take these arrays"
+    assert fused_kernels(name, *arrays) is not None, "the fused kernels should take these arrays"
     got = run(op, arrays, grad)
     want = run(op, [a.astype(cupy.float64) for a in arrays], grad.astype(cupy.float64))
     for what, g, w in [("out", got[0], want[0])] + [(f"grad {i}", *p) for i, p in enumerate(zip(got[1], want[1]))]:
@@ -88,14 +88,14 @@ DTYPES = ["float32", "float16", "bfloat16"]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 77, 768), (3, 100), (2, 5000), (70000, 64)], ids=str)
 def test_layernorm(shape, dtype):
-    check(lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+    check("layernorm", lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
           [randn(shape, 0, 3.0, 1.5), randn(shape[-1:], 1), randn(shape[-1:], 2)], randn(shape, 3), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 77, 3072), (1000, 2100)], ids=str)  # 2.1M values: 8192 blocks, strided
 def test_gelu(shape, dtype):
-    check(ops.gelu, [randn(shape, 4, 3.0)], randn(shape, 5), dtype)
+    check("gelu", ops.gelu, [randn(shape, 4, 3.0)], randn(shape, 5), dtype)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -105,8 +105,8 @@ def test_attention_softmax(shape, dtype, causal):
     n_queries, n_keys = shape[-2:]
     sees = np.arange(n_queries) + n_keys - n_queries >= 0 if causal else np.ones(n_queries, bool)
     with np.errstate(invalid="ignore"):
-        check(lambda s: ops.attention_softmax(s, 0.125, causal), [randn(shape, 6, 8.0)], randn(shape, 7),
-              dtype, rows=np.flatnonzero(sees))
+        check("attention_softmax", lambda s: ops.attention_softmax(s, 0.125, causal),
+              [randn(shape, 6, 8.0)], randn(shape, 7), dtype, rows=np.flatnonzero(sees))
 
 
 def test_fused_ops_match_the_numpy_backend():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 
 from minipar.autograd import ops_math as M, ops_shape as S, ops_reduce as R, ops_nn as N
+from minipar.autograd import ops_attention as A
 
 
 def raw(x):
@@ -85,4 +86,4 @@ def dropout(x, p, generator, training=True):
 
 
 def attention_softmax(scores, scale, causal=True):
-    return N.AttentionSoftmax.apply(scores, scale, causal)
+    return A.AttentionSoftmax.apply(scores, scale, causal)

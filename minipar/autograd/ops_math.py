@@ -35,21 +35,23 @@ _fused = {}  # backend name -> the compiled versions of the fused ops (use_fused
 
 
 def use_fused_kernels(module, backend="cupy"):
-    """Give the fused ops (Gelu here; LayerNorm, AttentionSoftmax in ops_nn) compiled
-    kernels for one backend: ``minipar.kernels.fused_cuda`` registers itself for CuPy,
-    ``minipar.kernels.fused_cpu`` (numba) for NumPy, when imported.  Autograd cannot
-    import them (kernels build on autograd); None unregisters."""
+    """Give the fused ops compiled kernels for one backend: ``minipar.kernels.fused_cuda``
+    registers itself for CuPy, ``minipar.kernels.fused_cpu`` (numba) for NumPy, when
+    imported.  A module names the ops it provides in ``OPS`` ("layernorm", "gelu",
+    "attention_softmax", "adamw") and says which arrays it takes in ``supports``.
+    Autograd cannot import them (kernels build on autograd); None unregisters."""
     if module is None:
         _fused.pop(backend, None)
     else:
         _fused[backend] = module
 
 
-def fused_kernels(*arrays):
-    """The kernels registered for the current backend when they take these arrays
-    (their ``supports``: dtypes, size), else None: then the op's array code runs."""
+def fused_kernels(op, *arrays):
+    """The kernels registered for the current backend when they provide ``op`` and take
+    these arrays (their ``supports``: dtypes, size), else None: then the op's array code
+    runs."""
     module = _fused.get(backend_name())
-    if module is None:
+    if module is None or op not in module.OPS:
         return None
     return module if module.supports(*(a.dtype for a in arrays), elements=arrays[0].size) else None
 
@@ -194,7 +196,7 @@ class Gelu(Function):
 
     @staticmethod
     def forward(ctx, x):
-        if fused := fused_kernels(x):                    # one compiled kernel: kernels/fused_*.py
+        if fused := fused_kernels("gelu", x):             # one compiled kernel: kernels/fused_*.py
             y, t = fused.gelu_forward(x)
             ctx.save_for_backward(x, t)
             return y
@@ -219,7 +221,7 @@ class Gelu(Function):
     @staticmethod
     def backward(ctx, g):
         x, t = ctx.saved
-        if fused := fused_kernels(x, t, g):
+        if fused := fused_kernels("gelu", x, t, g):
             return fused.gelu_backward(x, t, g)
         xf, tf, gf = x.reshape(-1), t.reshape(-1), g.reshape(-1)
         d = xp.empty(xf.shape, dtype=x.dtype)

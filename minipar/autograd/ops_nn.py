@@ -55,6 +55,16 @@ class LogSoftmax(Function):
         return g - xp.exp(y) * g.sum(axis=ctx.axis, keepdims=True), None
 
 
+def layernorm_param_grads(g2, xhat, dtype, needs=(True, True)):
+    """LayerNorm's (dw, db) = (Σ dy·x̂, Σ dy) over the rows of dy (rows, d), summed in
+    float32 or wider and cast to the weights' ``dtype``; None where ``needs`` (w, b) is
+    False.  Sums over rows, so whole-array reductions; the fused kernels use it too."""
+    wide = _wide(g2)
+    gw = xp.einsum("ij,ij->j", wide, xhat).astype(dtype, copy=False) if needs[0] else None
+    gb = wide.sum(axis=0).astype(dtype, copy=False) if needs[1] else None
+    return gw, gb
+
+
 class LayerNorm(Function):
     """y = (x - μ)/σ · w + b over the last axis, σ = sqrt(var + eps).
 
@@ -66,7 +76,7 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps=1e-5):
-        if fused := fused_kernels(x, weight, bias):      # one compiled kernel: kernels/fused_*.py
+        if fused := fused_kernels("layernorm", x, weight, bias):  # compiled: kernels/fused_*.py
             y, xhat, inv_sigma = fused.layernorm_forward(x, weight, bias, eps)
             ctx.save_for_backward(xhat, inv_sigma)
             return y
@@ -104,17 +114,13 @@ class LayerNorm(Function):
     def backward(ctx, g):
         xhat, inv_sigma = ctx.saved
         w = ctx.input_value(1)
-        if fused := fused_kernels(g, w):
+        if fused := fused_kernels("layernorm", g, w):
             return fused.layernorm_backward(g, xhat, inv_sigma, w, ctx.needs_input_grad[:3]) + (None,)
-        nx, nw, nb = ctx.needs_input_grad[:3]
-        gw = gb = gx = None
+        nx = ctx.needs_input_grad[0]
         g2 = g.reshape(xhat.shape)
         d = xhat.shape[-1]
-        if nw:
-            gw = (_wide(g2) * xhat).sum(axis=0).astype(w.dtype)
-        if nb:
-            gb = (g2.sum(axis=0, dtype=xp.float32) if g2.dtype.itemsize < 4
-                  else g2.sum(axis=0)).astype(w.dtype)
+        gw, gb = layernorm_param_grads(g2, xhat, w.dtype, ctx.needs_input_grad[1:3])
+        gx = None
         if nx:
             gx = xp.empty(g2.shape, dtype=g.dtype)
 
@@ -207,93 +213,3 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx, g):
         return g * ctx.saved[0] * ctx.scale, None, None
-
-
-def causal_offset(nq, nk):
-    """Query i sees key j iff j <= i + offset, offset = nk - nq.
-
-    The causal mask aligned to the bottom-right corner (as FlashAttention >= 2.1 and a KV
-    cache do): the last query sees every key.  With nq == nk it is plain j <= i."""
-    return nk - nq
-
-
-def causal_mask(nq, nk, q0=0, k0=0, rows=None, cols=None):
-    """Boolean mask, True where query i may see key j (j <= i + nk - nq).
-
-    The whole (nq, nk) mask by default; a tiled kernel asks for the (rows, cols) block
-    whose top-left corner is query q0, key k0, and never builds the N×N one.
-    The one causal rule of minipar: dense attention, the model's fused softmax
-    (``causal_bias``) and the tiled flash reference all use it."""
-    rows = nq - q0 if rows is None else rows
-    cols = nk - k0 if cols is None else cols
-    query = xp.arange(q0, q0 + rows)[:, None]
-    key = xp.arange(k0, k0 + cols)[None, :]
-    return key <= query + causal_offset(nq, nk)
-
-
-_causal_bias = {}
-
-
-def causal_bias(nq, nk, dtype):
-    """(nq, nk) array: 0 where ``causal_mask`` lets query i see key j, -inf elsewhere.
-    Cached: every layer of every step uses the same one."""
-    key = (nq, nk, str(dtype), type(xp.zeros(0)).__module__)
-    if key not in _causal_bias:
-        _causal_bias[key] = xp.where(causal_mask(nq, nk), 0.0, -xp.inf).astype(dtype)
-    return _causal_bias[key]
-
-
-class AttentionSoftmax(Function):
-    """P = softmax(scale·S + M) over the last axis, M = -inf above the diagonal when
-    causal (key j > query i + offset, offset = Nk - Nq).  dS = scale · P ∘ (dP - Σ dP∘P).
-    One fused op instead of scale, mask and softmax, updating one array in place;
-    each (batch, head) matrix is a block of rows for the rank's threads (``rows.py``)."""
-
-    @staticmethod
-    def forward(ctx, scores, scale, causal=True):
-        ctx.scale = scale
-        if fused := fused_kernels(scores):               # one compiled kernel: kernels/fused_*.py
-            ctx.save_for_backward(fused.attention_softmax_forward(scores, scale, causal))
-            return ctx.saved[0]
-        nq, nk = scores.shape[-2:]
-        s3 = scores.reshape(-1, nq, nk)
-        wide = _wide(s3[:0]).dtype
-        p = xp.empty(s3.shape, dtype=scores.dtype)
-        bias = causal_bias(nq, nk, wide) if causal else None
-        in_place = p.dtype == wide
-
-        def rows(lo, hi):
-            if in_place:             # work in the output itself
-                z = xp.multiply(s3[lo:hi], scale, out=p[lo:hi])
-            else:
-                z = xp.multiply(s3[lo:hi], scale, dtype=wide)
-            if bias is not None:
-                z += bias
-            z -= z.max(axis=-1, keepdims=True)
-            xp.exp(z, out=z)
-            z /= row_sum(z)
-            if not in_place:
-                p[lo:hi] = z
-
-        for_row_blocks(s3.shape[0], rows, s3.size)
-        p = p.reshape(scores.shape)
-        ctx.save_for_backward(p)
-        return p
-
-    @staticmethod
-    def backward(ctx, g):
-        (p,) = ctx.saved
-        if fused := fused_kernels(p):
-            return fused.attention_softmax_backward(p, g, ctx.scale), None, None
-        nq, nk = p.shape[-2:]
-        p3, g3 = p.reshape(-1, nq, nk), g.reshape(-1, nq, nk)
-        r = xp.empty(g3.shape, dtype=xp.result_type(g, p))
-
-        def rows(lo, hi):
-            gb, pb, rb = g3[lo:hi], p3[lo:hi], r[lo:hi]
-            xp.subtract(gb, row_dot(gb, pb), out=rb)
-            rb *= pb
-            rb *= ctx.scale
-
-        for_row_blocks(g3.shape[0], rows, g3.size)
-        return r.reshape(g.shape), None, None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from minipar.autograd.ops_nn import causal_mask
+from minipar.autograd.ops_attention import causal_mask
 from minipar.backend import xp
 
 __all__ = ["causal_mask", "dense_attention_forward", "dense_attention_backward"]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from minipar.autograd.ops_nn import causal_mask, causal_offset
+from minipar.autograd.ops_attention import causal_mask, causal_offset
 from minipar.backend import xp
 from minipar.kernels.dense import dense_attention_forward
 

@@ -9,10 +9,9 @@ a row once for its sums and once to write it, while it sits in the L1 cache:
     for each row r:   μ = Σ x / d,   v = Σ (x - μ)² / d,   s = 1 / sqrt(v + eps)
                       x̂ = (x - μ)·s,   y = x̂·w + b                         (one row, hot)
 
-The same goes for the tanh GELU (forward and backward: one loop over the elements) and
-the causal attention softmax (a row's max, exp, sum and scale; the masked keys are
-never touched).  The formulas, the saved tensors and the contract are those of the
-CUDA versions (``fused_cuda.py``), so the autograd ops call either the same way:
+The same goes for the tanh GELU and the causal attention softmax (the masked keys are
+never touched).  The formulas, saved tensors and contract are those of the CUDA
+versions (``fused_cuda.py``), so the autograd ops call either the same way:
 
     layernorm_forward(x, w, b, eps)      -> y, x̂, inv_sigma (rows, 1)
     layernorm_backward(dy, x̂, inv_sigma, w, needs) -> dx, dw = Σ dy·x̂, db = Σ dy
@@ -22,19 +21,15 @@ CUDA versions (``fused_cuda.py``), so the autograd ops call either the same way:
 and, CPU only, AdamW's update in one pass (``adamw_update``, called by ``optim``).
 Each kernel works on a range of rows, ``kernel(lo, hi, ...)``, and releases the GIL
 (``nogil``), so ``rows.for_row_blocks`` runs the blocks on the rank's own thread pool:
-one thread budget for the whole of minipar, and a row's result does not depend on how
-many threads there are.  The sums over rows (dw, db) are NumPy reductions, as in the
-array ops.  Floating-point flags: sums may be re-associated so that they vectorise
-(``reassoc``) but infinities and NaN keep their meaning (the mask is -inf).
+one thread budget for all of minipar, and a row's result does not depend on the number
+of threads.  Sums may be re-associated so that they vectorise (``reassoc``), but
+infinities and NaN keep their meaning (the mask is -inf).
 
 When this runs (``supports``): the NumPy backend, float32 or float64, numba installed,
-and at least ``MIN_ELEMENTS`` values.  Below that the array ops are quick enough and a
-short process (a test with a tiny model) does not pay numba's import and the loading
-of the compiled kernels (~0.3 s).  The first call of each kernel compiles it (about a
-second); numba caches the machine code beside this file, so later processes load it.
-``MINIPAR_CPU_KERNELS=0`` turns them off, to time or debug the array path.
-
-Importing this module registers it with the autograd ops for the NumPy backend
+and at least ``MIN_ELEMENTS`` values (below that the array ops are quick, and a short
+process does not pay numba's import, ~0.3 s).  The first call of a kernel compiles it
+(about a second); numba caches it beside this file.  ``MINIPAR_CPU_KERNELS=0`` turns
+them off.  Importing this module registers it for the NumPy backend
 (``ops_math.use_fused_kernels``); ``import minipar.nn`` imports it.
 """
 from __future__ import annotations
@@ -47,11 +42,13 @@ import sys
 import numpy as np
 
 from minipar.autograd import ops_math
+from minipar.autograd.ops_nn import layernorm_param_grads
 from minipar.autograd.rows import for_row_blocks
 
 MIN_ELEMENTS = 1 << 15
 SPLIT_ELEMENTS = 1 << 20   # measured: below ~1M values two threads gain nothing on a compiled
                            # row loop (LayerNorm (2048, 256): 332 µs on one, 282 on two)
+OPS = ("layernorm", "gelu", "attention_softmax", "adamw")
 DTYPES = ("float32", "float64")
 FLAGS = {"reassoc", "contract", "nsz", "arcp"}   # no "nnan"/"ninf": the mask is -inf
 _GELU_C = float(np.sqrt(2.0 / np.pi))
@@ -115,12 +112,13 @@ def _kernels():
             sum_gh = inv_d * 0
             sum_ghx = inv_d * 0
             for j in range(g.shape[1]):
-                gh = g[r, j] * w[j]
+                gh = g[r, j] * w[j]              # ĝ, kept in gx for the second pass
+                gx[r, j] = gh
                 sum_gh += gh
                 sum_ghx += gh * xhat[r, j]
             mean_gh, mean_ghx, s = sum_gh * inv_d, sum_ghx * inv_d, inv_sigma[r, 0]
             for j in range(g.shape[1]):
-                gx[r, j] = (g[r, j] * w[j] - mean_gh - xhat[r, j] * mean_ghx) * s
+                gx[r, j] = (gx[r, j] - mean_gh - xhat[r, j] * mean_ghx) * s
 
     @jit
     def gelu_inner(lo, hi, x, u, k):           # u = c·(x + a·x³),  k = (c, a, ½, 1)
@@ -154,9 +152,10 @@ def _kernels():
             seen = min(n_keys, (lo + r) % n_queries + n_keys - n_queries + 1) if causal else n_keys
             top = -np.inf
             for j in range(max(seen, 0)):
-                top = max(top, s[r, j] * scale)
+                z[r, j] = s[r, j] * scale
+                top = max(top, z[r, j])
             for j in range(max(seen, 0)):
-                z[r, j] = s[r, j] * scale - top
+                z[r, j] -= top
             z[r, max(seen, 0):] = -np.inf
 
     @jit
@@ -227,11 +226,10 @@ def layernorm_forward(x, weight, bias, eps=1e-5):
 
 
 def layernorm_backward(grad, xhat, inv_sigma, weight, needs=(True, True, True)):
-    """(dx, dw, db), None where ``needs`` (for x, w, b) is False."""
+    """(dx, dw, db), None where ``needs`` (for x, w, b) is False; dw and db as the array op."""
     rows, d = xhat.shape
     g2 = np.ascontiguousarray(grad.reshape(rows, d))
-    gw = np.einsum("ij,ij->j", g2, xhat) if needs[1] else None
-    gb = g2.sum(axis=0) if needs[2] else None
+    gw, gb = layernorm_param_grads(g2, xhat, weight.dtype, needs[1:])
     gx = None
     if needs[0]:
         gx = np.empty_like(g2)

@@ -2,7 +2,7 @@
 
 LayerNorm, the tanh GELU and the causal attention softmax are each one kernel per
 direction instead of a chain of array ops (one pass over memory where CuPy's array code
-makes five to ten).  The autograd ops (``ops_nn.LayerNorm``, ``ops_nn.AttentionSoftmax``,
+makes five to ten).  The autograd ops (``ops_nn.LayerNorm``, ``ops_attention.AttentionSoftmax``,
 ``ops_math.Gelu``) call these functions on the CuPy backend when ``supports`` says yes;
 each returns what the NumPy math returns, so forward and backward keep one contract:
 
@@ -34,10 +34,12 @@ import sys
 from pathlib import Path
 
 from minipar.autograd import ops_math
+from minipar.autograd.ops_nn import layernorm_param_grads
 from minipar.kernels import emulator
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
+OPS = ("layernorm", "gelu", "attention_softmax")
 KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> build
 MAX_THREADS = 256            # = MAX_THREADS of the .cu file (its __launch_bounds__)
 REDUCE_SHARED_BYTES = 32 * 4  # warp_partials: one float per warp, up to 32 warps
@@ -123,16 +125,13 @@ def layernorm_forward(x, weight, bias, eps=1e-5, kernels=None):
 
 def layernorm_backward(grad, xhat, inv_sigma, weight, needs=(True, True, True), kernels=None):
     """(dx, dw, db), None where ``needs`` (for x, w, b) is False.  dx by the kernel; dw and
-    db are sums over rows, array reductions in fp32 as the NumPy op takes them."""
+    db are sums over rows, taken as the NumPy op takes them (``layernorm_param_grads``)."""
     kernels = kernels or CupyKernels()
     xp = kernels.xp
     rows, d = xhat.shape
     g2 = grad.reshape(rows, d)
-    gx = gw = gb = None
-    if needs[1]:
-        gw = (g2.astype(xp.float32) * xhat).sum(axis=0).astype(weight.dtype)
-    if needs[2]:
-        gb = g2.sum(axis=0, dtype=xp.float32).astype(weight.dtype)
+    gw, gb = layernorm_param_grads(g2, xhat, weight.dtype, needs[1:])
+    gx = None
     if needs[0]:
         g2, xhat, inv_sigma, weight = _contiguous(kernels, g2, xhat, inv_sigma, weight)
         gx = xp.empty(g2.shape, dtype=grad.dtype)

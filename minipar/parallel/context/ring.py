@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from minipar.autograd import Function
-from minipar.autograd.ops_nn import causal_bias
+from minipar.autograd.ops_attention import causal_bias
 from minipar.backend import xp
 from minipar.nn.module import Module
 from minipar.parallel.context.split import chunks_of, pair_kind, positions_of
