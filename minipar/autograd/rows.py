@@ -17,10 +17,10 @@ bit-identical to one call on the whole array — the plain NumPy path, and the r
 
     T = the rank's thread budget (``minipar.threads``), 1 when ranks fill the cores
         (then nothing is threaded, and no thread is started); 1 for arrays smaller than
-        ``MIN_ELEMENTS`` (handing a block to a thread and waiting for it costs ~80 µs
-        here, measured: the worker must wake and win the GIL — as much as a 1 M-element
-        multiply, so only ops that do more per element than that gain); 1 on CuPy (the
-        GPU runs every row in parallel already).
+        ``MIN_ELEMENTS`` (measured: smaller ops gain nothing from a second thread, even
+        with the spinning pool's ~5 µs hand-over, ``spin_pool.py``; a sleeping pool's
+        ~70 µs is as much as a 1 M-element multiply); 1 on CuPy (the GPU runs every
+        row in parallel already).
 
 Sums over rows (a LayerNorm's dW = Σ_rows dy·x̂) are not row-independent: they stay
 whole-array reductions on the calling thread, so they too keep their bits.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from minipar.autograd import spin_pool
 from minipar.backend import backend_name, xp
 
 MIN_ELEMENTS = 1 << 18
@@ -46,11 +47,16 @@ def row_threads(elements):
 
 
 def _get_pool(workers):
+    """The workers: a ``SpinPool`` (``spin_pool.py``: a block handed over in ~5 µs, not
+    ~70) where numba is installed, else a ``ThreadPoolExecutor``."""
     global _pool, _pool_workers
     if _pool is None or _pool_workers < workers:
-        if _pool is not None:
-            _pool.shutdown(wait=True)
-        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipar-rows")
+        if isinstance(_pool, ThreadPoolExecutor):
+            _pool.shutdown(wait=True)       # a SpinPool's old workers just go to sleep
+        if spin_pool.available():
+            _pool = spin_pool.SpinPool(workers)
+        else:
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipar-rows")
         _pool_workers = workers
     return _pool
 
@@ -64,6 +70,9 @@ def for_row_blocks(rows, kernel, elements, threads=None):
         return
     bounds = [rows * i // threads for i in range(threads + 1)]
     pool = _get_pool(threads - 1)
+    if isinstance(pool, spin_pool.SpinPool):
+        pool.run(kernel, bounds)
+        return
     futures = [pool.submit(kernel, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
     try:
         kernel(bounds[0], bounds[1])
