@@ -1,7 +1,7 @@
 """Step time of one GPT training step (forward + backward + AdamW), minipar vs PyTorch eager.
 
     python benchmarks/step_time.py [--layers 4 --d-model 256 --heads 4 --seq 256 --batch 8]
-                                   [--steps 10] [--threads N] [--profile]
+                                   [--steps 10] [--threads N] [--profile] [--ablate]
     python benchmarks/step_time.py --table       # the issue's shapes, 1 and 2 threads each
 
 Both run the same architecture in float32 on the CPU in the same process, with the same
@@ -12,6 +12,10 @@ model is ``torch_gpt.py``, shared with ``ddp_vs_torch.py``).  It prints
 the median step time of each (steps of the three run in turn) and the ratio minipar /
 PyTorch.  Without PyTorch installed,
 only minipar's time is printed.  ``--profile`` shows where minipar's time goes, by op.
+``--ablate`` adds two minipar rows, interleaved with the others: the NumPy ops instead of
+the compiled CPU kernels (``kernels/fused_cpu.py``), and the row pool's blocks handed
+to a sleeping ``ThreadPoolExecutor`` instead of the spinning pool (``autograd/spin_pool.py``;
+with 2+ threads only): what each buys, measured in the same run.
 """
 from __future__ import annotations
 
@@ -45,6 +49,22 @@ def minipar_step_fn(args):
     return step
 
 
+def ablated(step, kernels=True, spin=True):
+    """The step with the CPU kernels and/or the spinning pool switched off while it runs."""
+    from minipar.autograd import ops_math, rows
+    from minipar.kernels import fused_cpu
+
+    def run():
+        ops_math.use_fused_kernels(fused_cpu if kernels else None, backend="numpy")
+        rows.use_spin_pool(spin)
+        try:
+            return step()
+        finally:
+            ops_math.use_fused_kernels(fused_cpu, backend="numpy")
+            rows.use_spin_pool(True)
+    return run
+
+
 def torch_step_fn(args, fused_attention):
     import torch
     from torch_gpt import build_torch_gpt
@@ -64,15 +84,22 @@ def torch_step_fn(args, fused_attention):
     return step
 
 
+SETTLE_S = 0.05   # idle time before each timed step (see interleaved_medians)
+
+
 def interleaved_medians(steps, rounds, warmup=2):
     """Median seconds per step of each step function, run in turn round after round so
-    that a load change on the machine touches all of them alike."""
+    that a load change on the machine touches all of them alike.  Each timed step starts
+    after ``SETTLE_S`` of idling: the previous step's pool threads spin a while after their
+    last task (PyTorch's OpenMP ~300,000 spins, minipar's ~2 ms) and would otherwise take
+    a core from whichever step comes next."""
     for _ in range(warmup):
         for step in steps.values():
             step()
     times = {label: [] for label in steps}
     for _ in range(rounds):
         for label, step in steps.items():
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             step()
             times[label].append(time.perf_counter() - t0)
@@ -90,6 +117,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="threads of each (default: minipar's budget, all the cores)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--ablate", action="store_true",
+                   help="also time minipar without its CPU kernels, and with a sleeping pool")
     p.add_argument("--table", action="store_true",
                    help="the issue's table: shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads")
     args = p.parse_args(argv)
@@ -105,7 +134,7 @@ def main(argv=None):
             print()
     print("shape (layers, d, seq, batch)  threads  minipar ms  / eager  / eager+SDPA")
     for shape, n, t in rows:
-        ratios = "".join(f"  {t['minipar'] / t[k]:9.2f}x" for k in t if k != "minipar")
+        ratios = "".join(f"  {t['minipar'] / t[k]:9.2f}x" for k in t if k.startswith("PyTorch"))
         print(f"{str(shape):30s} {n:7d} {t['minipar'] * 1e3:11.1f}{ratios}")
 
 
@@ -126,6 +155,10 @@ def compare(args):
         cProfile.runctx("for _ in range(3): step()", globals(), {"step": step}, "/tmp/minipar.prof")
         pstats.Stats("/tmp/minipar.prof").sort_stats("tottime").print_stats(15)
     steps = {"minipar": step}
+    if args.ablate:
+        steps["minipar, NumPy ops (no kernels)"] = ablated(minipar_step_fn(args), kernels=False)
+        if args.threads > 1:
+            steps["minipar, sleeping pool"] = ablated(minipar_step_fn(args), spin=False)
     try:
         import torch
     except ImportError:
@@ -137,7 +170,8 @@ def compare(args):
         steps["PyTorch eager + SDPA"] = torch_step_fn(args, fused_attention=True)
     times = interleaved_medians(steps, args.steps)
     for label, t in times.items():
-        ratio = "" if label == "minipar" else f"   minipar / PyTorch = {times['minipar'] / t:.2f}x"
+        other = "PyTorch" if label.startswith("PyTorch") else "this"
+        ratio = "" if label == "minipar" else f"   minipar / {other} = {times['minipar'] / t:.2f}x"
         print(f"{label:32s} {t * 1e3:8.1f} ms/step{ratio}")
     return times
 

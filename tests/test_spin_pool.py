@@ -79,9 +79,14 @@ def test_the_callers_error_waits_for_the_workers():
 
 
 def test_rows_uses_the_spin_pool(monkeypatch):
-    monkeypatch.setattr(rows, "_pool", None)
-    monkeypatch.setattr(rows, "_pool_workers", 0)
+    monkeypatch.setattr(rows, "_pools", {})
     assert isinstance(rows._get_pool(1), spin_pool.SpinPool)
-    out = np.zeros(10)
-    rows.for_row_blocks(10, lambda lo, hi: out.__setitem__(slice(lo, hi), lo), 1 << 30, threads=2)
-    np.testing.assert_array_equal(out, [0] * 5 + [5] * 5)
+    for spinning in (False, True):
+        rows.use_spin_pool(spinning)
+        try:
+            out = np.zeros(10)
+            rows.for_row_blocks(10, lambda lo, hi: out.__setitem__(slice(lo, hi), lo), 1 << 30, threads=2)
+            np.testing.assert_array_equal(out, [0] * 5 + [5] * 5)
+            assert isinstance(rows._get_pool(1), spin_pool.SpinPool) == spinning
+        finally:
+            rows.use_spin_pool(True)

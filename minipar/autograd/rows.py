@@ -34,8 +34,8 @@ from minipar.backend import backend_name, xp
 
 MIN_ELEMENTS = 1 << 18
 
-_pool = None
-_pool_workers = 0
+_spinning = None   # which pool splits go to; None: the spinning one where available
+_pools = {}        # spinning (True/False) -> (pool, its worker count)
 
 
 def row_threads(elements):
@@ -46,19 +46,25 @@ def row_threads(elements):
     return max(1, current_budget().threads)
 
 
+def use_spin_pool(on):
+    """Hand blocks to the spinning pool (the default where ``spin_pool.available()``) or,
+    with False, to a ``ThreadPoolExecutor`` (``benchmarks/step_time.py --ablate`` times both)."""
+    global _spinning
+    _spinning = bool(on) and spin_pool.available()
+
+
 def _get_pool(workers):
     """The workers: a ``SpinPool`` (``spin_pool.py``: a block handed over in ~5 µs, not
     ~70) where numba is installed, else a ``ThreadPoolExecutor``."""
-    global _pool, _pool_workers
-    if _pool is None or _pool_workers < workers:
-        if isinstance(_pool, ThreadPoolExecutor):
-            _pool.shutdown(wait=True)       # a SpinPool's old workers just go to sleep
-        if spin_pool.available():
-            _pool = spin_pool.SpinPool(workers)
-        else:
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipar-rows")
-        _pool_workers = workers
-    return _pool
+    spinning = spin_pool.available() if _spinning is None else _spinning
+    pool, have = _pools.get(spinning, (None, 0))
+    if pool is None or have < workers:
+        if pool is not None and not spinning:
+            pool.shutdown(wait=True)        # a SpinPool's old workers just go to sleep
+        pool = (spin_pool.SpinPool(workers) if spinning else
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minipar-rows"))
+        _pools[spinning] = (pool, workers)
+    return pool
 
 
 def for_row_blocks(rows, kernel, elements, threads=None):
