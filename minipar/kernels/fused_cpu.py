@@ -51,8 +51,6 @@ SPLIT_ELEMENTS = 1 << 20   # measured: below ~1M values two threads gain nothing
 OPS = ("layernorm", "gelu", "attention_softmax", "adamw")
 DTYPES = ("float32", "float64")
 FLAGS = {"reassoc", "contract", "nsz", "arcp"}   # no "nnan"/"ninf": the mask is -inf
-_GELU_C = float(np.sqrt(2.0 / np.pi))
-_GELU_A = 0.044715
 
 
 def available():
@@ -74,12 +72,10 @@ def supports(dtype, *other_dtypes, elements=0):
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    """Compile (or load from numba's cache) the row kernels; numba is imported here.
-    Two rules make the loops vectorise (10× here): every constant comes in as an argument
-    of the arrays' dtype (``k``; a Python float is a float64 to numba, and one float64 in
-    a float32 loop makes it all float64), and a kernel slices its rows first and counts
-    from 0 (an index from ``range(lo, hi)`` might be negative, so numba checks it for
-    wrap-around at every access)."""
+    """Compile (or load from numba's cache) the row kernels.  Two rules make the loops
+    vectorise (10× here): every constant comes in the arrays' dtype (``k``: one float64
+    makes a float32 loop float64), and a kernel slices its rows first and counts from 0
+    (an index from ``range(lo, hi)`` is checked for wrap-around at every access)."""
     import numba
 
     jit = functools.partial(numba.njit, nogil=True, cache=True, fastmath=FLAGS)
@@ -210,7 +206,7 @@ def _run(name, rows, elements, *args):
 
 
 def _gelu_constants(dtype):
-    return np.array([_GELU_C, _GELU_A, 0.5, 1.0], dtype=dtype)
+    return np.array([np.sqrt(2.0 / np.pi), 0.044715, 0.5, 1.0], dtype=dtype)
 
 
 def layernorm_forward(x, weight, bias, eps=1e-5):
