@@ -90,3 +90,22 @@ def test_rows_uses_the_spin_pool(monkeypatch):
             assert isinstance(rows._get_pool(1), spin_pool.SpinPool) == spinning
         finally:
             rows.use_spin_pool(True)
+
+
+def _split_in_child(queue):
+    out = np.zeros(6)
+    rows.for_row_blocks(6, lambda lo, hi: out.__setitem__(slice(lo, hi), 1.0), 1 << 30, threads=2)
+    queue.put(out.sum())
+
+
+def test_a_forked_child_starts_its_own_workers():
+    import multiprocessing
+    rows.for_row_blocks(4, lambda lo, hi: None, 1 << 30, threads=2)     # the parent's pool exists
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_split_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0 and queue.get(timeout=5) == 6.0

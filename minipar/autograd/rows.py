@@ -27,6 +27,7 @@ whole-array reductions on the calling thread, so they too keep their bits.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from minipar.autograd import spin_pool
@@ -36,6 +37,7 @@ MIN_ELEMENTS = 1 << 18
 
 _spinning = None   # which pool splits go to; None: the spinning one where available
 _pools = {}        # spinning (True/False) -> (pool, its worker count)
+os.register_at_fork(after_in_child=_pools.clear)   # a forked child has none of the threads
 
 
 def row_threads(elements):
