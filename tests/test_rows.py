@@ -79,3 +79,40 @@ def test_threads_follow_the_budget(monkeypatch):
     assert rows.row_threads(rows.MIN_ELEMENTS - 1) == 1     # small arrays: no hand-off
     monkeypatch.setattr(threads, "_current", budget.__class__(8, 8, 1, "test"))
     assert rows.row_threads(1 << 24) == 1                   # ranks fill the cores
+
+
+def linear_grads(dtype):
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.normal(size=(3, 70, 24)).astype(dtype), requires_grad=True)
+    w = Tensor(rng.normal(size=(24, 40)).astype(dtype), requires_grad=True)
+    b = Tensor(rng.normal(size=(40,)).astype(dtype), requires_grad=True)
+    ops.linear(x, w, b).backward(rng.normal(size=(3, 70, 40)).astype(dtype))
+    return [x.grad, w.grad, b.grad]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_linear_backward_side_by_side_on_two_threads(monkeypatch, dtype):
+    """On exactly two threads Linear's dX and dW run whole, one on each thread: the same
+    bits as one thread; on three each is split as before, to rounding."""
+    from minipar import threads
+    from minipar.autograd import ops_reduce
+    used = []
+    real = ops_reduce.side_by_side
+    monkeypatch.setattr(ops_reduce, "side_by_side", lambda *f: used.append(1) or real(*f))
+    monkeypatch.setattr(rows, "MIN_MATMUL_FLOPS", 0)
+    previous = threads.current_budget().threads
+    try:
+        threads.use_threads(1)
+        want = linear_grads(dtype)
+        threads.use_threads(2)
+        got = linear_grads(dtype)
+        assert used, "two threads should take the side-by-side path"
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        used.clear()
+        threads.use_threads(3)
+        for g, w in zip(linear_grads(dtype), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12)
+        assert not used
+    finally:
+        threads.use_threads(previous)

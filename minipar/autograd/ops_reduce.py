@@ -15,7 +15,7 @@ from __future__ import annotations
 from minipar.backend import xp, is_half, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import unbroadcast
-from minipar.autograd.rows import matmul
+from minipar.autograd.rows import matmul, side_by_side, side_by_side_pays
 
 
 def _mm(a, b, bias=None):
@@ -126,14 +126,18 @@ class Linear(Function):
         w = ctx.input_value(1)
         nx, nw = ctx.needs_input_grad[:2]
         nb = len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2]
-        gx = _mm(g.reshape(-1, g.shape[-1]), w.T).reshape(x.shape) if nx else None
+        x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        deferral = getattr(ctx, "deferral", None)
+        if (nx and nw and deferral is None and not (is_half(g.dtype) or is_half(w.dtype))
+                and side_by_side_pays(g2, w.T)):        # dX here, dW and db on the worker
+            gx, (gw, gb) = side_by_side(lambda: g2 @ w.T,
+                                        lambda: (x2.T @ g2, _sum_rows(g2) if nb else None))
+            return gx.reshape(x.shape), gw, gb
+        gx = _mm(g2, w.T).reshape(x.shape) if nx else None
 
         def weight_grads():
-            x2 = x.reshape(-1, x.shape[-1])
-            g2 = g.reshape(-1, g.shape[-1])
             return (_mm(x2.T, g2) if nw else None), (_sum_rows(g2) if nb else None)
 
-        deferral = getattr(ctx, "deferral", None)
         if deferral is not None and (nw or nb):
             deferral.defer(ctx.inputs[1:], weight_grads)
             return gx, None, None
