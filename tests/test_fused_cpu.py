@@ -6,7 +6,8 @@
   on and off;
 - AdamW's one-pass update against the array update;
 - finite differences of the autograd ops with the kernels forced on (float64);
-- the same bits on one thread and on two (rows split over the pool);
+- the same bits on one thread and on two (rows split over the pool), and for a row
+  computed alone or in a block;
 - when the kernels run: float32/float64 of at least MIN_ELEMENTS values, not fp16, not
   mixed dtypes, and never with ``MINIPAR_CPU_KERNELS=0``.
 """
@@ -122,6 +123,38 @@ def test_two_threads_give_the_same_bits(always, monkeypatch):
         threads.use_threads(before.threads)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_rows_bits_do_not_depend_on_its_block(dtype):
+    """The row loops do a block's reductions first, then its elementwise pass, and big
+    blocks row by row (``cpu_loops.rows_per_pass``): the same row gives the same bits
+    in a block of 40 rows (two passes) and alone (a block of one row)."""
+    from minipar.kernels.cpu_loops import LOOPS
+    rows, d = 40, 33
+    x, g = randn((rows, d), dtype, 21), randn((rows, d), dtype, 22)
+    w, b = randn(d, dtype, 23), randn(d, dtype, 24)
+    p = np.abs(randn((rows, d), dtype, 25))
+    k = np.dtype(dtype).type
+    calls = {   # name: (arguments, the output arrays it writes)
+        "layernorm_forward": lambda o: (x, w, b, k(1 / d), k(1e-5), o[0], o[1], o[2]),
+        "layernorm_backward": lambda o: (g, x, p[:, :1], w, k(1 / d), o[0]),
+        "softmax_normalise": lambda o: (o[0],),
+        "softmax_backward": lambda o: (p, g, o[0], k(0.3)),
+    }
+    for name, args in calls.items():
+        outs = {}
+        for split in (False, True):
+            o = [np.empty_like(x), np.empty_like(x), np.empty((rows, 1), dtype)]
+            o[0][...] = p                       # softmax_normalise works in place
+            if split:
+                for r in range(rows):
+                    LOOPS[name](r, r + 1, *args(o))
+            else:
+                LOOPS[name](0, rows, *args(o))
+            outs[split] = o if name == "layernorm_forward" else o[:1]
+        for whole, alone in zip(outs[False], outs[True]):
+            np.testing.assert_array_equal(whole, alone, err_msg=name)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
