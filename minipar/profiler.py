@@ -169,6 +169,13 @@ class StepProfiler:
         self._record(name, "backward", seconds, backward_cost(name, ctx, grad, grads), t0, t1)
         return in_grads
 
+    def backward_into(self, ctx, grad, into):
+        """The engine calls this instead of ``ctx.fn.backward_into`` (a slice's backward)."""
+        out, seconds, t0, t1 = self._timed(ctx.fn.backward_into, ctx, grad, into)
+        name = ctx.fn.__name__
+        self._record(name, "backward", seconds, backward_cost(name, ctx, grad, (out,)), t0, t1)
+        return out
+
 
 def summarize(prof, steps, gemm_rate, mem_bw, optimizer_bytes=0):
     """The tables per step: {"step_s", "python_overhead_s", "phases", "ops"} (``--json``)."""

@@ -16,7 +16,7 @@ used, which is what keeps backward's memory falling as it goes.
 """
 from __future__ import annotations
 
-from minipar.backend import memory
+from minipar.backend import memory, xp
 from minipar.autograd import function
 from minipar.autograd.function import set_grad_enabled
 
@@ -80,9 +80,11 @@ def backward(root, grad, retain_graph=False, deferral=None):
         accumulate_leaf_grad(root, grad)
         return
     order, leaf_uses = _topological_order(root)
+    owned = set()      # keys of grads whose array the engine made itself: safe to add into
     with set_grad_enabled(False):
         for tensor in order:
             out_grad = grads.pop(id(tensor), None)
+            owned.discard(id(tensor))          # handed to an op now: it may keep or return it
             ctx = tensor.ctx
             if out_grad is None:   # no gradient reached this node: its leaf edges deliver none
                 for parent, needed in zip(ctx.inputs, ctx.needs_input_grad):
@@ -90,7 +92,11 @@ def backward(root, grad, retain_graph=False, deferral=None):
                         _leaf_edge_done(parent, None, grads, leaf_uses)
                 continue
             ctx.deferral = deferral
-            if function._op_observer is None:
+            if (hasattr(ctx.fn, "backward_into") and ctx.needs_input_grad[0]
+                    and ctx.inputs[0].ctx is not None):    # a slice of a computed tensor
+                _scatter(ctx, out_grad, grads, owned, id(ctx.inputs[0]))
+                in_grads = ()
+            elif function._op_observer is None:
                 in_grads = ctx.fn.backward(ctx, out_grad)
             else:                               # the profiler: it calls and times it
                 in_grads = function._op_observer.backward(ctx, out_grad)
@@ -101,12 +107,39 @@ def backward(root, grad, retain_graph=False, deferral=None):
                     continue
                 if parent.ctx is None:
                     _leaf_edge_done(parent, g, grads, leaf_uses)
-                elif g is None:
-                    continue
-                elif id(parent) in grads:
-                    grads[id(parent)] = grads[id(parent)] + g
-                else:
-                    grads[id(parent)] = g
+                elif g is not None:
+                    _accumulate(grads, owned, id(parent), g)
             if not retain_graph:
                 ctx.release()
                 tensor.ctx = None
+
+
+def _accumulate(grads, owned, key, g):
+    """grads[key] += g: in place where the engine owns grads[key] (it made the array, so
+    no op holds it), else into a new array that it then owns.  The residual stream's
+    gradient, summed from every block that reads it, is added into one array."""
+    cur = grads.get(key)
+    if cur is None:
+        grads[key] = g
+    elif key in owned and cur.shape == g.shape and cur.dtype == xp.result_type(cur, g):
+        cur += g
+    else:
+        grads[key] = cur + g
+        owned.add(key)
+
+
+def _scatter(ctx, g, grads, owned, key):
+    """An op whose input gradient is mostly zeros (a slice: ``GetItem.backward_into``)
+    writes its part into the input's accumulated gradient, instead of returning a
+    zero-padded copy to be summed: q, k and v, three slices of one qkv array, fill one
+    gradient array where they would make three and add them."""
+    observer = function._op_observer
+    run = ctx.fn.backward_into if observer is None else observer.backward_into
+    if key in owned:
+        run(ctx, g, grads[key])
+        return
+    previous = grads.pop(key, None)
+    grads[key] = run(ctx, g, None)
+    owned.add(key)
+    if previous is not None:
+        _accumulate(grads, owned, key, previous)

@@ -58,6 +58,18 @@ class GetItem(Function):
             xp.add.at(grad, ctx.index, g)
         return grad, None
 
+    @staticmethod
+    def backward_into(ctx, g, into):
+        """The backward the engine calls: g added into ``into``, the input's gradient so
+        far (an array the engine owns), or, with None, placed in a new zero array."""
+        if into is None:
+            return GetItem.backward(ctx, g)[0]
+        if _is_basic(ctx.index):
+            into[ctx.index] += g
+        else:
+            xp.add.at(into, ctx.index, g)
+        return into
+
 
 class Concat(Function):
     """concat(t1, t2, ..., axis): the gradient is split at the same boundaries."""
