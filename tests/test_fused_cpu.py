@@ -4,7 +4,8 @@
   Nq < Nk and Nq > Nk, and not causal), forward and every gradient, float64 within 1e-12
   and float32 within 2e-6 of the largest value (or of 1), through the autograd ops with the kernels
   on and off;
-- AdamW's one-pass update against the array update;
+- AdamW's one-pass update against the array update, and the norm's Σ g² against
+  NumPy's float64 sum;
 - finite differences of the autograd ops with the kernels forced on (float64);
 - the same bits on one thread and on two (rows split over the pool), and for a row
   computed alone or in a block;
@@ -176,6 +177,18 @@ def test_adamw_matches_the_array_update(always, dtype, weight_decay):
         results.append((p, m, v))
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=0, atol=TOLERANCE[dtype] * max(np.abs(b).max(), 1.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("size", [0, 1, 7, 40001])
+def test_sum_of_squares_matches_the_float64_sum(always, dtype, size):
+    """The gradient norm's Σ w·g² (``parallel/norm.py``) through the kernel and without it."""
+    from minipar.parallel.norm import sum_of_squares
+    g = randn((size,), dtype, 31) * 1e3
+    expected = 0.25 * float((g.astype(np.float64) ** 2).sum())
+    assert sum_of_squares(g, 0.25) == pytest.approx(expected, rel=1e-14, abs=0)
+    if size:
+        assert fused_cpu.sum_of_squares(g.reshape(1, -1)) == pytest.approx(4 * expected, rel=1e-14)
 
 
 def test_when_the_kernels_run():

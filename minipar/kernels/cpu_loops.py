@@ -194,6 +194,16 @@ def adamw(lo, hi, p, g, m, v, k):          # k = (lr, β1, 1-β1, β2, 1-β2, ep
         p[i] -= lr * (mi * s1 / (np.sqrt(vi * s2) + eps) + wd * p[i])
 
 
+@jit
+def sum_of_squares(x):
+    """Σ x² of a 1-D array, each value widened to float64 first (one read, no temporaries)."""
+    total = 0.0
+    for i in range(x.size):
+        v = np.float64(x[i])
+        total += v * v
+    return total
+
+
 LOOPS = {f.__name__: f for f in (layernorm_forward, layernorm_backward, gelu_inner, gelu_outer,
                                  gelu_backward, softmax_shift, softmax_normalise, softmax_backward,
-                                 adamw)}
+                                 adamw, sum_of_squares)}

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 
+from minipar.autograd.ops_math import fused_kernels
 from minipar.backend import xp, to_host
 from minipar.comm import all_reduce
 
 
 def sum_of_squares(grad, weight=1.0):
-    """Σ w·g² in float64 (``weight`` a number or an array shaped like ``grad``)."""
+    """Σ w·g² in float64 (``weight`` a number or an array shaped like ``grad``); one
+    compiled pass where the CPU kernels take ``grad`` (``kernels/fused_cpu.py``)."""
+    if isinstance(weight, (int, float)) and (fused := fused_kernels("sum_of_squares", grad)):
+        return weight * fused.sum_of_squares(grad)
     return float((weight * grad.astype(xp.float64) ** 2).sum())
 
 
