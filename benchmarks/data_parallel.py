@@ -12,7 +12,11 @@ that a load spike on a shared machine hits all of them alike:
     N ranks, --no-overlap     all-reduces after backward
 
 and, separately, the time of one blocking all-reduce of the whole gradient (4Ψ bytes)
-on N ranks with both ranks already waiting: the pure transfer cost.  The exposed
+on N ranks with both ranks already waiting: the pure transfer cost; and the share of a
+ring step's bytes that move while the ranks compute without calling MPI.  Overlap pays
+only for that share: the rest (all of it over shared memory, one machine) is copying that
+the ranks do themselves inside MPI calls, and on busy cores moving it into backward moves
+the copying, it does not remove it.  The exposed
 communication of a step is larger: it also contains the skew between the ranks (a rank
 that finished backward first waits for the other) and packing the buckets.  Step 0 (warm-up,
 calibration of the collectives' cost model) is excluded; figures are medians over steps
@@ -37,7 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def probe_allreduce(nbytes, repeats=10):
-    """(under mpiexec) median seconds of a blocking all-reduce of ``nbytes`` of float32."""
+    """(under mpiexec) median seconds of a blocking all-reduce of ``nbytes`` of float32;
+    then whether bytes move while a rank computes (``probe_background``)."""
     sys.path.insert(0, ROOT)
     import numpy as np
     from minipar.comm import Communicator, all_reduce
@@ -50,8 +55,35 @@ def probe_allreduce(nbytes, repeats=10):
         t0 = time.perf_counter()
         all_reduce(comm, flat)
         times.append(time.perf_counter() - t0)
+    moved = probe_background(comm, flat[: flat.size // comm.size], repeats)
     if comm.rank == 0:
-        print("ALLREDUCE", statistics.median(times))
+        print("ALLREDUCE", statistics.median(times), "BACKGROUND", moved)
+
+
+def probe_background(comm, chunk, repeats):
+    """The share of a ring step's transfer (``chunk`` to the right, as much from the left)
+    that completes while both ranks compute without calling MPI.  1: the bytes move by
+    themselves (a NIC's DMA) and overlap can hide them; 0: they move only inside MPI
+    calls, as the ranks' own copies (shared memory), so hiding them costs compute."""
+    import numpy as np
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    into = np.empty_like(chunk)
+    a = np.ones((256, 256), dtype=np.float32)
+
+    def exchange(compute_s):
+        comm.barrier()
+        reqs = [comm.irecv(into, left, tag=7), comm.isend(chunk, right, tag=7)]
+        end = time.perf_counter() + compute_s
+        while time.perf_counter() < end:
+            a @ a                                           # compute, no MPI call
+        t0 = time.perf_counter()
+        for r in reqs:
+            r.wait()
+        return time.perf_counter() - t0
+
+    alone = statistics.median(exchange(0.0) for _ in range(repeats))
+    after = statistics.median(exchange(5 * alone + 0.005) for _ in range(repeats))
+    return max(0.0, 1.0 - after / alone) if alone > 0 else 1.0
 
 
 def env():
@@ -107,7 +139,8 @@ def main():
     probe = subprocess.run(["mpiexec", "-n", str(args.np), sys.executable, os.path.abspath(__file__),
                             "--probe-allreduce", str(psi_bytes)], cwd=ROOT, env=env(), check=True,
                            capture_output=True, text=True, timeout=args.timeout)
-    allreduce_s = float(probe.stdout.split("ALLREDUCE", 1)[1].split()[0])
+    allreduce_s, _, moved = probe.stdout.split("ALLREDUCE", 1)[1].split()[:3]
+    allreduce_s, moved = float(allreduce_s), float(moved)
 
     tokens = args.batch_size * args.seq_len
     print(f"\nGPT n_layer={args.n_layer} d_model={args.d_model} seq={args.seq_len}, global batch "
@@ -122,6 +155,8 @@ def main():
         print(f"{name:24} {step:8.3f} {comm:15.4f} {comm / step:10.1%} {tokens / step:9.0f}")
     base, ov, no = (summary[name] for name, _, _ in configs)
     print(f"\nblocking all-reduce of the whole gradient on {args.np} ranks: {allreduce_s:.4f} s")
+    print(f"share of a ring step's bytes that move while both ranks compute: {moved:.0%} "
+          f"(0%: the transfer is the ranks' own copies, made inside MPI calls)")
     print(f"tokens/s, {args.np} ranks (overlap) / 1 rank   : {ov[2] / base[2]:.2f}x  "
           f"(ideal {args.np}x)")
     print(f"tokens/s, {args.np} ranks (no overlap) / 1 rank: {no[2] / base[2]:.2f}x")
