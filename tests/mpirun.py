@@ -19,8 +19,10 @@ def run_mpi(nprocs, args, timeout=120, env=None, check=True):
     """
     # check mode on by default: every collective's arguments agreed by all ranks before data
     # moves, so a test that misuses one fails on every rank instead of hanging
+    # the repository first, then the caller's path (a GPU machine may bring mpi4py from there)
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                    MKL_NUM_THREADS="1", PYTHONPATH=REPO, MINIPAR_COMM_CHECK="1")
+                    MKL_NUM_THREADS="1", PYTHONPATH=path, MINIPAR_COMM_CHECK="1")
     full_env.update(env or {})
     cmd = ["mpiexec", "-n", str(nprocs), sys.executable] + [str(a) for a in args]
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,

@@ -55,7 +55,8 @@ def movable(x, what="array"):
 
 
 def writeable(x, what="out", why="the result is written into it"):
-    if not x.flags.writeable:
+    # a CuPy array's flags have no ``writeable``: device arrays are always writeable
+    if not getattr(x.flags, "writeable", True):
         raise ValueError(f"{what} is read-only ({why})")
     return x
 

@@ -1,7 +1,7 @@
 """pytest plugin for dry runs with the fake cupy: ``python -m pytest -p fake_cupy_plugin ...``.
 
-``tests/mpirun.run_mpi`` sets ``PYTHONPATH`` to the repository alone, so the ranks it starts
-would not see this folder (on a GPU machine CuPy is installed, so they need nothing).  This
+``tests/mpirun.run_mpi`` builds the ranks' ``PYTHONPATH`` (the repository, then the caller's),
+so the ranks it starts would not see this folder (on a GPU machine CuPy is installed, so they need nothing).  This
 keeps the fake on their path; nothing else changes.
 """
 import os

@@ -84,6 +84,10 @@ class ndarray:
     base = property(lambda self: self._base)
     data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data, device_id=0))
     shape = property(lambda self: self._a.shape, lambda self, v: setattr(self._a, "shape", v))
+    # CuPy's flags hold these three and nothing else (no ``writeable``: device arrays always are)
+    flags = property(lambda self: types.SimpleNamespace(
+        c_contiguous=self._a.flags.c_contiguous, f_contiguous=self._a.flags.f_contiguous,
+        owndata=self._base is None))
 
     @property
     def __cuda_array_interface__(self):
