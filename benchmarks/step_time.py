@@ -3,6 +3,7 @@
     python benchmarks/step_time.py [--layers 4 --d-model 256 --heads 4 --seq 256 --batch 8]
                                    [--steps 10] [--threads N] [--profile] [--ablate]
     python benchmarks/step_time.py --table       # the issue's shapes, 1 and 2 threads each
+    python benchmarks/step_time.py --device cuda [--attention flash] [--layers 12 --d-model 768 ...]
 
 Both run the same architecture in float32 on the CPU in the same process, with the same
 thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
@@ -16,6 +17,9 @@ only minipar's time is printed.  ``--profile`` shows where minipar's time goes, 
 the compiled CPU kernels (``kernels/fused_cpu.py``), and the row pool's blocks handed
 to a sleeping ``ThreadPoolExecutor`` instead of the spinning pool (``autograd/spin_pool.py``;
 with 2+ threads only): what each buys, measured in the same run.
+``--device cuda`` runs both on the GPU (minipar on its CuPy backend, PyTorch on CUDA; each
+step ends with ``loss.item()``, which waits for the device); ``--attention flash`` gives
+minipar its flash kernels, to compare with PyTorch's SDPA row.
 """
 from __future__ import annotations
 
@@ -30,15 +34,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def minipar_step_fn(args):
     import numpy as np
+    from minipar import backend
     from minipar.nn import GPT, GPTConfig
     from minipar.optim import AdamW
+    backend.set_backend("cupy" if args.device == "cuda" else "numpy")
     cfg = GPTConfig(vocab_size=256, seq_len=args.seq, n_layer=args.layers, d_model=args.d_model,
-                    n_head=args.heads)
+                    n_head=args.heads, attention=args.attention)
     model = GPT(cfg, seed=0)
     opt = AdamW(model.named_parameters(), lr=1e-4)
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (args.batch, args.seq))
-    y = rng.integers(0, 256, (args.batch, args.seq))
+    x = backend.to_device(rng.integers(0, 256, (args.batch, args.seq)))
+    y = backend.to_device(rng.integers(0, 256, (args.batch, args.seq)))
 
     def step():
         _, loss = model(x, y)
@@ -70,10 +76,10 @@ def torch_step_fn(args, fused_attention):
     from torch_gpt import build_torch_gpt
     torch.manual_seed(0)
     n = args.seq
-    model = build_torch_gpt(args.layers, args.d_model, args.heads, n, fused_attention)
+    model = build_torch_gpt(args.layers, args.d_model, args.heads, n, fused_attention, args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    x = torch.randint(0, 256, (args.batch, n))
-    y = torch.randint(0, 256, (args.batch, n))
+    x = torch.randint(0, 256, (args.batch, n), device=args.device)
+    y = torch.randint(0, 256, (args.batch, n), device=args.device)
 
     def step():
         loss = model(x, y)
@@ -117,6 +123,10 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="threads of each (default: minipar's budget, all the cores)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: minipar on CuPy, PyTorch on CUDA")
+    p.add_argument("--attention", choices=("naive", "flash"), default="naive",
+                   help="minipar's attention (flash needs --device cuda to use its kernels)")
     p.add_argument("--ablate", action="store_true",
                    help="also time minipar without its CPU kernels, and with a sleeping pool")
     p.add_argument("--table", action="store_true",
@@ -146,7 +156,8 @@ def compare(args):
     print(f"threads: {args.threads} each (minipar: {threads.describe_threads(budget)}; "
           f"PyTorch: torch.set_num_threads({args.threads}))")
     print(f"GPT {args.layers} layers, d={args.d_model}, {args.heads} heads, seq {args.seq}, "
-          f"batch {args.batch}, float32, fwd+bwd+AdamW; median of {args.steps} steps")
+          f"batch {args.batch}, float32, fwd+bwd+AdamW, on {args.device}, minipar attention "
+          f"{args.attention}; median of {args.steps} steps")
     step = minipar_step_fn(args)
     if args.profile:
         import cProfile
@@ -155,7 +166,7 @@ def compare(args):
         cProfile.runctx("for _ in range(3): step()", globals(), {"step": step}, "/tmp/minipar.prof")
         pstats.Stats("/tmp/minipar.prof").sort_stats("tottime").print_stats(15)
     steps = {"minipar": step}
-    if args.ablate:
+    if args.ablate and args.device == "cpu":
         steps["minipar, NumPy ops (no kernels)"] = ablated(minipar_step_fn(args), kernels=False)
         if args.threads > 1:
             steps["minipar, sleeping pool"] = ablated(minipar_step_fn(args), spin=False)
@@ -164,6 +175,9 @@ def compare(args):
     except ImportError:
         torch = None
         print("PyTorch not installed: no baseline in this run (pip install torch)")
+    if torch is not None and args.device == "cuda" and not torch.cuda.is_available():
+        torch = None
+        print("this PyTorch has no CUDA: no baseline in this run")
     if torch is not None:
         torch.set_num_threads(args.threads)
         steps["PyTorch eager (same attention)"] = torch_step_fn(args, fused_attention=False)

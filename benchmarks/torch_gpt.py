@@ -21,13 +21,13 @@ import math
 VOCAB = 256
 
 
-def build_torch_gpt(layers, d_model, heads, seq, fused_attention=False):
-    """The GPT as a ``torch.nn.Module`` whose ``forward(ids, targets)`` returns the loss."""
+def build_torch_gpt(layers, d_model, heads, seq, fused_attention=False, device="cpu"):
+    """The GPT as a ``torch.nn.Module`` on ``device`` whose ``forward(ids, targets)`` returns the loss."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
     d, h, n = d_model, heads, seq
-    mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+    mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), 1)
 
     class Block(nn.Module):
         def __init__(self):
@@ -55,9 +55,9 @@ def build_torch_gpt(layers, d_model, heads, seq, fused_attention=False):
             self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, VOCAB, bias=False)
 
         def forward(self, ids, targets):
-            x = self.wte(ids) + self.wpe(torch.arange(n))
+            x = self.wte(ids) + self.wpe(torch.arange(n, device=ids.device))
             for block in self.blocks:
                 x = block(x)
             return F.cross_entropy(self.head(self.ln_f(x)).view(-1, VOCAB), targets.view(-1))
 
-    return GPT()
+    return GPT().to(device)
