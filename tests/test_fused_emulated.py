@@ -6,8 +6,8 @@ NumPy ops in float64.
 __syncthreads modelled) through ``fused_cuda``'s own launch code, so all but the silicon
 is what a GPU run executes.  Checked, on tiny shapes (the emulator is slow):
 
-- LayerNorm, GELU and the attention softmax, forward and backward, for fp32, fp16 and
-  bf16, against the autograd ops run in float64 on the same (rounded) inputs: fp32 within
+- LayerNorm, GELU and the attention softmax, forward and backward, and AdamW's update,
+  for fp32, fp16 and bf16, against the autograd ops run in float64 on the same (rounded) inputs: fp32 within
   2e-6 of the largest value, fp16 4e-3, bf16 3e-2 (a few roundings of the storage type),
   under AddressSanitizer and UBSan; row lengths that are not a whole number of warps
   (48, 100) or more than a block's threads (300); Nq != Nk for the causal mask;
@@ -98,6 +98,29 @@ def test_gelu_matches_float64(dtype, monkeypatch):
         assert_close(got, want, dtype, what)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_matches_float64(dtype, weight_decay, monkeypatch):
+    """Three AdamW steps of the kernel against ``optim.adamw_update``'s array code in
+    float64 from the same start, 1000 values on 2 blocks (the loop goes round twice)."""
+    from minipar.optim import adamw_update
+    monkeypatch.setattr(fused_cuda, "GELU_MAX_BLOCKS", 2)
+    p, m = randn(1000, dtype, 20), randn(1000, dtype, 21, 0.1)
+    v = np.abs(randn(1000, dtype, 22, 0.1))
+    want = [np.asarray(a, np.float64) for a in (p, m, v)]
+    kernels = EmulatedKernels()
+    for step in (1, 2, 3):
+        g = randn(1000, dtype, 30 + step)
+        hats = (1 / (1 - 0.9 ** step), 1 / (1 - 0.95 ** step))
+        fused_cuda.adamw_update(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, weight_decay, *hats, kernels=kernels)
+        adamw_update(*want[:1], np.asarray(g, np.float64), *want[1:], step, 1e-2, 0.9, 0.95, 1e-8,
+                     weight_decay)
+    for got, ref, what in zip((p, m, v), want, "pmv"):
+        assert got.dtype == storage(dtype), what
+        assert_close(got, ref, dtype, what)
+    assert np.abs(np.asarray(p, np.float64) - np.asarray(randn(1000, dtype, 20), np.float64)).max() > 1e-3
+
+
 SOFTMAX_CASES = [(2, 5, 7), (1, 7, 5), (2, 5, 37), (1, 3, 300)]  # (B·H, Nq, Nk)
 
 
@@ -132,7 +155,9 @@ def run_all(kernels, dtype="float32"):
     p = fused_cuda.attention_softmax_forward(s, 0.5, True, kernels=kernels)
     ds = fused_cuda.attention_softmax_backward(p, s, 0.5, kernels=kernels)
     gy, t = fused_cuda.gelu_forward(x, kernels=kernels)
-    return [y, xhat, inv_sigma, dx, p, ds, gy, t, fused_cuda.gelu_backward(x, t, x, kernels=kernels)]
+    m, v = randn((2, 300), dtype, 12), np.abs(randn((2, 300), dtype, 13))
+    fused_cuda.adamw_update(gy, x, m, v, 1e-2, 0.9, 0.95, 1e-8, 0.1, 10.0, 20.0, kernels=kernels)
+    return [y, xhat, inv_sigma, dx, p, ds, t, fused_cuda.gelu_backward(x, t, x, kernels=kernels), gy, m, v]
 
 
 def test_no_data_race_and_the_same_bits_under_every_schedule():
@@ -148,7 +173,7 @@ def test_no_data_race_and_the_same_bits_under_every_schedule():
 def test_autograd_ops_dispatch_to_the_kernels_on_cupy(monkeypatch):
     """Importing fused_cuda registers it with autograd; with the backend reported as "cupy",
     LayerNorm, Gelu and AttentionSoftmax then launch the six kernels (emulated here, on
-    NumPy arrays) and give the array code's results and gradients.  On NumPy, and for
+    NumPy arrays) and give the array code's results and gradients, and so does AdamW's update.  On NumPy, and for
     float64 or mixed dtypes, the array code runs."""
     from minipar.autograd import ops_math
     assert ops_math._fused["cupy"] is fused_cuda
@@ -177,9 +202,18 @@ def test_autograd_ops_dispatch_to_the_kernels_on_cupy(monkeypatch):
     monkeypatch.setattr(fused_cuda, "CupyKernels", Recording)
     assert ops_math.fused_kernels("layernorm", x.astype(np.float64)) is None
     assert ops_math.fused_kernels("layernorm", x, w.astype(np.float16)) is None
-    assert ops_math.fused_kernels("adamw", x) is None    # AdamW has no CUDA kernel
     got = run()
     assert sorted(set(launched)) == sorted(["layernorm_forward", "layernorm_backward", "gelu_forward",
                                             "gelu_backward", "softmax_forward", "softmax_backward"])
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-5 * np.abs(w_).max())
+    # the optimizer's update too, from optim.adamw_update
+    from minipar.optim import adamw_update
+    p, g = randn(300, "float32", 15), randn(300, "float32", 16)
+    states = {kind: [p.copy(), np.zeros_like(p), np.zeros_like(p)] for kind in ("kernel", "arrays")}
+    adamw_update(states["kernel"][0], g, *states["kernel"][1:], 1, 1e-2, weight_decay=0.1)
+    assert launched[-1] == "adamw_update"
+    monkeypatch.setattr(ops_math, "backend_name", lambda: "numpy")
+    adamw_update(states["arrays"][0], g, *states["arrays"][1:], 1, 1e-2, weight_decay=0.1)
+    for a, b in zip(states["kernel"], states["arrays"]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

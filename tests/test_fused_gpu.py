@@ -1,6 +1,6 @@
 """The fused elementwise CUDA kernels on a GPU (skipped without CuPy + a GPU).
 
-On the CuPy backend LayerNorm, Gelu and AttentionSoftmax run ``fused_cuda``'s kernels for
+On the CuPy backend LayerNorm, Gelu, AttentionSoftmax and AdamW run ``fused_cuda``'s kernels for
 fp32, fp16 and bf16 (where CuPy has it).  Checked through the autograd ops, as a model
 calls them:
 
@@ -159,3 +159,25 @@ def test_gelu_gradient_matches_finite_differences():
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_softmax_gradient_matches_finite_differences(causal):
     directional_check(lambda s: ops.attention_softmax(s, 0.5, causal), [randn((2, 30, 50), 17, 2.0)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_adamw_update_matches_the_array_code(dtype):
+    """``optim.adamw_update`` through the kernel against its array code in float64, three
+    steps of a GPT-2-sized matrix (2.4 M values: the grid-stride loop goes round)."""
+    import cupy
+    from minipar.autograd.ops_math import fused_kernels
+    from minipar.optim import adamw_update
+    shape = (768, 3072)
+    p, m = (cupy.asarray(randn(shape, s, 0.1)).astype(device_dtype(dtype)) for s in (40, 41))
+    v = cupy.abs(cupy.asarray(randn(shape, 42, 0.1))).astype(p.dtype)
+    assert fused_kernels("adamw", p, p, m, v) is not None
+    want = [a.astype(cupy.float64) for a in (p, m, v)]
+    for step in (1, 2, 3):
+        g = cupy.asarray(randn(shape, 50 + step)).astype(p.dtype)
+        adamw_update(p, g, m, v, step, 1e-3, weight_decay=0.1)
+        adamw_update(want[0], g.astype(cupy.float64), *want[1:], step, 1e-3, weight_decay=0.1)
+    for got, ref, what in zip((p, m, v), want, "pmv"):
+        got, ref = (backend.to_host(a.astype(cupy.float64)) for a in (got, ref))
+        error = np.abs(got - ref).max() / max(1.0, np.abs(ref).max())
+        assert error <= TOLERANCE[dtype], (what, error)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from minipar.backend import xp, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import fused_kernels
-from minipar.autograd.rows import for_row_blocks, row_dot, row_sum
+from minipar.autograd.rows import column_dot, column_sums, for_row_blocks, row_dot, row_sum
 
 
 def _wide(x):
@@ -60,8 +60,8 @@ def layernorm_param_grads(g2, xhat, dtype, needs=(True, True)):
     float32 or wider and cast to the weights' ``dtype``; None where ``needs`` (w, b) is
     False.  Sums over rows, so whole-array reductions; the fused kernels use it too."""
     wide = _wide(g2)
-    gw = xp.einsum("ij,ij->j", wide, xhat).astype(dtype, copy=False) if needs[0] else None
-    gb = wide.sum(axis=0).astype(dtype, copy=False) if needs[1] else None
+    gw = column_dot(wide, xhat).astype(dtype, copy=False) if needs[0] else None
+    gb = column_sums(wide).astype(dtype, copy=False) if needs[1] else None
     return gw, gb
 
 

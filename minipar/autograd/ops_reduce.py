@@ -15,7 +15,7 @@ from __future__ import annotations
 from minipar.backend import xp, is_half, backend_name
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import unbroadcast
-from minipar.autograd.rows import matmul, side_by_side, side_by_side_pays
+from minipar.autograd.rows import column_sums, matmul, side_by_side, side_by_side_pays
 
 
 def _mm(a, b, bias=None):
@@ -40,8 +40,8 @@ def _mm(a, b, bias=None):
 def _sum_rows(g):
     """Σ over axis 0, accumulated in float32 (rounded back) for half g."""
     if is_half(g.dtype):
-        return g.sum(axis=0, dtype=xp.float32).astype(g.dtype)
-    return g.sum(axis=0)
+        return column_sums(g, xp.float32).astype(g.dtype)
+    return column_sums(g)
 
 
 def _expand(g, in_shape, axis, keepdims):

@@ -180,3 +180,22 @@ def row_dot(a, b):
     if backend_name() != "numpy" or a.dtype not in _EINSUM_DTYPES or b.dtype != a.dtype:
         return (a * b).sum(axis=-1, keepdims=True)
     return xp.einsum("...j,...j->...", a, b)[..., None]
+
+
+def column_sums(m, dtype=None):
+    """Σ over the rows of a 2-D ``m`` (a bias's or a LayerNorm's gradient), accumulated in
+    ``dtype`` (default m's).  On a GPU as ``ones @ m``: a GEMV reads each row in order, where
+    CuPy's axis-0 reduction gives each column a thread that strides down the rows (its
+    reads never coalesce).  NumPy keeps its own pairwise sum."""
+    dtype = dtype or m.dtype
+    if backend_name() == "numpy":
+        return m.sum(axis=0, dtype=dtype)
+    return xp.ones(m.shape[0], dtype=dtype) @ m.astype(dtype, copy=False)
+
+
+def column_dot(a, b):
+    """Σ a·b over the rows of two 2-D arrays of one shape (LayerNorm's dW = Σ dy·x̂)."""
+    if backend_name() == "numpy":
+        return xp.einsum("ij,ij->j", a, b)
+    return column_sums(a * b)
+

@@ -1,7 +1,7 @@
 """Launching the fused elementwise kernels (``fused_elementwise.cu``) from CuPy.
 
 LayerNorm, the tanh GELU and the causal attention softmax are each one kernel per
-direction instead of a chain of array ops (one pass over memory where CuPy's array code
+direction, and AdamW's update one kernel, instead of a chain of array ops (one pass over memory where CuPy's array code
 makes five to ten).  The autograd ops (``ops_nn.LayerNorm``, ``ops_attention.AttentionSoftmax``,
 ``ops_math.Gelu``) call these functions on the CuPy backend when ``supports`` says yes;
 each returns what the NumPy math returns, so forward and backward keep one contract:
@@ -10,6 +10,7 @@ each returns what the NumPy math returns, so forward and backward keep one contr
     layernorm_backward(dy, x̂, inv_sigma, w, needs) -> dx, dw = Σ dy·x̂, db = Σ dy
     gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
+    adamw_update(p, g, m, v, lr, β1, β2, eps, wd, ŝ1, ŝ2)   p, m, v updated in place
 
 The source is compiled once per storage type by ``cupy.RawModule`` (NVRTC; CuPy caches
 the binary on disk), the type chosen by a ``#define`` line put before the file, so the
@@ -17,7 +18,7 @@ text is the whole cache key.  Launch geometry:
 
     row kernels   grid = rows, one block per row, threads = the row length rounded up to
                   a warp, at most MAX_THREADS; 32 floats of dynamic shared memory
-    GELU          grid-stride loop, GELU_THREADS per block, at most GELU_MAX_BLOCKS blocks
+    GELU, AdamW   grid-stride loop, GELU_THREADS per block, at most GELU_MAX_BLOCKS blocks
 
 ``kernels=`` (default ``CupyKernels()``) is what launches: ``EmulatedKernels()`` runs the
 same launch code on NumPy arrays, the .cu file executed by the CPU emulator
@@ -39,7 +40,7 @@ from minipar.kernels import emulator
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
-OPS = ("layernorm", "gelu", "attention_softmax")
+OPS = ("layernorm", "gelu", "attention_softmax", "adamw")
 KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> build
 MAX_THREADS = 256            # = MAX_THREADS of the .cu file (its __launch_bounds__)
 REDUCE_SHARED_BYTES = 32 * 4  # warp_partials: one float per warp, up to 32 warps
@@ -142,7 +143,7 @@ def layernorm_backward(grad, xhat, inv_sigma, weight, needs=(True, True, True), 
     return gx, gw, gb
 
 
-def _gelu_blocks(n):
+def _stride_blocks(n):
     return min(GELU_MAX_BLOCKS, max(1, -(-n // GELU_THREADS)))
 
 
@@ -153,7 +154,7 @@ def gelu_forward(x, kernels=None):
     (flat,) = _contiguous(kernels, x.reshape(-1))
     y, t = xp.empty_like(flat), xp.empty_like(flat)
     if flat.size:
-        _launch(kernels, "gelu_forward", x.dtype, _gelu_blocks(flat.size), GELU_THREADS,
+        _launch(kernels, "gelu_forward", x.dtype, _stride_blocks(flat.size), GELU_THREADS,
                 (flat, y, t, xp.int32(flat.size)), shared=0)
     return y.reshape(x.shape), t.reshape(x.shape)
 
@@ -165,7 +166,7 @@ def gelu_backward(x, t, grad, kernels=None):
     xf, tf, gf = _contiguous(kernels, x.reshape(-1), t.reshape(-1), grad.reshape(-1))
     dx = xp.empty_like(xf)
     if xf.size:
-        _launch(kernels, "gelu_backward", x.dtype, _gelu_blocks(xf.size), GELU_THREADS,
+        _launch(kernels, "gelu_backward", x.dtype, _stride_blocks(xf.size), GELU_THREADS,
                 (xf, tf, gf, dx, xp.int32(xf.size)), shared=0)
     return dx.reshape(grad.shape)
 
@@ -196,6 +197,19 @@ def attention_softmax_backward(probs, grad, scale, kernels=None):
         _launch(kernels, "softmax_backward", probs.dtype, g2.shape[0], _row_threads(n_keys),
                 (p2, g2, ds, xp.int32(n_keys), xp.float32(scale)))
     return ds.reshape(grad.shape)
+
+
+def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale,
+                 kernels=None):
+    """``optim.adamw_update`` as one kernel over p, g, m, v (contiguous, one shape and dtype,
+    a scalar weight decay): p, m, v read and written once each, in place."""
+    kernels = kernels or CupyKernels()
+    xp = kernels.xp
+    flat = [a.reshape(-1) for a in (p, g, m, v)]
+    if p.size:
+        scalars = [xp.float32(c) for c in (lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)]
+        _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), GELU_THREADS,
+                (*flat, xp.int32(p.size), *scalars), shared=0)
 
 
 ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")

@@ -1,7 +1,7 @@
 // The fused elementwise ops of minipar's autograd as CUDA C: LayerNorm, tanh GELU and the
-// causal attention softmax, forward and backward, each the formula of its NumPy op
-// (minipar/autograd/ops_nn.py, ops_math.py) in one pass over memory instead of a chain
-// of array kernels.  Compiled at run time by CuPy (cupy.RawModule, NVRTC) through
+// causal attention softmax, forward and backward, and AdamW's update, each the formula of
+// its NumPy op (minipar/autograd/ops_nn.py, ops_math.py, minipar/optim.py) in one pass
+// over memory instead of a chain of array kernels.  Compiled at run time by CuPy (cupy.RawModule, NVRTC) through
 // fused_cuda.py, once per storage type, which it selects with one line before this file:
 //
 //   STORAGE_F32   storage_t = float
@@ -154,6 +154,26 @@ gelu_backward(const storage_t* __restrict__ x, const storage_t* __restrict__ t,
         const float v = to_float(x[i]), th = to_float(t[i]);
         const float slope = 0.5f * ((1.f + th) + v * (1.f - th * th) * (GELU_C + GELU_3CA * v * v));
         dx[i] = from_float(to_float(grad[i]) * slope);
+    }
+}
+
+// ---- AdamW (a grid-stride loop over a flat parameter, like GELU) --------------------------
+// m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;  p -= lr·(m·ŝ1 / (sqrt(v·ŝ2) + eps) + wd·p)
+// with ŝ1 = 1/(1-β1^t), ŝ2 = 1/(1-β2^t) from the caller (optim.adamw_update).  p, m, v are
+// read and written once each; the update uses m and v as stored, as the NumPy op does.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
+adamw_update(storage_t* __restrict__ p, const storage_t* __restrict__ g, storage_t* __restrict__ m,
+             storage_t* __restrict__ v, int n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, float m_hat_scale, float v_hat_scale) {
+    const index_t stride = (index_t)gridDim.x * blockDim.x;
+    for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float gi = to_float(g[i]), pi = to_float(p[i]);
+        const storage_t mi = from_float(beta1 * to_float(m[i]) + (1.f - beta1) * gi);
+        const storage_t vi = from_float(beta2 * to_float(v[i]) + (1.f - beta2) * (gi * gi));
+        m[i] = mi;
+        v[i] = vi;
+        const float step = to_float(mi) * m_hat_scale / (sqrtf(to_float(vi) * v_hat_scale) + eps);
+        p[i] = from_float(pi - lr * (step + weight_decay * pi));
     }
 }
 
