@@ -40,7 +40,7 @@ def adamw_update(p, g, m, v, step, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_d
     if not all(a.flags.c_contiguous and a.shape == p.shape for a in arrays):
         _adamw_block(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)
         return
-    if not per_element and (fused := fused_kernels("adamw", p, g, m, v)):  # one compiled pass
+    if fused := fused_kernels("adamw", *arrays):  # one compiled pass
         fused.adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)
         return
     flat = [a.reshape(-1) for a in arrays]

@@ -159,11 +159,15 @@ def test_a_rows_bits_do_not_depend_on_its_block(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1, "per element"])
 def test_adamw_matches_the_array_update(always, dtype, weight_decay):
-    """Three steps of optim.adamw_update through the kernel and through the array code."""
+    """Three steps of optim.adamw_update through the kernel and through the array code;
+    "per element": a flat bucket's decay mask (0.1 on some values, 0 on the others)."""
     from minipar import optim
     arrays = [randn((33, 7), dtype, i) for i in range(3)]
+    if weight_decay == "per element":
+        weight_decay = (0.1 * (randn((33, 7), dtype, 9) > 0)).astype(dtype)
+        assert ops_math.fused_kernels("adamw", *arrays, weight_decay) is fused_cpu
     results = []
     for kernels in (True, False):
         ops_math.use_fused_kernels(fused_cpu if kernels else None, backend="numpy")

@@ -99,22 +99,25 @@ def test_gelu_matches_float64(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1, "per element"])
 def test_adamw_matches_float64(dtype, weight_decay, monkeypatch):
     """Three AdamW steps of the kernel against ``optim.adamw_update``'s array code in
-    float64 from the same start, 1000 values on 2 blocks (the loop goes round twice)."""
+    float64 from the same start, 1000 values on 2 blocks (the loop goes round twice);
+    "per element": a flat bucket's decay mask, 0.1 on some values and 0 on the others."""
     from minipar.optim import adamw_update
     monkeypatch.setattr(fused_cuda, "GELU_MAX_BLOCKS", 2)
     p, m = randn(1000, dtype, 20), randn(1000, dtype, 21, 0.1)
     v = np.abs(randn(1000, dtype, 22, 0.1))
+    if weight_decay == "per element":
+        weight_decay = (0.1 * (randn(1000, "float32", 23) > 0)).astype(storage(dtype))
+    wd64 = weight_decay if isinstance(weight_decay, float) else np.asarray(weight_decay, np.float64)
     want = [np.asarray(a, np.float64) for a in (p, m, v)]
     kernels = EmulatedKernels()
     for step in (1, 2, 3):
         g = randn(1000, dtype, 30 + step)
         hats = (1 / (1 - 0.9 ** step), 1 / (1 - 0.95 ** step))
         fused_cuda.adamw_update(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, weight_decay, *hats, kernels=kernels)
-        adamw_update(*want[:1], np.asarray(g, np.float64), *want[1:], step, 1e-2, 0.9, 0.95, 1e-8,
-                     weight_decay)
+        adamw_update(*want[:1], np.asarray(g, np.float64), *want[1:], step, 1e-2, 0.9, 0.95, 1e-8, wd64)
     for got, ref, what in zip((p, m, v), want, "pmv"):
         assert got.dtype == storage(dtype), what
         assert_close(got, ref, dtype, what)

@@ -161,22 +161,27 @@ def test_attention_softmax_gradient_matches_finite_differences(causal):
     directional_check(lambda s: ops.attention_softmax(s, 0.5, causal), [randn((2, 30, 50), 17, 2.0)])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_adamw_update_matches_the_array_code(dtype):
+@pytest.mark.parametrize("per_element", [False, True])
+def test_adamw_update_matches_the_array_code(per_element, dtype="float32"):
     """``optim.adamw_update`` through the kernel against its array code in float64, three
-    steps of a GPT-2-sized matrix (2.4 M values: the grid-stride loop goes round)."""
+    steps of a GPT-2-sized matrix (2.4 M values: the grid-stride loop goes round), with a
+    scalar weight decay or a per-element one (a flat bucket's mask).  fp32 only: AdamW
+    runs on the fp32 master weights (in fp16 state, v underflows to 0 where the float64
+    reference does not, and the update explodes in both the kernel and the array code)."""
     import cupy
     from minipar.autograd.ops_math import fused_kernels
     from minipar.optim import adamw_update
     shape = (768, 3072)
     p, m = (cupy.asarray(randn(shape, s, 0.1)).astype(device_dtype(dtype)) for s in (40, 41))
     v = cupy.abs(cupy.asarray(randn(shape, 42, 0.1))).astype(p.dtype)
-    assert fused_kernels("adamw", p, p, m, v) is not None
+    decay = 0.1 * (cupy.asarray(randn(shape, 43)) > 0).astype(p.dtype) if per_element else 0.1
+    assert fused_kernels("adamw", p, p, m, v, *([decay] if per_element else [])) is not None
     want = [a.astype(cupy.float64) for a in (p, m, v)]
+    decay64 = decay.astype(cupy.float64) if per_element else decay
     for step in (1, 2, 3):
         g = cupy.asarray(randn(shape, 50 + step)).astype(p.dtype)
-        adamw_update(p, g, m, v, step, 1e-3, weight_decay=0.1)
-        adamw_update(want[0], g.astype(cupy.float64), *want[1:], step, 1e-3, weight_decay=0.1)
+        adamw_update(p, g, m, v, step, 1e-3, weight_decay=decay)
+        adamw_update(want[0], g.astype(cupy.float64), *want[1:], step, 1e-3, weight_decay=decay64)
     for got, ref, what in zip((p, m, v), want, "pmv"):
         got, ref = (backend.to_host(a.astype(cupy.float64)) for a in (got, ref))
         error = np.abs(got - ref).max() / max(1.0, np.abs(ref).max())

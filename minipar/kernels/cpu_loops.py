@@ -183,14 +183,18 @@ def softmax_backward(lo, hi, p, g, ds, scale):
 
 
 @jit
-def adamw(lo, hi, p, g, m, v, k):          # k = (lr, β1, 1-β1, β2, 1-β2, eps, wd, ŝ1, ŝ2)
-    lr, b1, c1, b2, c2, eps, wd, s1, s2 = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
+def adamw(lo, hi, p, g, m, v, decay, k):   # k = (lr, β1, 1-β1, β2, 1-β2, eps, ŝ1, ŝ2)
+    lr, b1, c1, b2, c2, eps, s1, s2 = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]
     p, g, m, v = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+    per_element = decay.size > 1                  # else one weight decay for every element
+    if per_element:
+        decay = decay[lo:hi]
     for i in range(p.size):
         gi = g[i]
         mi = b1 * m[i] + c1 * gi
         vi = b2 * v[i] + c2 * gi * gi
         m[i], v[i] = mi, vi
+        wd = decay[i] if per_element else decay[0]
         p[i] -= lr * (mi * s1 / (np.sqrt(vi * s2) + eps) + wd * p[i])
 
 

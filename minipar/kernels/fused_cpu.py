@@ -171,13 +171,14 @@ def attention_softmax_backward(probs, grad, scale):
 
 
 def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale):
-    """``optim.adamw_update`` in one pass over p, g, m, v (contiguous, one shape, a scalar
-    weight decay): m, v and p read and written once each, where the array code makes
-    about fifteen passes.  The constants are rounded to p's dtype as NumPy rounds them."""
-    k = np.array([lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay, m_hat_scale,
-                  v_hat_scale], dtype=p.dtype)
+    """``optim.adamw_update`` in one pass over p, g, m, v (contiguous, one shape; weight
+    decay a number or an array like p): m, v and p read and written once each, where the
+    array code makes about fifteen passes.  The constants are rounded to p's dtype as
+    NumPy rounds them."""
+    k = np.array([lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, m_hat_scale, v_hat_scale], dtype=p.dtype)
+    decay = np.ascontiguousarray(weight_decay, dtype=p.dtype).reshape(-1)
     flat = [a.reshape(-1) for a in (p, g, m, v)]
-    _run("adamw", p.size, p.size, *flat, k)
+    _run("adamw", p.size, p.size, *flat, decay, k)
 
 
 def sum_of_squares(x):

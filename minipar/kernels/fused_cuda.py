@@ -10,7 +10,7 @@ each returns what the NumPy math returns, so forward and backward keep one contr
     layernorm_backward(dy, x̂, inv_sigma, w, needs) -> dx, dw = Σ dy·x̂, db = Σ dy
     gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
-    adamw_update(p, g, m, v, lr, β1, β2, eps, wd, ŝ1, ŝ2)   p, m, v updated in place
+    adamw_update(p, g, m, v, lr, β1, β2, eps, wd, ŝ1, ŝ2)   p, m, v in place; wd a number or like p
 
 The source is compiled once per storage type by ``cupy.RawModule`` (NVRTC; CuPy caches
 the binary on disk), the type chosen by a ``#define`` line put before the file, so the
@@ -201,15 +201,18 @@ def attention_softmax_backward(probs, grad, scale, kernels=None):
 
 def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale,
                  kernels=None):
-    """``optim.adamw_update`` as one kernel over p, g, m, v (contiguous, one shape and dtype,
-    a scalar weight decay): p, m, v read and written once each, in place."""
+    """``optim.adamw_update`` as one kernel over p, g, m, v (contiguous, one shape and dtype),
+    p, m, v read and written once each, in place.  ``weight_decay`` is a number or an array
+    like p (a flat bucket's per-element mask)."""
     kernels = kernels or CupyKernels()
     xp = kernels.xp
-    flat = [a.reshape(-1) for a in (p, g, m, v)]
+    per_element = not isinstance(weight_decay, (int, float))
+    decay = xp.asarray(weight_decay, dtype=p.dtype).reshape(-1)
+    flat = [a.reshape(-1) for a in (p, g, m, v)] + _contiguous(kernels, decay)
     if p.size:
-        scalars = [xp.float32(c) for c in (lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)]
+        scalars = [xp.float32(c) for c in (lr, beta1, beta2, eps, m_hat_scale, v_hat_scale)]
         _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), GELU_THREADS,
-                (*flat, xp.int32(p.size), *scalars), shared=0)
+                (*flat, xp.int32(per_element), xp.int32(p.size), *scalars), shared=0)
 
 
 ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")
