@@ -9,7 +9,7 @@
 - ``flash_attention``: the autograd Function that picks one —
   ``from minipar.kernels.flash_attention import flash_attention``;
 - ``fused_cuda`` (``fused_elementwise.cu``) and ``fused_cpu`` (numba): LayerNorm, the tanh
-  GELU and the causal attention softmax as one compiled pass each, for CuPy and for
+  GELU, the causal attention softmax and AdamW's update as one compiled pass each, for CuPy and for
   NumPy; the autograd ops call them once ``minipar.nn`` has imported (registered) them;
 - ``emulator``: runs those .cu files on the CPU (g++, one fiber per CUDA thread), to
   test the kernels without a GPU;

@@ -19,8 +19,8 @@ versions (``fused_cuda.py``), so the autograd ops call either the same way:
     gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
 
-and, CPU only, AdamW's update in one pass (``adamw_update``, called by ``optim``) and
-the float64 Σ g² of the gradient norm (``sum_of_squares``, called by ``parallel/norm.py``).
+and AdamW's update in one pass (``adamw_update``, called by ``optim``; CUDA has it too) and,
+CPU only, the float64 Σ g² of the gradient norm (``sum_of_squares``, ``parallel/norm.py``).
 Each kernel works on a range of rows, ``kernel(lo, hi, ...)``, and releases the GIL
 (``nogil``), so ``rows.for_row_blocks`` runs the blocks on the rank's own thread pool:
 one thread budget for all of minipar, and a row's result does not depend on the number
