@@ -33,9 +33,14 @@ def adamw_update(p, g, m, v, step, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_d
     """One AdamW step on arrays, in place (``step`` counts from 1).  ``weight_decay``
     may be an array (ZeRO passes a per-element mask over its flat shard).  Element by
     element, so a large array runs as blocks on the rank's threads (``autograd/rows.py``)."""
+    # plain Python numbers: a NumPy float64 lr would make a float32 update float64 here
+    # (NumPy's promotion) but not in the compiled kernels, and the two must agree to the bit
+    lr, beta1, beta2, eps = float(lr), float(beta1), float(beta2), float(eps)
+    if not getattr(weight_decay, "ndim", 0):
+        weight_decay = float(weight_decay)
     m_hat_scale = 1.0 / (1 - beta1 ** step)
     v_hat_scale = 1.0 / (1 - beta2 ** step)
-    per_element = not isinstance(weight_decay, (int, float))
+    per_element = not isinstance(weight_decay, float)
     arrays = (p, g, m, v) + ((weight_decay,) if per_element else ())
     if not all(a.flags.c_contiguous and a.shape == p.shape for a in arrays):
         _adamw_block(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v_hat_scale)

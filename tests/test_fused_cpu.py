@@ -102,17 +102,24 @@ def test_finite_differences_with_the_kernels(always):
 
 
 def test_two_threads_give_the_same_bits(always, monkeypatch):
-    """The rows are cut into blocks for the pool; a row's arithmetic is the same."""
+    """The rows are cut into blocks for the pool; a row's arithmetic is the same.  AdamW
+    with a per-element decay: the second block reads its own slice of the mask."""
+    from minipar.autograd import rows
     monkeypatch.setattr(fused_cpu, "SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 0)            # small arrays split too
     x = randn((64, 48), "float32", 11)
     w, b, s = randn(48, "float32", 12), randn(48, "float32", 13), randn((4, 48, 48), "float32", 14)
+    decay = (0.5 * (randn(x.size, "float32", 15) > 0)).astype(np.float32)
 
     def all_outputs():
         y, xhat, inv = fused_cpu.layernorm_forward(x, w, b)
         dx = fused_cpu.layernorm_backward(x, xhat, inv, w)
         g, t = fused_cpu.gelu_forward(x)
         p = fused_cpu.attention_softmax_forward(s, 0.2)
-        return [y, *dx, g, fused_cpu.gelu_backward(x, t, x), p, fused_cpu.attention_softmax_backward(p, s, 0.2)]
+        state = [x.reshape(-1).copy(), np.zeros(x.size, np.float32), np.zeros(x.size, np.float32)]
+        fused_cpu.adamw_update(state[0], x.reshape(-1), *state[1:], 0.1, 0.9, 0.95, 1e-8, decay, 10.0, 20.0)
+        return [y, *dx, g, fused_cpu.gelu_backward(x, t, x), p,
+                fused_cpu.attention_softmax_backward(p, s, 0.2), *state]
 
     before = threads.current_budget()
     try:

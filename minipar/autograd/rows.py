@@ -184,9 +184,10 @@ def row_dot(a, b):
 
 def column_sums(m, dtype=None):
     """Σ over the rows of a 2-D ``m`` (a bias's or a LayerNorm's gradient), accumulated in
-    ``dtype`` (default m's).  On a GPU as ``ones @ m``: a GEMV reads each row in order, where
-    CuPy's axis-0 reduction gives each column a thread that strides down the rows (its
-    reads never coalesce).  NumPy keeps its own pairwise sum."""
+    ``dtype`` (default m's).  On a GPU as ``ones @ m`` (m first copied to ``dtype`` if it
+    is narrower): a GEMV reads each row in order, where CuPy's axis-0 reduction gives each
+    column a thread that strides down the rows (its reads never coalesce).  On NumPy,
+    ``m.sum(axis=0)``: it adds the rows one after another, vectorised along each row."""
     dtype = dtype or m.dtype
     if backend_name() == "numpy":
         return m.sum(axis=0, dtype=dtype)

@@ -3,7 +3,9 @@
 Importing this module imports numba and compiles (or loads from numba's cache, beside
 this file) every loop, so ``fused_cpu`` imports it only on the first kernel call.
 
-Three rules, each measured, make these loops run near the machine's memory speed:
+Three rules, each measured, make these loops run near the machine's memory speed (and
+``error_model="numpy"`` on every loop, below: Python's ZeroDivisionError check on each
+division stops vectorisation):
 
 1. Every constant comes in the arrays' dtype (``k``, ``inv_d``): one Python float makes a
    float32 loop float64 (10× slower for the GELU).

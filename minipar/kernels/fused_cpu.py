@@ -178,6 +178,8 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v
     NumPy rounds them."""
     k = np.array([lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, m_hat_scale, v_hat_scale], dtype=p.dtype)
     decay = np.ascontiguousarray(weight_decay, dtype=p.dtype).reshape(-1)
+    if decay.size not in (1, p.size):
+        raise ValueError(f"weight decay has {decay.size} values for {p.size} parameters")
     flat = [a.reshape(-1) for a in (p, g, m, v)]
     _run("adamw", p.size, p.size, *flat, decay, k)
 

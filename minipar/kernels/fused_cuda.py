@@ -206,13 +206,18 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v
     like p (a flat bucket's per-element mask)."""
     kernels = kernels or CupyKernels()
     xp = kernels.xp
-    per_element = not isinstance(weight_decay, (int, float))
-    decay = xp.asarray(weight_decay, dtype=p.dtype).reshape(-1)
-    flat = [a.reshape(-1) for a in (p, g, m, v)] + _contiguous(kernels, decay)
+    flat = [a.reshape(-1) for a in (p, g, m, v)]
+    if getattr(weight_decay, "ndim", 0):        # per element: an array like p
+        if weight_decay.size != p.size:
+            raise ValueError(f"weight decay has {weight_decay.size} values for {p.size} parameters")
+        decay, per_element, weight_decay = _contiguous(kernels, weight_decay.astype(p.dtype).reshape(-1))[0], 1, 0.0
+    else:                                       # a number: passed by value, no array read
+        decay, per_element = flat[1], 0
     if p.size:
-        scalars = [xp.float32(c) for c in (lr, beta1, beta2, eps, m_hat_scale, v_hat_scale)]
+        scalars = [xp.float32(c) for c in (lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay,
+                                           m_hat_scale, v_hat_scale)]
         _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), GELU_THREADS,
-                (*flat, xp.int32(per_element), xp.int32(p.size), *scalars), shared=0)
+                (*flat, decay, xp.int32(per_element), xp.int32(p.size), *scalars), shared=0)
 
 
 ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")

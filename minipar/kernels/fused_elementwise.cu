@@ -159,23 +159,25 @@ gelu_backward(const storage_t* __restrict__ x, const storage_t* __restrict__ t,
 
 // ---- AdamW (a grid-stride loop over a flat parameter, like GELU) --------------------------
 // m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;  p -= lr·(m·ŝ1 / (sqrt(v·ŝ2) + eps) + wd·p)
-// with ŝ1 = 1/(1-β1^t), ŝ2 = 1/(1-β2^t) from the caller (optim.adamw_update); wd is decay[0],
-// or decay[i] per element (a flat bucket's mask: 0 on biases and norms).  p, m, v are read
+// with ŝ1 = 1/(1-β1^t), ŝ2 = 1/(1-β2^t) and 1-β rounded once, from the caller
+// (optim.adamw_update); wd is weight_decay, or decay[i] per element (a flat bucket's mask:
+// 0 on biases and norms; without one, decay is any array and is not read).  p, m, v are read
 // and written once each; the update uses m and v as stored, as the NumPy op does.
 extern "C" __global__ void __launch_bounds__(MAX_THREADS)
 adamw_update(storage_t* __restrict__ p, const storage_t* __restrict__ g, storage_t* __restrict__ m,
              storage_t* __restrict__ v, const storage_t* __restrict__ decay, int decay_per_element,
-             int n, float lr, float beta1, float beta2, float eps, float m_hat_scale, float v_hat_scale) {
+             int n, float lr, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+             float eps, float weight_decay, float m_hat_scale, float v_hat_scale) {
     const index_t stride = (index_t)gridDim.x * blockDim.x;
     for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float gi = to_float(g[i]), pi = to_float(p[i]);
-        const storage_t mi = from_float(beta1 * to_float(m[i]) + (1.f - beta1) * gi);
-        const storage_t vi = from_float(beta2 * to_float(v[i]) + (1.f - beta2) * (gi * gi));
+        const storage_t mi = from_float(beta1 * to_float(m[i]) + one_minus_beta1 * gi);
+        const storage_t vi = from_float(beta2 * to_float(v[i]) + one_minus_beta2 * (gi * gi));
         m[i] = mi;
         v[i] = vi;
         const float step = to_float(mi) * m_hat_scale / (sqrtf(to_float(vi) * v_hat_scale) + eps);
-        const float weight_decay = to_float(decay[decay_per_element ? i : 0]);
-        p[i] = from_float(pi - lr * (step + weight_decay * pi));
+        const float wd = decay_per_element ? to_float(decay[i]) : weight_decay;
+        p[i] = from_float(pi - lr * (step + wd * pi));
     }
 }
 

@@ -1,8 +1,9 @@
 """pytest plugin for dry runs with the fake cupy: ``python -m pytest -p fake_cupy_plugin ...``.
 
-``tests/mpirun.run_mpi`` builds the ranks' ``PYTHONPATH`` (the repository, then the caller's),
-so the ranks it starts would not see this folder (on a GPU machine CuPy is installed, so they need nothing).  This
-keeps the fake on their path; nothing else changes.
+``tests/mpirun.run_mpi`` gives the ranks a ``PYTHONPATH`` of its own (the repository, then
+this process's); where the fake reached pytest some other way than that variable, the ranks
+it starts would import the real CuPy, or none (on a GPU machine CuPy is installed, so they
+need nothing).  This puts the fake first on their path; nothing else changes.
 """
 import os
 
@@ -14,7 +15,8 @@ _run_mpi = tests.mpirun.run_mpi
 
 def run_mpi(nprocs, args, timeout=120, env=None, check=True):
     env = dict(env or {})
-    env["PYTHONPATH"] = os.pathsep.join([FAKE_DIR, env.get("PYTHONPATH", tests.mpirun.REPO)])
+    rest = env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (FAKE_DIR, tests.mpirun.REPO, rest) if p)
     return _run_mpi(nprocs, args, timeout=timeout, env=env, check=check)
 
 
