@@ -85,7 +85,7 @@ def test_layernorm_matches_float64(dtype, shape, eps):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gelu_matches_float64(dtype, monkeypatch):
     """1000 values on 2 blocks of 256 threads: the grid-stride loop goes round twice."""
-    monkeypatch.setattr(fused_cuda, "GELU_MAX_BLOCKS", 2)
+    monkeypatch.setattr(fused_cuda, "STRIDE_MAX_BLOCKS", 2)
     x, g = randn((10, 100), dtype, 4, 3.0), randn((10, 100), dtype, 5)
     kernels = EmulatedKernels()
     y, t = fused_cuda.gelu_forward(x, kernels=kernels)
@@ -105,7 +105,7 @@ def test_adamw_matches_float64(dtype, weight_decay, monkeypatch):
     float64 from the same start, 1000 values on 2 blocks (the loop goes round twice);
     "per element": a flat bucket's decay mask, 0.1 on some values and 0 on the others."""
     from minipar.optim import adamw_update
-    monkeypatch.setattr(fused_cuda, "GELU_MAX_BLOCKS", 2)
+    monkeypatch.setattr(fused_cuda, "STRIDE_MAX_BLOCKS", 2)
     p, m = randn(1000, dtype, 20), randn(1000, dtype, 21, 0.1)
     v = np.abs(randn(1000, dtype, 22, 0.1))
     if weight_decay == "per element":

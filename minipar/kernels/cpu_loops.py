@@ -189,28 +189,22 @@ def softmax_backward(lo, hi, p, g, ds, scale):
                 dc[r, j] = scale * pc[r, j] * (gc[r, j] - dot)
 
 
+# AdamW turns a gradient's last bit into a whole lr-sized step where m ≈ 0: its bits must
+# not depend on whether a parameter went through this loop or the array code (jit_exact)
 @jit_exact
-def _adamw_at(i, p, g, m, v, wd, lr, b1, c1, b2, c2, eps, s1, s2):
-    gi = g[i]
-    mi = b1 * m[i] + c1 * gi
-    vi = b2 * v[i] + c2 * (gi * gi)
-    m[i], v[i] = mi, vi
-    p[i] -= lr * (mi * s1 / (np.sqrt(vi * s2) + eps) + wd * p[i])
-
-
-@jit_exact   # AdamW turns a gradient's last bit into a whole lr-sized step where m ≈ 0: the
-# bits must not depend on whether a parameter went through this loop or the array code
 def adamw(lo, hi, p, g, m, v, decay, k):   # k = (lr, β1, 1-β1, β2, 1-β2, eps, ŝ1, ŝ2)
     lr, b1, c1, b2, c2, eps, s1, s2 = k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]
     p, g, m, v = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
-    if decay.size > 1:                            # per element (a flat bucket's mask)
+    per_element = decay.size > 1                  # a flat bucket's mask, else one value
+    if per_element:
         decay = decay[lo:hi]
-        for i in range(p.size):
-            _adamw_at(i, p, g, m, v, decay[i], lr, b1, c1, b2, c2, eps, s1, s2)
-    else:                                         # one weight decay: a loop that vectorises
-        wd = decay[0]
-        for i in range(p.size):
-            _adamw_at(i, p, g, m, v, wd, lr, b1, c1, b2, c2, eps, s1, s2)
+    for i in range(p.size):
+        gi = g[i]
+        mi = b1 * m[i] + c1 * gi
+        vi = b2 * v[i] + c2 * (gi * gi)
+        m[i], v[i] = mi, vi
+        wd = decay[i] if per_element else decay[0]
+        p[i] -= lr * (mi * s1 / (np.sqrt(vi * s2) + eps) + wd * p[i])
 
 
 @jit

@@ -18,7 +18,7 @@ text is the whole cache key.  Launch geometry:
 
     row kernels   grid = rows, one block per row, threads = the row length rounded up to
                   a warp, at most MAX_THREADS; 32 floats of dynamic shared memory
-    GELU, AdamW   grid-stride loop, GELU_THREADS per block, at most GELU_MAX_BLOCKS blocks
+    GELU, AdamW   grid-stride loop, STRIDE_THREADS per block, at most STRIDE_MAX_BLOCKS blocks
 
 ``kernels=`` (default ``CupyKernels()``) is what launches: ``EmulatedKernels()`` runs the
 same launch code on NumPy arrays, the .cu file executed by the CPU emulator
@@ -44,7 +44,7 @@ OPS = ("layernorm", "gelu", "attention_softmax", "adamw")
 KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> build
 MAX_THREADS = 256            # = MAX_THREADS of the .cu file (its __launch_bounds__)
 REDUCE_SHARED_BYTES = 32 * 4  # warp_partials: one float per warp, up to 32 warps
-GELU_THREADS, GELU_MAX_BLOCKS = 256, 8192  # 2M threads: every SM full, then the loop strides
+STRIDE_THREADS, STRIDE_MAX_BLOCKS = 256, 8192  # 2M threads: every SM full, then the loop strides
 MAX_ELEMENTS = 2**31 - 1     # the kernels count elements and rows in int
 
 
@@ -144,7 +144,7 @@ def layernorm_backward(grad, xhat, inv_sigma, weight, needs=(True, True, True), 
 
 
 def _stride_blocks(n):
-    return min(GELU_MAX_BLOCKS, max(1, -(-n // GELU_THREADS)))
+    return min(STRIDE_MAX_BLOCKS, max(1, -(-n // STRIDE_THREADS)))
 
 
 def gelu_forward(x, kernels=None):
@@ -154,7 +154,7 @@ def gelu_forward(x, kernels=None):
     (flat,) = _contiguous(kernels, x.reshape(-1))
     y, t = xp.empty_like(flat), xp.empty_like(flat)
     if flat.size:
-        _launch(kernels, "gelu_forward", x.dtype, _stride_blocks(flat.size), GELU_THREADS,
+        _launch(kernels, "gelu_forward", x.dtype, _stride_blocks(flat.size), STRIDE_THREADS,
                 (flat, y, t, xp.int32(flat.size)), shared=0)
     return y.reshape(x.shape), t.reshape(x.shape)
 
@@ -166,7 +166,7 @@ def gelu_backward(x, t, grad, kernels=None):
     xf, tf, gf = _contiguous(kernels, x.reshape(-1), t.reshape(-1), grad.reshape(-1))
     dx = xp.empty_like(xf)
     if xf.size:
-        _launch(kernels, "gelu_backward", x.dtype, _stride_blocks(xf.size), GELU_THREADS,
+        _launch(kernels, "gelu_backward", x.dtype, _stride_blocks(xf.size), STRIDE_THREADS,
                 (xf, tf, gf, dx, xp.int32(xf.size)), shared=0)
     return dx.reshape(grad.shape)
 
@@ -207,16 +207,18 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v
     kernels = kernels or CupyKernels()
     xp = kernels.xp
     flat = [a.reshape(-1) for a in (p, g, m, v)]
-    if getattr(weight_decay, "ndim", 0):        # per element: an array like p
+    per_element = bool(getattr(weight_decay, "ndim", 0))
+    if per_element:                             # an array like p, read at decay[i]
         if weight_decay.size != p.size:
             raise ValueError(f"weight decay has {weight_decay.size} values for {p.size} parameters")
-        decay, per_element, weight_decay = _contiguous(kernels, weight_decay.astype(p.dtype).reshape(-1))[0], 1, 0.0
-    else:                                       # a number: passed by value, no array read
-        decay, per_element = flat[1], 0
+        (decay,) = _contiguous(kernels, weight_decay.astype(p.dtype, copy=False).reshape(-1))
+        weight_decay = 0.0
+    else:                                       # a number, passed by value; decay is not read
+        decay = flat[1]
     if p.size:
         scalars = [xp.float32(c) for c in (lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay,
                                            m_hat_scale, v_hat_scale)]
-        _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), GELU_THREADS,
+        _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), STRIDE_THREADS,
                 (*flat, decay, xp.int32(per_element), xp.int32(p.size), *scalars), shared=0)
 
 
