@@ -7,6 +7,7 @@
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
+    python -m minipar cluster up --nodes N --ranks-per-node K --inter-gbps G | run -- train ... | down
     mpiexec -n N python -m minipar bench comm [...]
     python -m minipar bench attention [...]
 
@@ -119,7 +120,9 @@ def build_parser():
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
-                       ("calibrate", "measure this machine into a hardware profile (JSON)")):
+                       ("calibrate", "measure this machine into a hardware profile (JSON)"),
+                       ("cluster", "a cluster on this machine: nodes as network namespaces, "
+                                   "a shaped link between them")):
         cmd = sub.add_parser(name, help=text, add_help=False)
         cmd.add_argument("rest", nargs=argparse.REMAINDER)
     bench = sub.add_parser("bench", help="benchmarks: comm, attention")
@@ -186,6 +189,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
     "report": ("minipar.report", "main"),
     "launch": ("minipar.elastic", "launch_main"),
+    "cluster": ("minipar.cluster.cli", "main"),
 }
 
 
