@@ -155,6 +155,10 @@ def print_table(rows, params, p):
     print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
           f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s, "
           f"γ_shared={1 / (params.gamma_shared or params.gamma) / 1e9:.2f} GB/s (calibrated)")
+    if params.alpha_inter is not None:
+        print(f"# between nodes of {params.ranks_per_node} ranks: α={params.alpha_inter * 1e6:.1f} µs, "
+              f"β={1 / params.beta_inter / 1e9:.3f} GB/s (calibrated; the model prices each "
+              f"step by the link it crosses, comm/two_level.py)")
     print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
           f"{'model us':>9} {'vs MPI':>7}")
     for r in rows:
@@ -201,8 +205,8 @@ def main(argv=None):
         print_table(rows, params, comm.size)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"nprocs": comm.size, "alpha": params.alpha, "beta": params.beta,
-                           "gamma": params.gamma,
+                json.dump({"nprocs": comm.size, "cost_params": params.to_dict(),
+                           "alpha": params.alpha, "beta": params.beta, "gamma": params.gamma,
                            "gamma_shared": params.gamma_shared, "rows": rows}, f, indent=1)
     return 0
 
