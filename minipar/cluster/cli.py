@@ -3,7 +3,9 @@
     cluster up --nodes 2 --ranks-per-node 2 --inter-gbps 1     build it (root, ip, tc)
     cluster run -- train --dp 4 ...                            a job on every slot
     cluster run -n 2 -- bench comm                             on the first 2 slots
+    cluster run -- launch --np 4 -- train --save-every 5 ...   elastic, across the nodes
     cluster status                                             what exists, bytes per link
+    cluster fail-node 1                                        a node lost (a power cut)
     cluster down                                               remove all of it
 
 Every refusal is one line and exit status 2.
@@ -29,6 +31,9 @@ def build_parser():
                     help="the rate of the link between nodes, Gbit/s per direction")
     for name in ("down", "status"):
         sub.add_parser(name)
+    lose = sub.add_parser("fail-node", help="lose node N as a power cut would: its processes "
+                                            "killed, its namespace and link gone")
+    lose.add_argument("node", type=int)
     run = sub.add_parser("run", help="run a command on the cluster: run [-n N] -- CMD ...")
     run.add_argument("-n", type=int, default=None, help="ranks (default: nodes x ranks-per-node)")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -69,13 +74,19 @@ def main(argv=None):
             removed = netns.down(args.prefix)
             print(f"cluster {args.prefix} down: removed {len(removed['namespaces'])} nodes, "
                   f"{len(removed['links'])} links")
+        elif args.action == "fail-node":
+            netns.require_tools()
+            spec = ClusterSpec.load(args.prefix)
+            pids = netns.fail_node(spec, args.node)
+            print(f"cluster {spec.prefix}: node {args.node} ({spec.node(args.node)}) lost: "
+                  f"{len(pids)} processes killed, its namespace and link removed")
         elif args.action == "status":
             print(describe(netns.status(args.prefix)))
         else:
             spec = ClusterSpec.load(args.prefix)
             netns.require_tools()
             cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-            proc = subprocess.run(launch.mpiexec_command(spec, cmd, args.n),
+            proc = subprocess.run(launch.command(spec, cmd, args.n),
                                   env=launch.run_environment(spec))
             return proc.returncode
     except ClusterError as err:

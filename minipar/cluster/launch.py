@@ -11,6 +11,11 @@ through shared memory; between nodes its network module runs over UCX.  UCX woul
 reach another namespace through /dev/shm (the namespaces share the file system), so its
 transports are limited to TCP and the loop-back to self.
 
+The same three settings go into the environment too (HYDRA_LAUNCHER_EXEC, HYDRA_IFACE,
+UCX_TLS), so a program that starts mpiexec itself lands on the nodes as well:
+``cluster run -- launch --np 4 -- train ...`` runs the elastic supervisor on this machine
+(given the cluster's hosts file), and each of its attempts' mpiexec on the nodes.
+
 Threads: every node's ranks share this machine's cores, so each rank gets
 cores // (all ranks), at least one, unless the user set OMP_NUM_THREADS.
 """
@@ -23,6 +28,7 @@ import sys
 from minipar.cluster.topology import ClusterError
 
 MINIPAR_COMMANDS = {"train", "profile", "sample", "bench", "calibrate", "plan", "report"}
+SUPERVISORS = {"launch"}            # start mpiexec themselves: run on this machine
 
 
 def program(argv):
@@ -34,6 +40,18 @@ def program(argv):
     if argv[0].endswith(".py"):
         return [sys.executable, *argv]
     return list(argv)
+
+
+def command(spec, argv, nprocs=None):
+    """What ``cluster run`` executes: the supervisor itself (with the cluster's hosts
+    file unless given), or mpiexec of ``argv`` on the nodes."""
+    if argv[:1] and argv[0] in SUPERVISORS:
+        if nprocs is not None:
+            raise ClusterError("-n is for programs run under mpiexec; give launch its --np")
+        hosts = [] if "--hosts" in argv[:argv.index("--") if "--" in argv else len(argv)] \
+            else ["--hosts", spec.hosts_file]
+        return [sys.executable, "-m", "minipar", argv[0], *hosts, *argv[1:]]
+    return mpiexec_command(spec, argv, nprocs)
 
 
 def mpiexec_command(spec, argv, nprocs=None):
@@ -53,6 +71,7 @@ def mpiexec_command(spec, argv, nprocs=None):
 def run_environment(spec, base=None):
     """The environment of the ranks: the caller's, with a thread budget per rank."""
     env = dict(os.environ if base is None else base)
+    env.update(HYDRA_LAUNCHER_EXEC=spec.wrapper, HYDRA_IFACE=spec.bridge, UCX_TLS="tcp,self")
     if "OMP_NUM_THREADS" not in env:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         env["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // spec.world_size))

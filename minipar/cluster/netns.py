@@ -107,6 +107,24 @@ def down(prefix):
     return found
 
 
+def fail_node(spec, i):
+    """A node lost, as a power cut would lose it: every process in its namespace killed
+    (SIGKILL: no handler runs, nothing is reported), then the namespace and its link
+    removed, so nothing can be started there again.  Returns the pids killed."""
+    node = spec.node(i)
+    if node not in existing(spec.prefix)["namespaces"]:
+        raise ClusterError(f"node {i} ({node}) is not up")
+    pids = [int(p) for p in _ip("netns", "pids", node, check=False).split()]
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    _ip("netns", "del", node, check=False)
+    _ip("link", "del", spec.veth(i), check=False)
+    return pids
+
+
 def link_bytes(spec):
     """Bytes each node's veth has carried (bridge side): tx = into the node, rx = out of it."""
     counts = {}

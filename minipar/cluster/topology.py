@@ -90,6 +90,11 @@ class ClusterSpec:
         return state_dir(self.prefix)
 
     @property
+    def hosts_file(self):
+        """``host slots`` lines, as ``launch --hosts`` reads them."""
+        return os.path.join(self.state_dir, "hosts")
+
+    @property
     def wrapper(self):
         return os.path.join(self.state_dir, "wrapper")
 
@@ -97,8 +102,7 @@ class ClusterSpec:
         """spec.json, the hosts file and the ssh stand-in, in the state folder."""
         os.makedirs(self.state_dir, exist_ok=True)
         _write(os.path.join(self.state_dir, "spec.json"), json.dumps(asdict(self), indent=1) + "\n")
-        _write(os.path.join(self.state_dir, "hosts"),
-               "".join(f"{h}:{self.ranks_per_node}\n" for h in self.hosts))
+        _write(self.hosts_file, "".join(f"{h} {self.ranks_per_node}\n" for h in self.hosts))
         _write(self.wrapper, wrapper_script(self.prefix), mode=0o755)
 
     @staticmethod
