@@ -85,6 +85,11 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
     run.add_argument("--eval-batches", type=int,
                      help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
+    run.add_argument("--mem-per-rank", type=float, metavar="GIB",
+                     help="memory one rank may use, in GiB, for the check before the run "
+                          "(default: the GPU's free memory, or this node's RAM / its ranks)")
+    run.add_argument("--skip-memory-check", action="store_true",
+                     help="run even when the memory model predicts more than a rank may use")
     out = p.add_argument_group("output")
     out.add_argument("--log-json", help="write one JSON object per step to this file")
     out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")
