@@ -199,12 +199,24 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
 
 
 def main(argv=None):
+    from minipar.cli_checks import CommandError
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in PASS_THROUGH:
         import importlib
         module, name = PASS_THROUGH[argv[0]]
-        return getattr(importlib.import_module(module), name)(argv[1:])
+        try:
+            return getattr(importlib.import_module(module), name)(argv[1:])
+        except CommandError as err:
+            _stop(f"minipar {argv[0]}: {err}", 2)
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except CommandError as err:
+        name = args.command + (f" {args.what}" if args.command == "bench" else "")
+        _stop(f"minipar {name}: {err}", 2)
+
+
+def _run(args):
     if getattr(args, "backend", None):
         from minipar.backend import set_backend
         set_backend(args.backend)
@@ -223,7 +235,7 @@ def main(argv=None):
             from minipar.comm.bench import main as bench_main
         else:
             from minipar.kernels.bench import main as bench_main
-        bench_main(args.rest)
+        return bench_main(args.rest)
 
 
 if __name__ == "__main__":
