@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from minipar.cli_checks import CommandError, OneLineParser
+
 
 def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule spans them)"):
     from minipar.config import TrainConfig as D         # the defaults live there, once
@@ -104,7 +106,7 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m minipar", description=__doc__,
+    parser = OneLineParser(prog="python -m minipar", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_flags(sub.add_parser("train", help="train a GPT under a parallel layout"))
@@ -180,6 +182,8 @@ def run_profile(args):
                   f"({why}); drop it", 2)
     if args.steps < 1 or args.top < 1:
         _stop(f"minipar profile: --steps and --top must be >= 1, got {args.steps} and {args.top}", 2)
+    from minipar.cli_checks import output_file
+    output_file("--json", args.json)
     try:
         config = validate_layout(args)
         profile_run(config, args.steps, top=args.top, json_path=args.json)
@@ -199,7 +203,6 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
 
 
 def main(argv=None):
-    from minipar.cli_checks import CommandError
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in PASS_THROUGH:
         import importlib
@@ -219,7 +222,10 @@ def main(argv=None):
 def _run(args):
     if getattr(args, "backend", None):
         from minipar.backend import set_backend
-        set_backend(args.backend)
+        try:
+            set_backend(args.backend)
+        except RuntimeError as err:          # no CuPy, or no GPU
+            raise CommandError(f"--backend {args.backend}: {err}") from None
     if args.command == "train":
         run_train(args)
     elif args.command == "profile":

@@ -12,6 +12,7 @@ The commands call them first, before any measurement, drawing or launch.
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 from minipar.paths import PathError, probe_output_dir, probe_output_file, require_input_file
@@ -55,3 +56,13 @@ def output_dir(flag, path, need_bytes=0):
         probe_output_dir(path, need_bytes)
     except PathError as err:
         raise CommandError(f"{flag} {path}: {err}") from None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a flag it cannot parse (``--ranks x``, an unknown choice) is one line
+    too, like every other refusal: ``PROG: argument --ranks: invalid int value: 'x'
+    (--help lists the flags)``, exit 2.  ``--help`` itself is unchanged."""
+
+    def error(self, message):
+        prog = self.prog.replace("python -m ", "", 1)
+        self.exit(2, f"{prog}: {message} (--help lists the flags)\n")

@@ -27,7 +27,7 @@ import html
 import math
 import os
 
-from minipar.cli_checks import CommandError, input_file, output_dir
+from minipar.cli_checks import CommandError, OneLineParser, input_file, output_dir
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 SPLIT = (("compute_s", "compute", "#4c72b0"), ("comm_time_s", "exposed communication", "#dd8452"),
@@ -279,7 +279,7 @@ def read_runs(logs, labels=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minipar report", description=__doc__,
+    parser = OneLineParser(prog="python -m minipar report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", help="JSON logs written by train --log-json")
     parser.add_argument("--out", required=True, help="folder for index.html and the PNGs")

@@ -15,12 +15,12 @@ others are listed with how much they are over.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import time
 from dataclasses import dataclass, replace
 
+from minipar.cli_checks import OneLineParser
 from minipar.config import ConfigError, TrainConfig
 from minipar.perf.estimate import predict
 from minipar.perf.profile import load_profile
@@ -183,7 +183,7 @@ def _checked_inputs(a):
 
 def plan_main(argv=None):
     """The ``minipar plan`` command."""
-    ap = argparse.ArgumentParser(prog="minipar plan", description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="minipar plan", description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--nodes", type=int, default=None)
     ap.add_argument("--profile", default=None, help="a100 | h100 | h200 | cpu | a JSON path")
