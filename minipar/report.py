@@ -286,8 +286,8 @@ def main(argv=None):
     parser.add_argument("--label", action="append", help="a name per log, in order")
     args = parser.parse_args(argv)
     runs = read_runs(args.logs, args.label)
+    plt = _plt()                              # matplotlib missing: said before --out is made
     output_dir("--out", args.out)             # before any figure is drawn
-    plt = _plt()
     if not args.label:
         _tell_apart(runs)
     figures = [("loss.png", "loss per step (train), val loss at the end"),

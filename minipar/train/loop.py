@@ -17,6 +17,7 @@ import numpy as np
 from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
+from minipar.resources import peak_rss_bytes
 from minipar.faults import inject_failure, straggle
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
@@ -71,7 +72,7 @@ class Run:
         wait = engine.comm_wait_s if engine is not None else 0.0
         mine = {"step_time_s": t1 - t0, "comm_time_s": comm, "pipeline_wait_s": wait,
                 "optimizer_s": max(t_loss - t_opt - opt.exposed_comm_s, 0.0),
-                "peak_mem_bytes": backend.memory.peak}
+                "peak_mem_bytes": backend.memory.peak, "peak_rss_bytes": peak_rss_bytes()}
         mine["compute_s"] = max(mine["step_time_s"] - comm - wait - mine["optimizer_s"], 0.0)
         shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm,
                   "model_state_bytes": opt.memory_bytes()}
