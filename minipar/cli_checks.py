@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from minipar.paths import PathError, probe_output_dir, probe_output_file, require_input_file
 
 
 class CommandError(ValueError):
     """A bad flag or input of a command; the message is one line in the user's flags."""
+
+
+def as_flags(message):
+    """`field_name` -> --field-name, in a library message."""
+    return re.sub(r"`([a-z0-9_]+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(message))
 
 
 def at_least(flag, value, low):

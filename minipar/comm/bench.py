@@ -175,7 +175,6 @@ def check_bench_flags(args):
     """(smallest, largest) buffer in bytes, or CommandError in one line before any message:
     a size that is not one, sizes out of order, a step that never grows, an unknown
     algorithm or dtype, a largest size this rank's memory cannot hold, an unwritable --json."""
-    import numpy as np
     from minipar.resources import memory_budget_bytes
     sizes = []
     for flag, text in (("--min-size", args.min_size), ("--max-size", args.max_size)):
@@ -197,7 +196,7 @@ def check_bench_flags(args):
                            f"{', '.join(ALL_REDUCE_ALGORITHMS)}" if unknown else
                            "--algorithms is empty; name at least one")
     try:
-        kind = np.dtype(args.dtype).kind
+        kind = xp.dtype(args.dtype).kind
     except TypeError:
         kind = None
     if kind not in ("f", "i", "u"):

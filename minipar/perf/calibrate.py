@@ -28,7 +28,7 @@ import os
 import statistics
 import time
 
-from minipar.cli_checks import CommandError, OneLineParser, at_least, output_file
+from minipar.cli_checks import CommandError, OneLineParser, as_flags, at_least, output_file
 from minipar import backend
 from minipar.backend import xp
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
@@ -229,7 +229,6 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
 def _checked_model(args, config_from_preset):
     """The model to calibrate for, or CommandError before any measurement: a size below 1,
     a model that cannot be built, an --out that cannot be written."""
-    from minipar.layout import as_flags
     for flag in ("n_layer", "d_model", "n_head", "seq_len", "repeat"):
         at_least("--" + flag.replace("_", "-"), getattr(args, flag), 1)
     output_file("--out", args.out)

@@ -210,7 +210,7 @@ def plan_main(argv=None):
     return 0
 
 
-from minipar.layout import as_flags  # noqa: E402
+from minipar.cli_checks import as_flags  # noqa: E402
 from minipar.perf.models import with_vocab  # noqa: E402
 
 if __name__ == "__main__":
