@@ -28,6 +28,7 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
   ``mfu`` and ``mfu_basis``; and ``per_rank``, a dict of lists with one value per
   rank: ``step_time_s``, ``compute_s``, ``comm_time_s``, ``pipeline_wait_s``,
   ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``,
+  ``peak_rss_bytes`` (the process's peak resident memory so far: all it holds),
   ``mem_share`` (of the device's memory on GPU, of the process's RAM budget on CPU:
   the cgroup limit, else total RAM, divided by the ranks on the node) and, on GPU
   with ``nvidia-ml-py``, ``device_util`` (NVML's busy share of the last interval);
@@ -35,7 +36,8 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
 * last ``{"final": {...}}``: ``steps``, ``train_loss`` (last), ``train_loss_last10``,
   ``val_loss`` (null if evaluation was skipped), ``val_bits_per_byte``, ``wall_s``,
   ``tokens_per_s``, ``mfu``, ``mfu_basis``, ``comm_share``,
-  ``peak_mem_bytes_per_rank``, ``mem_share_per_rank``, ``skipped_steps``.
+  ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank``, ``mem_share_per_rank``,
+  ``skipped_steps``.
 
 Loss is in nats per token; minipar's tokens are bytes, so nats/byte, and
 bits/byte = nats/byte / ln 2.
@@ -56,7 +58,7 @@ from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401
 from minipar.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
-        "peak_mem_bytes", "device_util")   # the gathered vector, in this order
+        "peak_mem_bytes", "peak_rss_bytes", "device_util")   # the gathered vector, in this order
 
 
 class _Watched:
@@ -239,6 +241,8 @@ class RunMonitor:
             "comm_share": sum(r["comm_share"] * r["step_time_s"] for r in recs) / time_s
             if time_s else None,   # the steps' shares, weighted by their length
             "peak_mem_bytes_per_rank": peaks,
+            "peak_rss_bytes_per_rank": [max((int(v) for v in col if v is not None), default=None)
+                                        for col in zip(*(r["per_rank"]["peak_rss_bytes"] for r in recs))],
             "mem_share_per_rank": [p / b if b else None for p, b in zip(peaks, self.mem_budget)],
             "skipped_steps": sum(int(r.get("skipped") or 0) for r in recs),
         }

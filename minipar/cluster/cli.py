@@ -16,12 +16,13 @@ import argparse
 import subprocess
 import sys
 
+from minipar.cli_checks import OneLineParser
 from minipar.cluster import launch, netns
 from minipar.cluster.topology import DEFAULT_PREFIX, ClusterError, ClusterSpec
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m minipar cluster", description=__doc__,
+    parser = OneLineParser(prog="python -m minipar cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="build the namespaces, bridge, addresses and shaped links")
@@ -81,6 +82,7 @@ def main(argv=None):
             print(f"cluster {spec.prefix}: node {args.node} ({spec.node(args.node)}) lost: "
                   f"{len(pids)} processes killed, its namespace and link removed")
         elif args.action == "status":
+            ClusterSpec(1, 1, 1.0, prefix=args.prefix)          # checks the prefix's spelling
             print(describe(netns.status(args.prefix)))
         else:
             spec = ClusterSpec.load(args.prefix)

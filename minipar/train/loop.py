@@ -17,6 +17,7 @@ import numpy as np
 from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
+from minipar.resources import peak_rss_bytes
 from minipar.faults import inject_failure, straggle
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
@@ -30,6 +31,7 @@ class Run:
     def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start, n_params=None):
         self.config, self.grid, self.cfg, self.dataset = config, grid, cfg, dataset
         self.n_params = n_params        # of the whole (plain) model
+        self.memory_fit = None          # (PeakEstimate, limit, where) of train/fits.py
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
@@ -70,7 +72,7 @@ class Run:
         wait = engine.comm_wait_s if engine is not None else 0.0
         mine = {"step_time_s": t1 - t0, "comm_time_s": comm, "pipeline_wait_s": wait,
                 "optimizer_s": max(t_loss - t_opt - opt.exposed_comm_s, 0.0),
-                "peak_mem_bytes": backend.memory.peak}
+                "peak_mem_bytes": backend.memory.peak, "peak_rss_bytes": peak_rss_bytes()}
         mine["compute_s"] = max(mine["step_time_s"] - comm - wait - mine["optimizer_s"], 0.0)
         shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm,
                   "model_state_bytes": opt.memory_bytes()}
@@ -134,6 +136,9 @@ class Run:
         header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,
                       batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
                       precision=c.precision, config=c.to_dict())
+        if self.memory_fit is not None:                # what the memory model predicted
+            peak, limit, _ = self.memory_fit
+            header.update(predicted_peak_bytes=peak.total, mem_limit_bytes=limit)
         return RunMonitor(grid.world, rank=grid.rank, world_size=grid.world.size, header=header,
                           flops_per_step=self.parallel.module.flops_per_token() * tokens,
                           peak_tflops=c.peak_tflops, log_path=c.log_json, progress=not c.quiet,
