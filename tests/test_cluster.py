@@ -71,6 +71,17 @@ def test_ranks_on_two_nodes_reduce_across_the_shaped_link(two_nodes):
 
 
 @needs_namespaces
+def test_two_clusters_side_by_side_take_different_subnets(two_nodes):
+    other = "mpo" + PREFIX[3:]
+    assert cluster("up", "--nodes", 1, "--ranks-per-node", 1, "--inter-gbps", 1, prefix=other).returncode == 0
+    try:
+        assert ClusterSpec.load(other).subnet != two_nodes.subnet
+        assert cluster("run", "--", "tests/scripts/cluster_check.py").returncode == 0
+    finally:
+        cluster("down", prefix=other)
+
+
+@needs_namespaces
 def test_down_removes_everything_also_after_a_crash():
     assert cluster("up", "--nodes", 3, "--ranks-per-node", 1, "--inter-gbps", 0.5).returncode == 0
     again = cluster("up", "--nodes", 3, "--ranks-per-node", 1, "--inter-gbps", 0.5)
@@ -117,6 +128,8 @@ def test_the_launch_command_places_ranks_through_the_wrapper():
     assert cmd[cmd.index("UCX_TLS") + 1] == "tcp,self"
     assert cmd[-6:] == [sys.executable, "-m", "minipar", "train", "--dp", "6"]
     assert launch.program(["x.py", "-k"]) == [sys.executable, "x.py", "-k"]
+    cyclic = launch.mpiexec_command(spec, ["train"], placement="cyclic")
+    assert cyclic[cyclic.index("-hosts") + 1] == f"{PREFIX}-n0:1,{PREFIX}-n1:1" and "-ppn" not in cyclic
     assert launch.program(["env"]) == ["env"]
 
 

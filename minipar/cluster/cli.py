@@ -37,6 +37,9 @@ def build_parser():
     lose.add_argument("node", type=int)
     run = sub.add_parser("run", help="run a command on the cluster: run [-n N] -- CMD ...")
     run.add_argument("-n", type=int, default=None, help="ranks (default: nodes x ranks-per-node)")
+    run.add_argument("--placement", default="block", choices=["block", "cyclic"],
+                     help="block: node 0 gets ranks 0..K-1 (tp inside a node); cyclic: rank r on "
+                          "node r mod N (tp across nodes)")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
     for p in sub.choices.values():
         p.add_argument("--prefix", default=DEFAULT_PREFIX,
@@ -88,7 +91,7 @@ def main(argv=None):
             spec = ClusterSpec.load(args.prefix)
             netns.require_tools()
             cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-            proc = subprocess.run(launch.command(spec, cmd, args.n),
+            proc = subprocess.run(launch.command(spec, cmd, args.n, args.placement),
                                   env=launch.run_environment(spec))
             return proc.returncode
     except ClusterError as err:

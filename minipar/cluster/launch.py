@@ -42,7 +42,7 @@ def program(argv):
     return list(argv)
 
 
-def command(spec, argv, nprocs=None):
+def command(spec, argv, nprocs=None, placement="block"):
     """What ``cluster run`` executes: the supervisor itself (with the cluster's hosts
     file unless given), or mpiexec of ``argv`` on the nodes."""
     if argv[:1] and argv[0] in SUPERVISORS:
@@ -51,11 +51,14 @@ def command(spec, argv, nprocs=None):
         hosts = [] if "--hosts" in argv[:argv.index("--") if "--" in argv else len(argv)] \
             else ["--hosts", spec.hosts_file]
         return [sys.executable, "-m", "minipar", argv[0], *hosts, *argv[1:]]
-    return mpiexec_command(spec, argv, nprocs)
+    return mpiexec_command(spec, argv, nprocs, placement)
 
 
-def mpiexec_command(spec, argv, nprocs=None):
-    """The command line that runs ``argv`` on ``nprocs`` ranks (default: every slot)."""
+def mpiexec_command(spec, argv, nprocs=None, placement="block"):
+    """The command line that runs ``argv`` on ``nprocs`` ranks (default: every slot):
+    ``block`` fills each node in turn (ranks 0..K-1 on node 0), ``cyclic`` deals ranks
+    round the nodes (rank r on node r mod N) — tensor parallelism's neighbours then sit
+    on different nodes."""
     nprocs = spec.world_size if nprocs is None else nprocs
     if not 1 <= nprocs <= spec.world_size:
         raise ClusterError(f"-n must be between 1 and {spec.world_size} "
@@ -63,8 +66,11 @@ def mpiexec_command(spec, argv, nprocs=None):
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
         raise ClusterError("mpiexec not found: `pip install mpich` (minipar's install brings it)")
-    return [mpiexec, "-hosts", ",".join(spec.hosts), "-n", str(nprocs),
-            "-ppn", str(spec.ranks_per_node), "-bootstrap-exec", spec.wrapper,
+    if placement not in ("block", "cyclic"):
+        raise ClusterError(f"--placement must be block or cyclic, got {placement!r}")
+    hosts = (["-hosts", ",".join(spec.hosts), "-ppn", str(spec.ranks_per_node)] if placement == "block"
+             else ["-hosts", ",".join(f"{h}:1" for h in spec.hosts)])
+    return [mpiexec, *hosts, "-n", str(nprocs), "-bootstrap-exec", spec.wrapper,
             "-iface", spec.bridge, "-genv", "UCX_TLS", "tcp,self", *program(argv)]
 
 

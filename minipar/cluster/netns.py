@@ -17,7 +17,9 @@ import os
 import shutil
 import subprocess
 
-from minipar.cluster.topology import ClusterError, ClusterSpec, state_dir
+from dataclasses import replace
+
+from minipar.cluster.topology import SUBNET_BASE, ClusterError, ClusterSpec, state_dir
 
 
 def require_tools():
@@ -54,12 +56,28 @@ def shape(spec, device, node=None):
         raise ClusterError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
 
 
+def free_subnet():
+    """The first 198.18.X.0/24 no interface of this machine has an address in (two
+    clusters on one subnet would route each other's bytes to the wrong bridge)."""
+    used = set()
+    for line in _ip("-o", "-4", "addr", "show", check=False).splitlines():
+        for word in line.split():
+            if word.startswith(f"{SUBNET_BASE[0]}.{SUBNET_BASE[1]}."):
+                used.add(int(word.split(".")[2]))
+    for subnet in range(256):
+        if subnet not in used:
+            return subnet
+    raise ClusterError("every 198.18.X.0/24 is taken: bring another cluster down first")
+
+
 def up(spec: ClusterSpec):
-    """Create the cluster; on any failure remove what was made and raise one line."""
+    """Create the cluster on a free subnet; on any failure remove what was made and
+    raise one line."""
     require_tools()
     if existing(spec.prefix)["namespaces"] or existing(spec.prefix)["links"]:
         raise ClusterError(f"cluster {spec.prefix!r} is already up: "
                            f"`python -m minipar cluster down --prefix {spec.prefix}` first")
+    spec = replace(spec, subnet=free_subnet())
     try:
         _ip("link", "add", spec.bridge, "type", "bridge")
         _ip("addr", "add", f"{spec.bridge_address}/24", "dev", spec.bridge)

@@ -37,7 +37,7 @@ class ClusterSpec:
     ranks_per_node: int
     inter_gbps: float
     prefix: str = DEFAULT_PREFIX
-    subnet: int = 0            # the third octet: clusters with other prefixes can coexist
+    subnet: int = 0            # the third octet; ``up`` takes a free one, so clusters coexist
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", self.prefix):

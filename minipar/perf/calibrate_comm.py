@@ -34,8 +34,9 @@ def _time_after(fn, work, reps=7):
     return statistics.median(out)
 
 
-def comm_curves(comm, sizes=SIZES, work=None):
-    """{kind: {"p:intra": [[bytes, s]]}} for the whole group, slowest rank, median.
+def comm_curves(comm, sizes=SIZES, work=None, placement="intra", peer_distance=1):
+    """{kind: {"p:PLACEMENT": [[bytes, s]]}} for the whole group, slowest rank, median;
+    send/recv between rank r and r XOR ``peer_distance`` (q: a rank on the next node).
 
     Timed as training calls them: each collective right after some compute (``work``,
     by default a GEMM of 256 × 256 · 256 × 1024, ~0.1 GFLOP), with no barrier before it.
@@ -54,7 +55,7 @@ def comm_curves(comm, sizes=SIZES, work=None):
     for n in sizes:
         buf = xp.ones(n // 4, dtype=xp.float32)
         part = buf[: buf.size // p]
-        peer = comm.rank ^ 1
+        peer = comm.rank ^ peer_distance
         fns = {"all_reduce": lambda: all_reduce(comm, buf),
                "all_gather": lambda: all_gather(comm, part, sizes=[part.size] * p),
                "reduce_scatter": lambda: reduce_scatter(comm, buf[: part.size * p]),
@@ -63,7 +64,7 @@ def comm_curves(comm, sizes=SIZES, work=None):
         for kind, fn in fns.items():
             comm.mpi.Barrier()
             t = comm.mpi.allreduce(_time_after(fn, work), op=MPI.MAX)
-            key = f"{2 if kind == 'p2p' else p}:intra"
+            key = f"{2 if kind == 'p2p' else p}:{placement}"
             out[kind].setdefault(key, []).append([n, t])
     return out
 

@@ -76,6 +76,8 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None):
     prof = load_profile(profile)
     if nodes:
         rpn = -(-world // nodes)
+    elif prof.kind == "measured" and "inter" in prof.links:   # calibrated across nodes
+        rpn = prof.ranks_per_node or world
     else:                       # a measured profile: this machine, every rank on it
         rpn = world if prof.kind == "measured" else (prof.ranks_per_node or world)
     limit = mem_per_rank if mem_per_rank is not None else (prof.mem_per_rank_bytes or float("inf"))
