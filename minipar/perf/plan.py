@@ -109,6 +109,7 @@ def describe(config):
     if c.grad_accum > 1:
         parts.append(f"--grad-accum {c.grad_accum}")
     parts += [f"--zero {c.zero}"] if c.zero else []
+    parts += ["--no-overlap"] if not c.overlap else []
     parts += [f"--recompute {c.recompute}"] if c.recompute != "none" else []
     return " ".join(parts)
 
