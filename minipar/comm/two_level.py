@@ -92,7 +92,7 @@ def tree_steps(ranks, S):
     return reduce_steps + broadcast
 
 
-def _at_once(step_lists):
+def at_once(step_lists):
     """Several groups' steps run side by side: step i of all of them is one step."""
     step_lists = [s for s in step_lists if s]
     n = max((len(s) for s in step_lists), default=0)
@@ -107,12 +107,12 @@ def hierarchical_steps(ranks, S, q, inner="ring"):
     nodes = [ranks[i:i + q] for i in range(0, len(ranks), q)]
     if len(nodes[-1]) != q:
         trees = [tree_steps(node, S) for node in nodes]          # reduce steps, then broadcast
-        up = _at_once([t[:len(t) // 2] for t in trees])
-        down = _at_once([t[len(t) // 2:] for t in trees])
+        up = at_once([t[:len(t) // 2] for t in trees])
+        down = at_once([t[len(t) // 2:] for t in trees])
         return up + STEPS[inner]([node[0] for node in nodes], S) + down
-    inside = _at_once([ring_steps(node, S) for node in nodes])
+    inside = at_once([ring_steps(node, S) for node in nodes])
     half = len(inside) // 2
-    across = _at_once([STEPS[inner]([node[j] for node in nodes], S / q) for j in range(q)])
+    across = at_once([STEPS[inner]([node[j] for node in nodes], S / q) for j in range(q)])
     return inside[:half] + across + inside[half:]
 
 
