@@ -115,6 +115,7 @@ LAYOUTS = [dict(dp=4), dict(dp=4, overlap=False), dict(dp=4, zero=1), dict(dp=2,
 def tensor_parallel(args):
     """tp inside against across nodes, and predicted against measured for LAYOUTS."""
     from minipar.config import TrainConfig
+    from minipar.perf.comm import Cyclic
     from minipar.perf.estimate import predict
     from minipar.perf.plan import describe
     from minipar.perf.profile import load_profile
@@ -135,17 +136,17 @@ def tensor_parallel(args):
           f"batch 16; the profile calibrated on this cluster")
     print(f"{'layout':<58} {'placement':<9} {'measured ms':>11} {'predicted ms':>12} {'error':>6}")
     errors = []
-    for (flags, placement), config in zip(cases, configs + [None]):
+    for (flags, placement), config in zip(cases, configs + [configs[3]]):
         got = statistics.median(measured[flags, placement])
-        pred = predict(config, profile).step_s if config is not None else float("nan")
-        if config is not None:
-            errors.append(abs(pred / got - 1))
+        where = profile.ranks_per_node if placement == "block" else Cyclic(profile.ranks_per_node, 2)
+        pred = predict(config, profile, ranks_per_node=where).step_s
+        errors.append(abs(pred / got - 1))
         print(f"{flags:<58} {placement:<9} {got * 1e3:11.1f} {pred * 1e3:12.1f} {pred / got - 1:6.0%}")
     print(f"prediction error over {len(errors)} layouts: median {statistics.median(errors):.0%}, "
           f"within 15% for {sum(e <= 0.15 for e in errors)} (goal: at least 6)")
     plan = minipar("plan", "--ranks", 4, "--profile", prof, "--model", "small", "--batch-size", 16,
-                   "--top", 5)
-    print("plan with this profile (tp is kept inside a node):\n" + plan.stdout)
+                   "--top", 5, "--placements", "block,cyclic")
+    print("plan with this profile, both placements:\n" + plan.stdout)
 
 
 def main():

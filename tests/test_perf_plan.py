@@ -124,3 +124,24 @@ def test_out_of_cache_rates_raise_large_all_reduces():
     assert cm.predict("ring", 2, S, big) > 2 * cm.predict("ring", 2, S, small)
     assert cm.predict("ring", 2, 4096, big) == cm.predict("ring", 2, 4096, small)
     assert math.isfinite(cm.predict("recursive_doubling", 3, S, big))
+
+
+def test_placement_block_keeps_tp_inside_a_node_and_cyclic_spreads_it():
+    """2 nodes x 2 ranks: block puts ranks {0,1} on node 0, cyclic rank r on node r mod 2;
+    with a slow link between nodes tp2 x dp2 is faster with tp inside a node (block),
+    and a profile's intra curve never stands in for a missing inter one."""
+    block, cyclic = 2, pcomm.Cyclic(2, 2)
+    assert pcomm.placement(2, 1, block) == "intra" and pcomm.placement(2, 2, block) == "inter"
+    assert pcomm.placement(2, 1, cyclic) == "inter" and pcomm.placement(2, 2, cyclic) == "intra"
+    assert cyclic == 2 and cyclic.nodes == 2                      # still the node size
+    prof = Profile("cluster", links={"intra": {"alpha": 1e-5, "bw": 1e10},
+                                     "inter": {"alpha": 1e-4, "bw": 1.25e8}},
+                   collectives={"all_reduce": {"2:intra": [[1, 1e-5], [1 << 30, 0.1]]}}, ranks_per_node=2)
+    assert prof.curve("all_reduce", 2, "inter") is None
+    config = TrainConfig(model="small", tp=2, dp=2, batch_size=16).resolve(4)
+    inside, across = (predict(config, prof, ranks_per_node=r) for r in (block, cyclic))
+    assert inside.breakdown["tp_s"] < across.breakdown["tp_s"]
+    assert inside.step_s < across.step_s
+    best = plan(TrainConfig(model="small", batch_size=16), 4, prof, placements=("block", "cyclic"))
+    ranked = [(p.config.tp, p.config.dp, p.config.pp, p.breakdown["placement"]) for p in best.ranked]
+    assert ranked.index((2, 2, 1, "block")) < ranked.index((2, 2, 1, "cyclic"))

@@ -225,12 +225,15 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         if c.alpha_inter is not None:           # ranks on several nodes: both kinds of link
             q = prof.ranks_per_node = c.ranks_per_node
             prof.links["inter"] = {"alpha": c.alpha_inter, "bw": 1 / c.beta_inter}
-            node = ctx.split(ctx.rank // q, ctx.rank)
+            node = ctx.split(ctx.rank // q, ctx.rank)            # a node's ranks
+            across = ctx.split(ctx.rank % q, ctx.rank)           # one rank of every node
             prof.collectives = comm_curves(ctx, placement="inter", peer_distance=q)
-            for kind, curves in comm_curves(node, placement="intra").items():
-                prof.collectives[kind].update(curves)
-            prof.notes = [f"measured for {cfg}", f"nodes of {q} ranks: the whole group's "
-                          "curves cross nodes (inter), a node's stay inside (intra)"]
+            for group, where in ((node, "intra"), (across, "inter")):
+                for kind, curves in comm_curves(group, placement=where).items():
+                    prof.collectives[kind].update(curves)
+            prof.notes = [f"measured for {cfg}", f"nodes of {q} ranks: the whole group's and "
+                          "one-rank-per-node groups' curves cross nodes (inter), a node's stay "
+                          "inside (intra)"]
             return prof
     prof.notes = [f"measured for {cfg}", "placement intra: every rank on this machine"]
     return prof

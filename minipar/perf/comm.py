@@ -11,7 +11,8 @@ per rank of the slowest link the group crosses):
 A measured profile has curves ``collectives[kind]["p:placement"]`` (seconds against
 bytes), used where present.  Placement: ranks are numbered tp fastest, then dp, then
 pp (``parallel/grid.py``), so a group of p ranks ``stride`` apart stays inside a
-node of R ranks when p·stride <= R ("intra"), else it crosses nodes ("inter").
+node of R ranks when p·stride <= R ("intra"), else it crosses nodes ("inter") — with
+the launcher's block placement; ``Cyclic`` is the other one.
 
 What counts towards a step (``exposed``):
 
@@ -36,7 +37,22 @@ from minipar.perf.profile import interp_loglog
 FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
 
 
+class Cyclic(int):
+    """Nodes of ``ranks_per_node`` ranks with the ranks dealt round them, rank r on node
+    r mod ``nodes`` (``cluster run --placement cyclic``; mpiexec -hosts a:1,b:1,...).  A
+    group of p ranks ``stride`` apart then stays inside a node only when the stride is a
+    multiple of the node count.  It is an int (the node size), so every other use of
+    ``ranks_per_node`` stays as it is."""
+
+    def __new__(cls, ranks_per_node, nodes):
+        value = super().__new__(cls, ranks_per_node)
+        value.nodes = nodes
+        return value
+
+
 def placement(p, stride, ranks_per_node):
+    if isinstance(ranks_per_node, Cyclic):
+        return "intra" if p == 1 or stride % ranks_per_node.nodes == 0 else "inter"
     return "intra" if p * stride <= max(ranks_per_node, 1) else "inter"
 
 

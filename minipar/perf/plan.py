@@ -20,8 +20,9 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-from minipar.cli_checks import OneLineParser
+from minipar.cli_checks import CommandError, OneLineParser
 from minipar.config import ConfigError, TrainConfig
+from minipar.perf.comm import Cyclic
 from minipar.perf.estimate import predict
 from minipar.perf.profile import load_profile
 
@@ -70,8 +71,10 @@ def candidates(base, world, ranks_per_node=8, max_micro_rows=8):
                                           microbatches=m, grad_accum=1)
 
 
-def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None):
-    """Rank every layout of ``world`` ranks for the model and run of ``base``."""
+def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
+         placements=("block",)):
+    """Rank every layout of ``world`` ranks for the model and run of ``base``; with
+    ``placements`` ("block", "cyclic") each layout under each way of placing ranks."""
     t0 = time.perf_counter()
     prof = load_profile(profile)
     if nodes:
@@ -89,11 +92,14 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None):
             key = str(err)
             refused[key] = refused.get(key, 0) + 1
             continue
-        p = predict(config, prof, ranks_per_node=rpn)
-        if p.mem_bytes > limit:
-            too_big.append((p, p.mem_bytes - limit))
-        else:
-            ranked.append(p)
+        for how in placements:
+            where = rpn if how == "block" else Cyclic(rpn, -(-world // rpn))
+            p = predict(config, prof, ranks_per_node=where)
+            p.breakdown["placement"] = how
+            if p.mem_bytes > limit:
+                too_big.append((p, p.mem_bytes - limit))
+            else:
+                ranked.append(p)
     ranked.sort(key=lambda p: p.step_s)
     too_big.sort(key=lambda r: r[1])
     return Plan(ranked, too_big, refused, time.perf_counter() - t0, limit)
@@ -131,7 +137,8 @@ def format_plan(pl: Plan, world, top=10):
     lines = [f"{'#':>2} {'layout':<62} {'step s':>9} {'tokens/s':>10} {'MFU':>6} "
              f"{'mem/rank':>10} {'bubble':>7} {'comm':>6}"]
     for i, p in enumerate(pl.ranked[:top], 1):
-        lines.append(f"{i:>2} {describe(p.config):<62} {p.step_s:9.4g} {p.tokens_per_s:10.4g} "
+        name = describe(p.config) + (" (cyclic)" if p.breakdown.get("placement") == "cyclic" else "")
+        lines.append(f"{i:>2} {name:<62} {p.step_s:9.4g} {p.tokens_per_s:10.4g} "
                      f"{p.mfu:6.1%} {_gib(p.mem_bytes):>10} {p.bubble:7.1%} {p.comm_share:6.1%}")
     lines.append(f"{len(pl.ranked)} layouts fit, {len(pl.too_big)} do not fit in "
                  f"{_gib(pl.mem_limit) if pl.mem_limit < float('inf') else 'memory'}, "
@@ -139,7 +146,10 @@ def format_plan(pl: Plan, world, top=10):
     for p, over in pl.too_big[:3]:
         lines.append(f"   too big: {describe(p.config)} needs {_gib(p.mem_bytes)} ({_gib(over)} over)")
     if pl.ranked:
-        lines.append("best: " + train_command(pl.ranked[0].config, world))
+        best = pl.ranked[0]
+        lines.append("best: " + train_command(best.config, world) + (
+            "   with ranks dealt round the nodes (cluster run --placement cyclic; "
+            "mpiexec -hosts a:1,b:1,...)" if best.breakdown.get("placement") == "cyclic" else ""))
     return "\n".join(lines)
 
 
@@ -199,10 +209,16 @@ def plan_main(argv=None):
     ap.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
     ap.add_argument("--attention", default="naive", choices=["naive", "flash"])
+    ap.add_argument("--placements", default="block",
+                    help="block (node 0 holds ranks 0..K-1), cyclic (rank r on node r mod N), or "
+                         "block,cyclic to rank both")
     a = ap.parse_args(argv)
     base, prof = _checked_inputs(a)
     mem = a.mem_per_rank * 2 ** 30 if a.mem_per_rank else None
-    pl = plan(base, a.ranks, prof, a.nodes, mem)
+    placements = tuple(filter(None, a.placements.split(",")))
+    if not placements or set(placements) - {"block", "cyclic"}:
+        raise CommandError(f"--placements must be block, cyclic or block,cyclic, got {a.placements!r}")
+    pl = plan(base, a.ranks, prof, a.nodes, mem, placements)
     print(format_plan(pl, a.ranks, a.top))
     if a.json:
         with open(a.json, "w") as f:

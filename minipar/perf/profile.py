@@ -138,8 +138,14 @@ class Profile:
         return d["alpha"], d["bw"] * eff
 
     def curve(self, kind, p, placement):
+        """The measured curve of ``kind`` over ``p`` ranks at ``placement``; an intra-node
+        curve stands in for a missing inter one only where no inter link is known (then
+        the link's α and β price it instead)."""
         c = self.collectives.get(kind, {})
-        return c.get(f"{p}:{placement}") or c.get(f"{p}:intra")
+        found = c.get(f"{p}:{placement}")
+        if found or (placement == "inter" and "inter" in self.links):
+            return found
+        return c.get(f"{p}:intra")
 
     def to_dict(self):
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
