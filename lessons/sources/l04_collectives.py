@@ -223,7 +223,9 @@ costs $n\gamma$. For $p$ ranks and $S$ bytes:
 | hierarchical ($m$ nodes of $q$) | ring RS($q$) + all-reduce($m$, $S/q$) + ring AG($q$) | $2\frac{q-1}{q}S + 2\frac{m-1}{m}\frac{S}{q}$ |
 
 Small buffers are latency-bound (fewest messages wins: recursive doubling, tree); large buffers
-are bandwidth-bound (ring and Rabenseifner send the optimal $2\frac{p-1}{p}S$, independent of $p$).
+are bandwidth-bound (ring and Rabenseifner send the optimal $2\frac{p-1}{p}S$ per rank: *nearly*
+independent of $p$ — $S$ at $p = 2$, $1.5S$ at 4, approaching $2S$ — while their latency term grows
+with $p$).
 
 **Exercise.** Write `ring_time(p, S, alpha, beta, gamma)`, the first row of the table. It is
 checked against `cost_model.predict("ring", ...)` for constants that do not depend on size, for
@@ -279,8 +281,8 @@ c = cost_model.CostParams.from_dict(run["params"])
 cals = [cost_model.CostParams.from_dict(d) for d in run["calibrations"]]
 spread = lambda f: f"{min(f(x) for x in cals):.3g} to {max(f(x) for x in cals):.3g}"
 print(f"{len(cals)} calibrations a second apart: α {spread(lambda x: x.alpha * 1e6)} µs, "
-      f"β {spread(lambda x: 1 / x.beta / 1e9)} GB/s, β_large {spread(lambda x: 1 / x.beta_large / 1e9)} GB/s, "
-      f"γ_shared {spread(lambda x: 1 / x.gamma_shared / 1e9)} GB/s\n")
+      f"1/β {spread(lambda x: 1 / x.beta / 1e9)} GB/s, 1/β_large {spread(lambda x: 1 / x.beta_large / 1e9)} GB/s, "
+      f"1/γ_shared {spread(lambda x: 1 / x.gamma_shared / 1e9)} GB/s\n")
 by = {(r["algorithm"], r["size"]): r for r in run["rows"]}
 sizes = sorted({r["size"] for r in run["rows"]})
 algs = [a for a in ("ring", "recursive_doubling", "rabenseifner", "tree") if (a, sizes[0]) in by]
@@ -419,7 +421,7 @@ different size under `MINIPAR_COMM_CHECK=1` and read the error.
 | `mpiexec -n 4 python script.py`, `comm.rank`, `comm.size` | `torchrun --nproc-per-node 4 script.py`; `torch.distributed.init_process_group("nccl")`, `dist.get_rank()`, `dist.get_world_size()` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK` in the environment) |
 | `comm.send` / `recv` / `sendrecv`, `isend` / `irecv` | `dist.send` / `dist.recv`, `dist.isend` / `dist.irecv`, `dist.batch_isend_irecv` (how pipeline stages exchange activations) |
 | `all_reduce`, `reduce_scatter`, `all_gather`, `broadcast` | `dist.all_reduce(t, op=ReduceOp.SUM)`, `dist.reduce_scatter_tensor`, `dist.all_gather_into_tensor`, `dist.broadcast`; `async_op=True` returns a `Work` with `wait()` — your `all_reduce_async` |
-| ring / tree / `auto` by the cost model | NCCL's algorithms: `Ring`, `Tree`, `NVLS`, `CollNet` (forced with `NCCL_ALGO`), chosen by NCCL's own latency-bandwidth tuning model; `NCCL_DEBUG=INFO` prints what it picked |
+| ring / tree / `auto` by the cost model | NCCL's algorithms: `Ring`, `Tree`, `NVLS`, `CollNet` (forced with `NCCL_ALGO`), chosen by NCCL's own latency-bandwidth tuning model; `NCCL_DEBUG=INFO` prints what it picked. NCCL's `Tree` is not minipar's `tree`: it is a **double binary tree** (two complementary trees, each carrying half the data, so every rank's links are used) and it is **pipelined** — the buffer is cut into chunks that stream down the tree, so its time is ~$\log p\cdot\alpha + S\beta$, not minipar's unpipelined binomial $2\lceil\log_2 p\rceil(\alpha + S\beta)$ |
 | `python -m minipar bench comm` (algbw, busbw) | nccl-tests' `all_reduce_perf -b 1K -e 64M -f 4`, which reports the same algbw and busbw |
 | hang timeout (`MINIPAR_HANG_TIMEOUT`) | `init_process_group(timeout=...)` with the NCCL watchdog (`TORCH_NCCL_ASYNC_ERROR_HANDLING`), which aborts a collective that waits too long |
 | check mode (`MINIPAR_COMM_CHECK=1`) | `TORCH_DISTRIBUTED_DEBUG=DETAIL`, which checks that all ranks call the same collective with the same shapes |

@@ -31,7 +31,8 @@ $\nabla L = \frac1K\sum_k \nabla L_k$.
 4\Psi$ bytes sent per rank in float32 (lesson 04), whatever the batch size. Two tricks make it cheap:
 
 * **buckets**: gradients are packed into flat buffers of ~25 MB and all-reduced per bucket. One
-  message of $S$ bytes costs $\alpha + S/\beta$; a thousand tiny per-tensor all-reduces would pay the
+  message of $S$ bytes costs $\alpha + S\beta$ ($\beta$: seconds per byte, lesson 04's notation); a
+  thousand tiny per-tensor all-reduces would pay the
   latency $\alpha$ a thousand times;
 * **overlap**: backward produces gradients from the **last** layer to the first, so parameters are
   bucketed in **reverse** order. A leaf gradient hook counts the gradients arriving in each bucket;
@@ -310,7 +311,7 @@ Without overlap every bucket waits for the end of backward.
 
 Four runs of the same steps: overlap on and off, on this machine (two ranks talking through shared
 memory) and on a **slow network**: the same all-reduce, but before it the progress thread sleeps
-$S/\beta$ for a bucket of $S$ bytes ($\beta$ = 50 MB/s) — time on a wire, which needs no CPU, as a real
+$S\beta$ for a bucket of $S$ bytes ($1/\beta$ = 50 MB/s) — time on a wire, which needs no CPU, as a real
 link would. Per run (median over the steps after the first, and over the ranks):
 
 * *total comm*: the time the communication thread spent on all-reduces (sum over buckets), split into
@@ -383,8 +384,12 @@ for name in RUNS:                                      # facts of the mechanism,
     assert "no_overlap" not in name or S[name]["hidden"] == 0.0   # nothing runs under backward
 ''', r'''%md
 **Why overlap can make the step slower here.** Overlap hides communication only if the
-communication runs on something that would otherwise sit idle. On a GPU it does: NCCL's all-reduce runs
-on its own CUDA stream and the network cards copy the bytes, while the SMs run backward. Here every
+communication runs on something that would otherwise sit idle. On a GPU it mostly does: the network
+cards (and NVLink's copy engines) move the bytes, and NCCL's all-reduce runs on its own CUDA stream
+beside backward. But NCCL's kernels *are* kernels: they occupy SMs (a few channels of thread blocks
+each) to drive the transfers and do the reductions, and they compete with backward's GEMMs for
+HBM bandwidth — so an overlapped all-reduce still slows the compute it hides behind, a few percent
+to tens of percent (frameworks cap NCCL's channels, or leave SMs to it, for that reason). Here every
 rank is one process on a machine with **two cores**, and `mpiexec -n 2` puts one rank on each: with
 ranks ≥ cores there is no free core for the progress thread. Whatever the all-reduce needs the CPU for —
 packing the buckets, the reductions (NumPy adds), MPI copying through shared memory, Python between two

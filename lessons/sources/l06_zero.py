@@ -28,8 +28,11 @@ moments, and shards the rest: rank $r$ owns $1/N$ of every flat buffer.
 * **stage 1** — after backward each bucket's gradient is **reduce-scattered** (rank $r$ receives the
   sum of its shard only); rank $r$ runs AdamW on its shard of the weights with its shard of $m, v$;
   the updated shards are **all-gathered** back into the full weights. A ring reduce-scatter and a ring
-  all-gather move $\frac{N-1}{N}\Psi$ elements each — together exactly one all-reduce: stage 1 is free
-  in communication.
+  all-gather move $\frac{N-1}{N}\Psi$ elements each — together exactly one all-reduce: stage 1 costs
+  no extra **bytes**. It is not free in **time**: DDP starts its all-reduces from the gradient hooks
+  and hides them behind backward, while here the reduce-scatter runs after backward and the
+  all-gather after the optimizer step, both exposed (stage 2 moves the reduce-scatter back into
+  backward; the all-gather stays exposed, or is overlapped with the next forward by prefetching).
 * **stage 2** — the reduce-scatter of a bucket starts from the gradient hooks as soon as the bucket
   is complete, and the full gradients are freed: a rank keeps only its shard of the gradients.
 * **stage 3** — the weights are sharded too. Each *unit* (embeddings, each block, the head) is

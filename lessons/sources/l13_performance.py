@@ -183,7 +183,8 @@ print(format_plan(plan(base, 1024, "a100", nodes=128), 1024, top=5))
 ### Exercise 3 — the ring all-reduce, in α and β
 
 The plan prices every collective with the α-β model of lesson 04: a message of $S$ bytes over a
-link costs $\alpha + S/B$. Write `ring_all_reduce_s(p, S, alpha, bw)`: the time of a ring all-reduce
+link costs $\alpha + S\beta$, with $\beta = 1/B$ the seconds per byte of a link of bandwidth $B$
+(lesson 04's notation; profiles store $B$ as `bw`). Write `ring_all_reduce_s(p, S, alpha, bw)`: the time of a ring all-reduce
 of `S` bytes over `p` ranks — a reduce-scatter followed by an all-gather, each $p-1$ steps, each step
 sending one $S/p$ chunk to the neighbour. The check compares yours with
 `minipar.perf.comm.collective_seconds` on a profile whose link has that α and bandwidth.

@@ -104,9 +104,15 @@ Three regimes, all measured:
   The ring never materialises more than one $(S/2C)\times(S/2C)$ score block at a time, and what it saves
   for backward is the same as flash's — its own $q, k, v$, the output and the log-sum-exp.
 
-At real scale (Llama 3 405B, $S$ = 128K) the $\propto S$ activations of one sequence are hundreds of GB;
-tensor parallelism with sequence parallelism splits them by $t$ (lesson 07), recomputation trades them
-for compute (lesson 10); CP is the knob that divides *all* of them by $C$ and keeps working as $S$ grows.
+At real scale the $\propto S$ line is enormous. Llama 3 405B has 126 layers, $d$ = 16 384 and an MLP of
+53 248 (3.25$d$), in bf16: even with flash attention a layer keeps about $38.5\,d$ bytes per token for
+backward (its two norms' inputs and outputs, $q$ and the grouped $k, v$ at $2.5d$, the attention output,
+the gate and up projections at $13d$, SiLU's output and the product at $13d$) — about 630 KB per token per
+layer, **80 MB per token, ≈ 10 TB for one sequence of 128K tokens**. Full recomputation, keeping only each
+layer's input ($2d$ bytes per token per layer), still leaves ≈ 0.5 TB — against 141 GB on an H200. Tensor
+parallelism with sequence parallelism divides it by $t$ (lesson 07), pipeline stages by the layers each
+holds, recomputation trades it for compute (lesson 10); CP is the knob that divides *all* of it by $C$ and
+keeps working as $S$ grows — the Llama 3 paper's 128K stage ran tp 8 × cp 16 × pp 16.
 
 ## 3. The ring
 
