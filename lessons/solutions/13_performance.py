@@ -6,7 +6,7 @@ def my_flops_per_token(n_layer, d_model, vocab_size, seq_len, tie_weights=False)
     """Training FLOPs per token, 6N + 12·L·h·s, with N counted from the shapes (see above)."""
     h = d_model
     block = (3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h) + (4 * h * h + h) + 2 * 2 * h
-    n = n_layer * block + vocab_size * h * (1 if tie_weights else 2) + 2 * h
+    n = n_layer * block + vocab_size * h + 2 * h     # the head's matmul; the embeddings are lookups
     return 6 * n + 12 * n_layer * h * seq_len
 ''',
     "layer_bytes": r'''

@@ -40,19 +40,20 @@ assert flops_per_token(cfg) == model.flops_per_token()   # the model counts its 
 ### Exercise 1 — FLOPs per token from the configuration
 
 Write `my_flops_per_token(n_layer, d_model, vocab_size, seq_len, tie_weights)`. $N$ is the number
-of parameters that take part in a matmul or an elementwise op per token — every parameter but the
-position embedding, which is a lookup. Count them from minipar's GPT: per block the qkv projection
-($h \times 3h$ and a bias), the output projection ($h\times h$, bias), the MLP ($h \times 4h$, bias;
-$4h \times h$, bias) and two LayerNorms (a weight and a bias each); then the token embedding
-($V\times h$), the head ($V \times h$, unless its weight is tied to the embedding) and the final
-LayerNorm. The check compares yours with `minipar.perf.estimate.flops_per_token` and with what
+of parameters that take part in a matmul or an elementwise op per token — not the embeddings'
+*lookups*: picking row $x_t$ of a table costs no FLOPs (and its backward is a scatter-add, not a
+GEMM). Count them from minipar's GPT: per block the qkv projection ($h \times 3h$ and a bias), the
+output projection ($h\times h$, bias), the MLP ($h \times 4h$, bias; $4h \times h$, bias) and two
+LayerNorms (a weight and a bias each); then the head's $V \times h$ matmul — once, whether its weight
+is its own or tied to the token embedding's table — and the final LayerNorm. Counting an untied
+token embedding as a matmul too (a common slip) adds $6Vh$ per token: for GPT-2 small, $V$ = 50 257,
+that overstates its FLOPs, and so its MFU, by about a quarter. The check compares yours with `minipar.perf.estimate.flops_per_token` and with what
 each model counts from its own parameters, over several shapes.
 ''', r'''%exercise my_flops_per_token
 def my_flops_per_token(n_layer, d_model, vocab_size, seq_len, tie_weights=False):
     """Training FLOPs per token, 6N + 12·L·h·s, with N counted from the shapes (see above)."""
-    raise NotImplementedError("hint: one block holds 12·h² weights (3h² + h² + 4h² + 4h²) and 13·h "
-                              "biases and LayerNorm parameters (3h + h + 4h + h + 2·2h); add V·h for "
-                              "the embedding, V·h more for an untied head, 2·h for the final LayerNorm")
+    raise NotImplementedError("hint: count a block's weights, biases and LayerNorm parameters from the "
+                              "list above; of the vocabulary matrices only one takes part in a matmul")
 ''', r'''
 shapes = [dict(n_layer=4, d_model=128, n_head=4, seq_len=128), dict(n_layer=2, d_model=64, n_head=2, seq_len=32),
           dict(n_layer=3, d_model=48, n_head=3, seq_len=16, tie_weights=True),

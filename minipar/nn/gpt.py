@@ -134,7 +134,11 @@ class GPT(Module):
         return logits, self.loss(logits, targets)
 
     def flops_per_token(self):
-        """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention)."""
+        """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention).  N
+        leaves out the lookups: the position embedding, and the token embedding unless the
+        head's matmul uses it (tied); an untied head is counted, as the matmul it is."""
         n = self.num_parameters() - self.wpe.weight.size
+        if self.lm_head is not None:          # untied: the token embedding is only a lookup
+            n -= self.wte.weight.size
         c = self.config
         return 6 * n + 12 * c.n_layer * c.d_model * c.seq_len
