@@ -68,21 +68,74 @@ print(f"yours matches minipar.perf; GPT-3 175B: {my_flops_per_token(96, 12288, 5
 ''', r'''%md
 ## This machine's roofline, measured
 
-`python -m minipar.perf.calibrate` times GEMMs at the model's own shapes, elementwise work, the
-attention core, AdamW and the per-op overhead. A GEMM of $m\times k$ by $k\times n$ does $2mnk$
-FLOPs on $e(mk+kn+mn)$ bytes; below the ridge point (FLOPs/byte = peak / bandwidth) it is memory
-bound. Here we calibrate a small profile (a few seconds).
+A kernel that does $F$ FLOPs while moving $Q$ bytes to and from memory has **arithmetic intensity**
+$I = F/Q$. It cannot run faster than the machine computes (the flat **compute roof**, $P$ FLOP/s), nor
+faster than memory feeds it (the slanted **memory roof**, $I\cdot B$ for a bandwidth of $B$ bytes/s):
+
+$$\text{attainable FLOP/s} = \min(P,\; I \cdot B), \qquad \text{ridge point } I^* = P / B.$$
+
+A GEMM of $m\times k$ by $k\times n$ does $2mnk$ FLOPs on $e(mk+kn+mn)$ bytes ($e$ bytes per number):
+square ones have $I \approx 2n/(3e)$, far right of the ridge; a matrix-*vector* product ($m = 1$) has
+$I < 1/2$ in fp32 and sits on the memory roof. Elementwise ops are worse: `x + y` does 1 FLOP per 12
+bytes. Below, both roofs of this machine are measured — $P$ from a large GEMM, $B$ from a large `add` —
+and each kernel is placed by its intensity.
 ''', r'''
-from minipar.perf.calibrate import calibrate
+def best_time(fn, reps=7):
+    """The fastest of a few calls: a roof is the best the machine does (others share its cores)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def intensity_of_gemm(m, n, k, e=4):
+    return 2 * m * n * k / (e * (m * k + k * n + m * n))
+
+
+kernels = []                                          # (name, intensity FLOP/byte, FLOP/s)
+for m, n, k in [(1, 4096, 4096), (4, 4096, 4096), (16, 4096, 4096),     # 64 MiB of weights: from DRAM
+                (64, 1024, 1024), (256, 1024, 1024), (1024, 1024, 1024), (128, 3 * 128, 128), (2048, 512, 512)]:
+    a, w = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    kernels.append((f"GEMM {m}x{k}·{k}x{n}", intensity_of_gemm(m, n, k), 2 * m * n * k / best_time(lambda: a @ w)))
+x, y, out = (np.ones(1 << 23, np.float32) for _ in range(3))  # 32 MiB each: beyond the caches
+t_add = best_time(lambda: np.add(x, y, out=out))
+# the memory roof: the best streaming rate of three kernels (a read-only sum usually wins:
+# a write first reads its cache line, so x + y really moves 16 bytes per element, not 12)
+bandwidth = max(4 * x.size / best_time(lambda: x.sum(), 15), 8 * x.size / best_time(lambda: np.copyto(out, x), 15),
+                12 * x.size / t_add)
+kernels.append(("x + y", 1 / 12, x.size / t_add))
+peak = max(f for name, _, f in kernels if name.startswith("GEMM"))
+ridge = peak / bandwidth
+I = np.logspace(-2, 3, 200)
+plt.figure(figsize=(7, 4))
+plt.loglog(I, np.minimum(peak, I * bandwidth) / 1e9, "k-", label=f"roofs: {peak / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s")
+for name, i, f in kernels:
+    plt.loglog(i, f / 1e9, "o", label=name)
+plt.axvline(ridge, color="grey", ls=":")
+plt.xlabel("arithmetic intensity (FLOP/byte)"); plt.ylabel("GFLOP/s"); plt.legend(fontsize=7)
+plt.title(f"this machine's roofline (fp32, one process); ridge at {ridge:.1f} FLOP/byte"); plt.show()
+for name, i, f in kernels:
+    bound = "memory" if i < ridge else "compute"
+    print(f"{name:<24} I = {i:7.2f}  {f / 1e9:7.2f} GFLOP/s = {f / min(peak, i * bandwidth):4.0%} of its {bound} roof")
+assert abs(intensity_of_gemm(1024, 1024, 1024) - 2 * 1024 / 12) < 1e-9    # square: 2n/(3e)
+
+from minipar.perf.calibrate import calibrate          # the profile the performance model uses below
 prof = calibrate(TrainConfig(model="tiny").model_config(), micro_rows=(1, 4), dtypes=("fp32",))
-flops, secs = np.array(prof.gemm_curve["fp32"]).T
-plt.loglog(flops, flops / secs / 1e9, "o-", label="GEMM, measured")
-plt.xlabel("FLOPs per GEMM"); plt.ylabel("GFLOP/s"); plt.legend(); plt.title("GEMM rate against size")
-plt.show()
-print(f"per-op overhead {prof.op_overhead_s * 1e6:.1f} µs, elementwise {prof.mem_bw / 1e9:.2f} GB/s")
-rate = flops / secs
-print(f"the smallest GEMM runs at {rate[np.argmin(flops)] / 1e9:.2f} GFLOP/s, {rate[np.argmin(flops)] / rate.max():.0%} "
-      f"of the best rate ({rate.max() / 1e9:.2f}): per-call costs weigh more on small matmuls")
+print(f"calibrated for the model: per-op overhead {prof.op_overhead_s * 1e6:.1f} µs, "
+      f"elementwise {prof.mem_bw / 1e9:.2f} GB/s, best GEMM {prof.peak_flops['fp32'] / 1e9:.1f} GFLOP/s")
+''', r'''%md
+Read the plot from left to right. Elementwise ops sit under the memory roof at a tiny fraction of
+the peak, so what they cost is their bytes: an op written as several NumPy passes (GELU's tanh
+formula is about eight) moves its array through memory once per pass, which is why LayerNorm, GELU
+and the softmax are one compiled pass each in minipar (and one kernel each in fused GPU code). Thin GEMMs (a few rows: a small micro-batch, or decoding one token) are memory bound
+too; only GEMMs with enough rows reach the compute roof, and how close they get is the GEMM's own
+efficiency (blocking, threads, per-call cost). (On a machine shared with other work a point can land
+above its roof: the roofs are the best of a few calls, each kernel's rate too, measured moments apart.) A GPU's ridge is far further right — an H100 computes
+~990 dense bf16 TFLOP/s on ~3.35 TB/s of HBM, a ridge near 300 FLOP/byte (spec-sheet figures) — so
+more of a model's ops are memory bound there than here.
 ''', r'''%md
 ## Predicted against measured
 
