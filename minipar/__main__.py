@@ -5,6 +5,7 @@
     python -m minipar sample --resume DIR [--prompt TEXT]
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
+    python -m minipar tokenize --data stdlib|PATH --vocab V --out DIR
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
     mpiexec -n N python -m minipar bench comm [...]
@@ -118,6 +119,7 @@ def build_parser():
     report = sub.add_parser("report", help="plots and an HTML page of one or more --log-json runs")
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
+                       ("tokenize", "train a BPE tokenizer and write a corpus as token shards"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
                        ("calibrate", "measure this machine into a hardware profile (JSON)")):
         cmd = sub.add_parser(name, help=text, add_help=False)
@@ -186,6 +188,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
     "report": ("minipar.report", "main"),
     "launch": ("minipar.elastic", "launch_main"),
+    "tokenize": ("minipar.data.build", "main"),
 }
 
 

@@ -4,11 +4,12 @@
     train.py    learning merges with incrementally kept pair counts
     encode.py   applying the merges to chunks (numba)
     bpe.py      Tokenizer: encode / decode / special tokens / JSON save and load
-    build.py    ``python -m minipar tokenize``: a corpus -> llm.c-format token shards
 
     tok = train_tokenizer(count_chunks(documents), vocab_size=4096)
     ids = tok.encode("def f(x):\\n    return x")
     assert tok.decode(ids) == "def f(x):\\n    return x"
+
+``minipar/data/build.py`` (``python -m minipar tokenize``) uses it to write token shards.
 """
 from __future__ import annotations
 
