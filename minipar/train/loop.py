@@ -133,7 +133,8 @@ class Run:
         tokens = c.batch_size * self.cfg.seq_len
         header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,
                       batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
-                      precision=c.precision, config=c.to_dict())
+                      precision=c.precision, config=c.to_dict(), vocab_size=self.cfg.vocab_size,
+                      bytes_per_token=self.dataset.bytes_per_token)
         return RunMonitor(grid.world, rank=grid.rank, world_size=grid.world.size, header=header,
                           flops_per_step=self.parallel.module.flops_per_token() * tokens,
                           peak_tflops=c.peak_tflops, log_path=c.log_json, progress=not c.quiet,
