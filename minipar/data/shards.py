@@ -95,7 +95,7 @@ def map_tokens(path, n_tokens):
     return np.memmap(path, dtype=TOKEN_DTYPE, mode="r", offset=HEADER_BYTES, shape=(n_tokens,))
 
 
-def max_token(path, n_tokens, block=1 << 24):
+def max_token(path, n_tokens, block=1 << 20):
     """The largest token in the shard, read block by block through short-lived maps (a
     scan of a large file leaves no pages mapped in this process)."""
     top = -1

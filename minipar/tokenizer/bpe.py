@@ -58,17 +58,17 @@ class Tokenizer:
             cache[chunk] = ids
         return [cache[c] for c in chunks]
 
-    def _ordinary(self, text: str, errors: str):
-        chunks = [c.encode("utf-8", errors) for c in split_regex(self.pattern).findall(text)]
-        parts = self._encode_chunks(chunks)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    def _ordinary(self, text: str):
+        """Text without special tokens; a lone surrogate is kept as its 3 UTF-8 bytes."""
+        chunks = [c.encode("utf-8", "surrogatepass") for c in split_regex(self.pattern).findall(text)]
+        return _joined(self._encode_chunks(chunks))
 
     def encode(self, text: str, allowed_special=False) -> np.ndarray:
         """Token ids (int64) of ``text``.  Special tokens in the text are plain text
         unless ``allowed_special`` (True: all of them; or a set of names)."""
         allowed = set(self.special) if allowed_special is True else set(allowed_special or ())
         if not allowed:
-            return self._ordinary(text, "surrogatepass")
+            return self._ordinary(text)
         import regex
         splitter = regex.compile("(" + "|".join(regex.escape(s) for s in sorted(allowed)) + ")")
         pieces = []
@@ -76,14 +76,13 @@ class Tokenizer:
             if i % 2:
                 pieces.append(np.array([self.special[piece]], dtype=np.int64))
             elif piece:
-                pieces.append(self._ordinary(piece, "surrogatepass"))
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+                pieces.append(self._ordinary(piece))
+        return _joined(pieces)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Token ids of raw bytes (a file): any bytes, UTF-8 or not, round-trip."""
-        return np.concatenate(self._encode_chunks(
-            [chunk_bytes(c) for c in split_regex(self.pattern).findall(text_of(data))])) \
-            if data else np.zeros(0, dtype=np.int64)
+        chunks = [chunk_bytes(c) for c in split_regex(self.pattern).findall(text_of(data))]
+        return _joined(self._encode_chunks(chunks))
 
     # ------------------------------------------------------------------ decoding
     def decode_bytes(self, ids) -> bytes:
@@ -137,6 +136,10 @@ class Tokenizer:
 
     def __eq__(self, other):
         return isinstance(other, Tokenizer) and self.to_dict() == other.to_dict()
+
+
+def _joined(parts):
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _check_merges(merges, vocab_size):
