@@ -236,12 +236,15 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
     p.add_argument("--vocab", type=int, default=4096, help="vocabulary size (bytes + merges + "
-                   "<|endoftext|>), at most 65535")
+                   "<|endoftext|>), at most 65535; --tokenizer brings its own")
     p.add_argument("--out", required=True, help="folder for the shards and the manifest")
     p.add_argument("--tokenizer", help="a tokenizer.json to use instead of training one")
-    p.add_argument("--val-fraction", type=float, default=0.05)
-    p.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--val-fraction", type=float, default=0.05,
+                   help="the corpus's last share of bytes for validation (default 0.05, as train)")
+    p.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS,
+                   help=f"tokens per shard (default {SHARD_TOKENS:,}, as llm.c)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="encoding processes (default: one per core)")
     p.add_argument("--quiet", action="store_true")
     return p
 
