@@ -184,7 +184,7 @@ def _flags_have_effect(config):
                           "dropout masks needs the generator's state, which CuPy does not expose")
 
 
-def _vocabulary_of_data(config):
+def with_data_vocabulary(config):
     """The model's vocabulary is the data's: 256 bytes, or a tokenized dataset's."""
     if config.vocab_size is not None:
         return config
@@ -197,7 +197,7 @@ def _vocabulary_of_data(config):
 
 def check(config, world_size):
     """``config`` resolved for ``world_size`` ranks, or ConfigError."""
-    config = _vocabulary_of_data(config)
+    config = with_data_vocabulary(config)
     _positive(config)
     _numbers(config)
     dp = _data_parallel_size(config, world_size)

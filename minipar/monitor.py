@@ -270,6 +270,9 @@ class RunMonitor:
         self._print(f"  {self.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
                     f"{h.get('precision', '?')}")
         self._print(f"  threads: {h['threads']}")
+        if self.bytes_per_token != 1.0:
+            self._print(f"  tokens: a vocabulary of {h.get('vocab_size', '?')}, {self.bytes_per_token:.3f} "
+                        "bytes/token on the validation text (bits/byte = nats/token / ln 2 / that)")
         note = "" if self.peak_tflops else " (no --peak-tflops given)"
         self._print(f"  MFU against {self.mfu_basis}{note}")
 

@@ -184,3 +184,17 @@ def test_bad_tokenize_input_is_one_line(tmp_path, corpus, capsys):
         code = tokenize(*args, "--out", tmp_path / "out")
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_auto_layout_plans_with_the_data_vocabulary(tokens, monkeypatch):
+    """--layout auto ranks layouts for the model the data needs: its head has V = 300."""
+    import minipar.perf.plan
+    from minipar.__main__ import build_parser
+    from minipar.layout import validate_layout
+    planned = []
+    real = minipar.perf.plan.auto_layout
+    monkeypatch.setattr(minipar.perf.plan, "auto_layout",
+                        lambda config, size: planned.append(config) or real(config, size))
+    args = build_parser().parse_args(["train", *MODEL, "--layout", "auto", "--data", str(tokens)])
+    chosen = validate_layout(args, rank_and_size=(1, 2))
+    assert planned[0].model_config().vocab_size == 300 == chosen.model_config().vocab_size
