@@ -76,6 +76,17 @@ def test_tokenize_writes_shards_a_manifest_and_reuses_them(tokens, corpus, capsy
     assert os.path.getmtime(tokens / m["train"][0]["file"]) == stamp   # nothing rewritten
 
 
+def test_workers_write_the_same_shards_and_a_rerun_leaves_no_stale_one(tokens, corpus, tmp_path):
+    out = tmp_path / "two"
+    assert tokenize_main(["--data", str(corpus), "--vocab", "300", "--out", str(out), "--shard-tokens",
+                          "4000", "--workers", "2", "--quiet"]) == 0
+    m = manifest_of(tokens)
+    for s in m["train"] + m["val"]:
+        assert (out / s["file"]).read_bytes() == (tokens / s["file"]).read_bytes()
+    assert tokenize("--data", corpus, "--vocab", 300, "--out", out, "--shard-tokens", 10 ** 6) == 0
+    assert sorted(p.name for p in out.glob("*.bin")) == ["train_000000.bin", "val_000000.bin"]
+
+
 def test_validation_text_is_the_byte_corpus_tail(tokens, corpus):
     """The validation shard decodes to the last 5% of the byte corpus, documents joined
     by a blank line where the shard has <|endoftext|>: the same text for every tokenizer."""

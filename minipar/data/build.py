@@ -14,10 +14,12 @@ tokenizer, split); a re-run with the same fingerprint and intact shards does not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 
@@ -72,6 +74,18 @@ def cached(out, fp=None):
     return manifest
 
 
+def remove_previous(out):
+    """Before writing: the old manifest first (no reader may pair it with new shards),
+    then the old shards, so a dataset of fewer shards leaves none behind."""
+    os.makedirs(out, exist_ok=True)
+    for name in [MANIFEST] + sorted(os.listdir(out)):
+        if name == MANIFEST or re.fullmatch(r"(train|val)_\d{6}\.bin", name):
+            try:
+                os.remove(os.path.join(out, name))
+            except FileNotFoundError:
+                pass
+
+
 def split_documents(documents, val_fraction):
     """(train documents, validation documents) at the byte where the byte-level corpus
     (documents joined by a blank line) starts its last ``val_fraction``; a document cut
@@ -110,12 +124,14 @@ def _encode(i):
     return np.concatenate([[tok.eot], ids]).astype(np.uint16), len(_WORK["docs"][i])
 
 
-def _pool(workers):
-    return multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
-
-
-def _imap(pool, fn, items):
-    return pool.imap(fn, items, chunksize=4) if pool else map(fn, items)
+@contextlib.contextmanager
+def _mapper(workers):
+    """``imap(fn, items)`` over ``workers`` forked processes, in order (or here, for 1)."""
+    if workers == 1:
+        yield map
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield lambda fn, items: pool.imap(fn, items, chunksize=4)
 
 
 def learn(docs, vocab, workers, quiet):
@@ -124,13 +140,10 @@ def learn(docs, vocab, workers, quiet):
     from minipar.tokenizer import train_tokenizer
     _WORK["docs"] = docs
     batches = [list(range(i, len(docs), workers * 8)) for i in range(workers * 8)]
-    counts, pool = Counter(), _pool(workers)
-    try:
-        for part in _imap(pool, _count, batches):
+    counts = Counter()
+    with _mapper(workers) as imap:
+        for part in imap(_count, batches):
             counts.update(part)
-    finally:
-        if pool:
-            pool.close()
     bar = None if quiet else progress(total=vocab - 1, initial=256, desc="merges", unit="tok")
     tok = train_tokenizer(counts, vocab, progress=(lambda k: bar.update(1)) if bar else None)
     if bar:
@@ -142,9 +155,9 @@ def encode_split(name, docs, tok, out, workers, shard_tokens, bar):
     """Encode ``docs`` into ``out/{name}_000000.bin`` and on; returns the shard list."""
     from minipar.data.shards import ShardWriter
     _WORK.update(docs=docs, tokenizer=tok)
-    shards, writer, pool = [], None, _pool(workers)
-    try:
-        for ids, n_bytes in _imap(pool, _encode, range(len(docs))):
+    shards, writer = [], None
+    with _mapper(workers) as imap:
+        for ids, n_bytes in imap(_encode, range(len(docs))):
             while ids.size:
                 if writer is None:
                     writer = ShardWriter(os.path.join(out, f"{name}_{len(shards):06d}.bin"))
@@ -156,9 +169,6 @@ def encode_split(name, docs, tok, out, workers, shard_tokens, bar):
                     writer = None
             if bar:
                 bar.update(n_bytes)
-    finally:
-        if pool:
-            pool.close()
     if writer is not None:
         shards.append({"file": os.path.basename(writer.path), "tokens": writer.close()})
     return shards
@@ -200,7 +210,7 @@ def tokenize(args):
                             f"{len(docs)} files: too little for a training and a validation split")
     if tok is None:
         tok = learn(train_docs, args.vocab, args.workers, args.quiet)
-    os.makedirs(args.out, exist_ok=True)
+    remove_previous(args.out)
     bar = None if args.quiet else progress(total=sum(map(len, docs)), desc="encode", unit="B",
                                            unit_scale=True)
     train = encode_split("train", train_docs, tok, args.out, args.workers, args.shard_tokens, bar)
