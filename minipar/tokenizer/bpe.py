@@ -28,6 +28,10 @@ MAX_VOCAB = 65535             # ids are stored as uint16 in the shards
 
 
 class Tokenizer:
+    """Byte-level BPE: ``encode``/``decode`` for text, ``encode_bytes``/``decode_bytes``
+    for files, ``save``/``load`` for its JSON.  Built from merges (``train_tokenizer``
+    learns them); ``vocab_size`` = 256 + merges + special tokens."""
+
     def __init__(self, merges, special_tokens=(END_OF_TEXT,), pattern=SPLIT_PATTERN):
         self.merges = [(int(a), int(b)) for a, b in merges]
         self.pattern = pattern
