@@ -5,6 +5,7 @@
     python -m minipar sample --resume DIR [--prompt TEXT]
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
+    python -m minipar tokenize --data stdlib|PATH --vocab V --out DIR
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
     python -m minipar cluster up --nodes N --ranks-per-node K --inter-gbps G | run -- train ... | down
@@ -84,7 +85,8 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     run.add_argument("--weight-decay", type=float, default=0.1)
     run.add_argument("--grad-clip", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
+    run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder (bytes), "
+                     "or a folder written by `minipar tokenize` (tokens)")
     run.add_argument("--eval-batches", type=int,
                      help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
     run.add_argument("--mem-per-rank", type=float, metavar="GIB",
@@ -126,6 +128,7 @@ def build_parser():
     report = sub.add_parser("report", help="plots and an HTML page of one or more --log-json runs")
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
+                       ("tokenize", "train a BPE tokenizer and write a corpus as token shards"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
                        ("calibrate", "measure this machine into a hardware profile (JSON)"),
                        ("cluster", "a cluster on this machine: nodes as network namespaces, "
@@ -199,6 +202,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "report": ("minipar.report", "main"),
     "launch": ("minipar.elastic", "launch_main"),
     "cluster": ("minipar.cluster.cli", "main"),
+    "tokenize": ("minipar.data.build", "main"),
 }
 
 

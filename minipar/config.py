@@ -55,6 +55,7 @@ class TrainConfig:
     seq_len: Optional[int] = None
     dropout: Optional[float] = None
     tie_weights: Optional[bool] = None
+    vocab_size: Optional[int] = None    # None: the data's (256 bytes, or the tokenizer's)
     # run
     steps: int = 1800                   # the defaults: ~2.5 min on 2 cores, val ~1.6 nats/byte
     stop_at: Optional[int] = None
@@ -94,7 +95,8 @@ class TrainConfig:
         from minipar.nn import config_from_preset
         return config_from_preset(self.model, n_layer=self.n_layer, d_model=self.d_model,
                                   n_head=self.n_head, seq_len=self.seq_len, dropout=self.dropout,
-                                  tie_weights=self.tie_weights, attention=self.attention)
+                                  tie_weights=self.tie_weights, attention=self.attention,
+                                  vocab_size=self.vocab_size)
 
     def layout_name(self):
         """A short name of the layout, e.g. "dp2·tp2·pp2 zero1 sp" or "single"."""

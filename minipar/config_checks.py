@@ -187,8 +187,20 @@ def _flags_have_effect(config):
                           "dropout masks needs the generator's state, which CuPy does not expose")
 
 
+def with_data_vocabulary(config):
+    """The model's vocabulary is the data's: 256 bytes, or a tokenized dataset's."""
+    if config.vocab_size is not None:
+        return config
+    from minipar.data.tokens import vocab_size_of
+    try:
+        return replace(config, vocab_size=vocab_size_of(config.data))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check(config, world_size):
     """``config`` resolved for ``world_size`` ranks, or ConfigError."""
+    config = with_data_vocabulary(config)
     _positive(config)
     _numbers(config)
     dp = _data_parallel_size(config, world_size)

@@ -35,8 +35,9 @@ def _auto(config, size, rank):
     given = [f for f in LAYOUT_FLAGS if getattr(config, f) != getattr(default, f)]
     if given:
         raise ConfigError(f"`layout` auto chooses the layout itself; drop `{given[0]}`")
+    from minipar.config_checks import with_data_vocabulary
     from minipar.perf.plan import auto_layout
-    chosen, text = auto_layout(config, size)
+    chosen, text = auto_layout(with_data_vocabulary(config), size)   # the head's size counts
     if rank == 0:
         print(text, flush=True)
         print(f"--layout auto: running {chosen.layout_name()}", flush=True)

@@ -39,8 +39,11 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
   ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank``, ``mem_share_per_rank``,
   ``skipped_steps``.
 
-Loss is in nats per token; minipar's tokens are bytes, so nats/byte, and
-bits/byte = nats/byte / ln 2.
+Loss is in nats per token.  Bits per byte compare runs whatever their tokens:
+bits/byte = nats/token / ln 2 / (bytes per token), with the header's ``bytes_per_token``
+(the validation text's bytes over its tokens; 1 when the tokens are bytes).  Step records
+carry ``bits_per_byte``; the final record ``train_bits_per_byte`` and ``val_bits_per_byte``.
+Off a terminal (a log file) the progress bar is one line every few seconds (progress.py).
 """
 from __future__ import annotations
 
@@ -99,6 +102,12 @@ class RunMonitor:
         self.out = out or sys.stdout
         self.records, self.log, self.bar = [], None, None
         self.nvml = _nvml_handle()
+        self.bytes_per_token = float(self.header.get("bytes_per_token") or 1.0)
+        self.loss_unit = "nats/byte" if self.bytes_per_token == 1.0 else "nats/token"
+
+    def bits_per_byte(self, nats):
+        """nats/token -> bits/byte: / ln 2 / (bytes per token)."""
+        return None if nats is None else bits(nats) / self.bytes_per_token
 
     # ------------------------------------------------------------------ collective
     def _gather(self, values):
@@ -146,9 +155,9 @@ class RunMonitor:
             self.log = open(self.log_path, "w")
             self._write({"header": self.header})
         if self.progress:
-            from tqdm import tqdm
-            self.bar = tqdm(total=self.total_steps, initial=self.start_step, desc="train",
-                            unit="step", file=self.out)
+            from minipar.progress import progress
+            self.bar = progress(total=self.total_steps, initial=self.start_step, desc="train",
+                                unit="step", file=self.out)
 
     def step(self, step, *, shared, mine, extra=None):
         """Gather ``mine`` (this rank's times and memory) to rank 0, which logs one
@@ -171,7 +180,7 @@ class RunMonitor:
         if self.log:
             self._write(record)
         if self.bar:
-            self.bar.set_postfix_str(f"loss {record['loss']:.3f} ({bits(record['loss']):.2f} bpb)"
+            self.bar.set_postfix_str(f"loss {record['loss']:.3f} ({record['bits_per_byte']:.2f} bpb)"
                                      f" | {record['tokens_per_s']:,.0f} tok/s")
             self.bar.update(1)
         return record
@@ -189,6 +198,8 @@ class RunMonitor:
                                     np.maximum(self.mem_budget, 1), math.nan)
         record = {"step": step}
         record.update({k: _plain(v) for k, v in shared.items() if v is not None})
+        if "loss" in record:
+            record["bits_per_byte"] = self.bits_per_byte(record["loss"])
         record.update(step_time_s=dt, tokens_per_s=self.tokens_per_step / dt,
                       samples_per_s=self.samples_per_step / dt,
                       comm_time_s=float(per["comm_time_s"].mean()),
@@ -232,7 +243,8 @@ class RunMonitor:
             "train_loss": losses[-1] if losses else None,
             "train_loss_last10": float(np.mean(losses[-10:])) if losses else None,
             "val_loss": None if val_loss is None else float(val_loss),
-            "val_bits_per_byte": None if val_loss is None else bits(float(val_loss)),
+            "train_bits_per_byte": self.bits_per_byte(losses[-1] if losses else None),
+            "val_bits_per_byte": None if val_loss is None else self.bits_per_byte(float(val_loss)),
             "wall_s": time.perf_counter() - self.t_start,
             "tokens_per_s": self.tokens_per_step * len(recs) / time_s if time_s else None,
             "mfu": self.flops_per_step * len(recs) / time_s / float(self.peak_flops.sum())
@@ -262,6 +274,9 @@ class RunMonitor:
         self._print(f"  {self.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
                     f"{h.get('precision', '?')}")
         self._print(f"  threads: {h['threads']}")
+        if self.bytes_per_token != 1.0:
+            self._print(f"  tokens: a vocabulary of {h.get('vocab_size', '?')}, {self.bytes_per_token:.3f} "
+                        "bytes/token on the validation text (bits/byte = nats/token / ln 2 / that)")
         note = "" if self.peak_tflops else " (no --peak-tflops given)"
         self._print(f"  MFU against {self.mfu_basis}{note}")
 
@@ -269,10 +284,10 @@ class RunMonitor:
         p = self._print
         p(f"done: {f['steps']} steps in {f['wall_s']:.1f} s wall")
         if f["train_loss"] is not None:
-            p(f"  train loss {f['train_loss']:.4f} nats/byte ({bits(f['train_loss']):.3f} bits/byte),"
+            p(f"  train loss {f['train_loss']:.4f} {self.loss_unit} ({f['train_bits_per_byte']:.3f} bits/byte),"
               f" mean of last 10 {f['train_loss_last10']:.4f}")
         if f["val_loss"] is not None:
-            p(f"  val loss   {f['val_loss']:.4f} nats/byte ({f['val_bits_per_byte']:.3f} bits/byte)")
+            p(f"  val loss   {f['val_loss']:.4f} {self.loss_unit} ({f['val_bits_per_byte']:.3f} bits/byte)")
         else:
             p("  val loss   not measured (evaluation skipped)")
         if f["tokens_per_s"]:

@@ -3,7 +3,8 @@
 Reads the JSON logs ``train --log-json`` writes (format: monitor.py; parsing: runlog.py) and draws,
 with matplotlib's file-only Agg backend, one PNG per question a run answers:
 
-    loss.png          did it learn?  train loss per step, val loss at the end, runs overlaid
+    loss.png          did it learn?  train loss per step, val loss at the end, runs overlaid,
+                      in bits per byte (runs with different tokenizers compare)
     throughput.png    how fast?  tokens/s per step
     time_split_K.png  where did each rank's step go?  compute / exposed communication /
                       pipeline wait / optimizer, stacked per rank (mean over the steps
@@ -66,7 +67,7 @@ class Run:
         f.setdefault("train_loss_last10", sum(losses[-10:]) / len(losses[-10:]) if losses else None)
         f.setdefault("val_loss", None)
         if f.get("val_bits_per_byte") is None and f["val_loss"] is not None:
-            f["val_bits_per_byte"] = f["val_loss"] / math.log(2)
+            f["val_bits_per_byte"] = bits_per_byte(self, f["val_loss"])
         f.setdefault("tokens_per_s", weighted("tokens_per_s"))
         f.setdefault("mfu", weighted("mfu"))
         f.setdefault("comm_share", weighted("comm_share"))
@@ -124,14 +125,22 @@ def _plt():
     return plt
 
 
+def bits_per_byte(run, nats):
+    """A run's loss in bits per byte (nats/token / ln 2 / bytes per token), the unit in
+    which runs with different tokenizers compare."""
+    return nats / math.log(2) / float(run.header.get("bytes_per_token") or 1.0)
+
+
 def plot_lines(plt, runs, key, ylabel, path, title):
+    """Per-step values of ``key``; the loss is drawn in bits per byte."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, run in enumerate(runs):
-        points = [(r["step"], r[key]) for r in run.steps if r.get(key) is not None]
+        unit = (lambda v: bits_per_byte(run, v)) if key == "loss" else (lambda v: v)
+        points = [(r["step"], unit(r[key])) for r in run.steps if r.get(key) is not None]
         if points:
             ax.plot(*zip(*points), color=COLORS[i % len(COLORS)], label=f"{run.label} train"
                     if key == "loss" else run.label)
-        val = run.summary().get("val_loss") if key == "loss" else None
+        val = run.summary().get("val_bits_per_byte") if key == "loss" else None
         if val is not None and run.steps:
             ax.scatter([run.steps[-1]["step"]], [val], marker="*", s=120, zorder=3,
                        color=COLORS[i % len(COLORS)], label=f"{run.label} val {val:.3f}")
@@ -140,10 +149,6 @@ def plot_lines(plt, runs, key, ylabel, path, title):
             ax.axvline(e.get("resume_step", 0), color=COLORS[i % len(COLORS)], ls=":", lw=1)
             ax.annotate(_event_label(e), (e.get("resume_step", 0), 1), xycoords=("data", "axes fraction"),
                         rotation=90, va="top", ha="right", fontsize=7)
-    if key == "loss":    # a second axis in bits/byte beside nats/byte
-        sec = ax.secondary_yaxis("right", functions=(lambda y: y / math.log(2),
-                                                     lambda y: y * math.log(2)))
-        sec.set_ylabel("bits / byte")
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -213,7 +218,7 @@ def plot_loss_scale(plt, runs, path):
 # (key, column title, how to show it) — the exact value goes into data-value
 COLUMNS = (("steps", "steps", "{:d}"), ("train_loss", "train loss (last)", "{:.4f}"),
            ("train_loss_last10", "train loss (last 10)", "{:.4f}"),
-           ("val_loss", "val loss nats/byte", "{:.4f}"), ("val_bits_per_byte", "bits/byte", "{:.3f}"),
+           ("val_loss", "val loss nats/token", "{:.4f}"), ("val_bits_per_byte", "bits/byte", "{:.3f}"),
            ("tokens_per_s", "tokens/s", "{:,.0f}"), ("mfu", "MFU", "{:.2%}"),
            ("comm_share", "comm share", "{:.1%}"), ("peak_mem_bytes", "peak memory (max rank)", None),
            ("train_time_s", "train time s", "{:.1f}"), ("wall_s", "wall s", "{:.1f}"),
@@ -251,7 +256,8 @@ img{{max-width:700px;}}</style></head><body>
 <table id="summary"><tr><th>run</th>{head}</tr>
 {chr(10).join(rows)}
 </table>
-<p>Loss in nats per byte (bits per byte = nats / ln 2).</p>
+<p>Loss in nats per token; bits per byte = nats / ln 2 / (bytes per token), which compares
+runs whatever their tokenizer (bytes: 1 byte per token).</p>
 <ul>{notes}</ul>
 {imgs}
 </body></html>
@@ -292,7 +298,7 @@ def main(argv=None):
         _tell_apart(runs)
     figures = [("loss.png", "loss per step (train), val loss at the end"),
                ("throughput.png", "tokens per second")]
-    plot_lines(plt, runs, "loss", "loss, nats / byte", os.path.join(args.out, "loss.png"), "loss")
+    plot_lines(plt, runs, "loss", "loss, bits / byte", os.path.join(args.out, "loss.png"), "loss")
     plot_lines(plt, runs, "tokens_per_s", "tokens / s", os.path.join(args.out, "throughput.png"),
                "throughput")
     for i, run in enumerate(runs):

@@ -1,8 +1,9 @@
 """Text generation from a checkpoint: ``python -m minipar sample --resume DIR``.
 
-Autoregressive sampling: feed the last ``seq_len`` bytes, take the logits of the
+Autoregressive sampling: feed the last ``seq_len`` tokens, take the logits of the
 final position, divide by the temperature, keep the ``top_k`` largest, sample
-one byte from their softmax, append, repeat.
+one token from their softmax, append, repeat.  Tokens are bytes, or the ids of the
+BPE tokenizer the checkpoint carries (a run on a tokenized dataset saves it there).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.data import encode, decode
 from minipar.nn import GPT, GPTConfig
+from minipar.tokenizer import Tokenizer
 
 
 class SampleError(ValueError):
@@ -19,9 +21,11 @@ class SampleError(ValueError):
 
 
 def load_model(directory):
+    """(the model in eval mode, its tokenizer or None for bytes) of a checkpoint."""
     try:
         params, _, meta = checkpoint.load(directory)
         cfg = GPTConfig(**meta["model"])
+        tokenizer = Tokenizer.from_dict(meta["tokenizer"]) if "tokenizer" in meta else None
     except (ValueError, FileNotFoundError, TypeError, KeyError) as err:
         raise SampleError(f"--resume {directory}: {err}") from None
     # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
@@ -32,7 +36,7 @@ def load_model(directory):
     except ValueError as err:
         raise SampleError(f"--resume {directory}: {err}") from None
     model.load_state_dict(params)
-    return model.eval()
+    return model.eval(), tokenizer
 
 
 def generate(model, prompt_ids, tokens, temperature=0.8, top_k=40, seed=0):
@@ -64,7 +68,7 @@ def check_sample_flags(args):
 
 def sample_main(args):
     check_sample_flags(args)
-    model = load_model(args.resume)
-    prompt = encode(args.prompt)
+    model, tokenizer = load_model(args.resume)
+    prompt = tokenizer.encode(args.prompt) if tokenizer else encode(args.prompt)
     out = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
-    print(decode(out))
+    print(tokenizer.decode(out) if tokenizer else decode(out))

@@ -28,17 +28,18 @@ def _world_size():
     return MPI.COMM_WORLD.Get_size()
 
 
-def load_resume(config, model):
+def load_resume(config, model, tokenizer=None):
     """(params, optimizer state, meta) of ``config.resume``, or None.  A missing, corrupt
-    or foreign checkpoint, or one this run cannot continue (other parameters, shapes,
-    dtypes or precision, non-finite weights, a step past the run's end) stops every rank
-    here, before any message."""
+    or foreign checkpoint, or one this run cannot continue (another tokenizer, other
+    parameters, shapes, dtypes or precision, non-finite weights, a step past the run's
+    end) stops every rank here, before any message."""
     if not config.resume:
         return None
     from minipar.config_checks import check_resumed_step  # noqa: F401 (same layer)
     try:
         resume = checkpoint.load(config.resume)
         meta = resume[2]
+        check_same_tokenizer(meta, tokenizer)
         checkpoint.check_compatible(meta, model.config.to_dict())
         if meta.get("precision", config.precision) != config.precision:
             raise ValueError(f"it was written by a {meta['precision']} run; this run is "
@@ -48,6 +49,23 @@ def load_resume(config, model):
         raise ConfigError(f"`resume` {config.resume}: {err}") from None
     check_resumed_step(config, int(meta["step"]))
     return resume
+
+
+def _tokens_of(tokenizer_dict):
+    if tokenizer_dict is None:
+        return "bytes"
+    size = 256 + len(tokenizer_dict["merges"]) + len(tokenizer_dict["special_tokens"])
+    return f"a BPE tokenizer of {size} tokens"
+
+
+def check_same_tokenizer(meta, tokenizer):
+    """A checkpoint continues only on data cut by the tokenizer it learned from."""
+    saved, ours = meta.get("tokenizer"), tokenizer.to_dict() if tokenizer is not None else None
+    if saved == ours:
+        return
+    other = " (another one of that size)" if _tokens_of(saved) == _tokens_of(ours) else ""
+    raise ValueError(f"it was trained on {_tokens_of(saved)}, this run's data is cut by "
+                     f"{_tokens_of(ours)}{other}; give the --data it was trained on")
 
 
 def check_outputs(config):
@@ -77,7 +95,7 @@ def setup(config: TrainConfig):
     (the config, the outputs, the memory model's peak against the limit, the corpus, the
     checkpoint to resume) comes before the first message between ranks."""
     from minipar.comm import Communicator, abort_on_exception, set_hang_timeout
-    from minipar.data import Dataset, load_corpus
+    from minipar.data.tokens import open_dataset
     from minipar.nn import GPT
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
@@ -91,11 +109,14 @@ def setup(config: TrainConfig):
     backend.set_default_dtype(backend.dtype_of("fp32" if half else config.precision))
     cfg = config.model_config()
     try:
-        dataset = Dataset(load_corpus(config.data), cfg.seq_len)
+        dataset = open_dataset(config.data, cfg.seq_len)
     except (ValueError, OSError) as err:
         raise ConfigError(str(err)) from None
+    if dataset.vocab_size != cfg.vocab_size:
+        raise ConfigError(f"`data` {config.data} has a vocabulary of {dataset.vocab_size}, "
+                          f"the model {cfg.vocab_size}")
     model = GPT(cfg, seed=config.seed)
-    resume = load_resume(config, model)
+    resume = load_resume(config, model, dataset.tokenizer)
     if resume is not None:
         model.load_state_dict(resume[0])
     if config.world_size > 1:

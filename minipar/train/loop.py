@@ -135,7 +135,8 @@ class Run:
         tokens = c.batch_size * self.cfg.seq_len
         header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,
                       batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
-                      precision=c.precision, config=c.to_dict())
+                      precision=c.precision, config=c.to_dict(), vocab_size=self.cfg.vocab_size,
+                      bytes_per_token=self.dataset.bytes_per_token)
         if self.memory_fit is not None:                # what the memory model predicted
             peak, limit, _ = self.memory_fit
             header.update(predicted_peak_bytes=peak.total, mem_limit_bytes=limit)

@@ -35,6 +35,8 @@ def save_checkpoint(run, step):
     if grid.rank == 0:
         c = run.config
         meta = {"model": run.cfg.to_dict(), "step": step, "seed": c.seed, "precision": c.precision}
+        if run.dataset.tokenizer is not None:     # sample and resume decode with it
+            meta["tokenizer"] = run.dataset.tokenizer.to_dict()
         if hasattr(hook, "state_dict"):
             meta["compression"] = {"method": c.grad_compression, "world_size": grid.world.size,
                                    "layout": c.layout_name()}

@@ -8,6 +8,10 @@ path order, joined by a blank line.  It is always present and needs no download.
 The last ``val_fraction`` of the tokens is the validation split.  The global batch
 of step ``k`` is a pure function of ``(seed, k)``: every rank of any parallel
 layout can compute it and take its slice, and a resumed run sees the same data.
+
+Tokens instead of bytes: ``build.py`` (``python -m minipar tokenize``) writes a corpus as
+llm.c-format shards (``shards.py``); ``tokens.py`` reads them through memory maps with the
+same batch rule, and ``open_dataset`` picks bytes or tokens for ``--data``.
 """
 from __future__ import annotations
 
@@ -91,6 +95,8 @@ def load_corpus(source="stdlib", max_bytes=None) -> np.ndarray:
 
 class Dataset:
     """Train/validation splits of one corpus, and the batches drawn from them."""
+
+    tokenizer, vocab_size, bytes_per_token = None, VOCAB_SIZE, 1.0    # bytes are the tokens
 
     def __init__(self, tokens: np.ndarray, seq_len: int, val_fraction=0.05):
         n_val = int(len(tokens) * val_fraction)
