@@ -58,6 +58,8 @@ def corpus_bytes(source="stdlib"):
     why).  Loading holds it twice at its peak: the files read, then joined."""
     if source == "stdlib":
         paths = stdlib_files()
+    elif os.path.isfile(os.path.join(str(source), "manifest.json")):
+        return 0            # a tokenized dataset: memory-mapped, only a batch's windows are copied
     elif os.path.isdir(source):
         paths = [os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs]
     else:
