@@ -4,9 +4,10 @@ The data path of one run, file by file (see ``docs/architecture.md``):
 
     config.py       TrainConfig, frozen; ``resolve(world_size)`` checks it once
     parallel/grid   ProcessGrid(dp, tp, pp) from the config
-    nn/gpt          the plain GPT (same seed -> same weights on every rank)
+    nn/gpt          the plain GPT, as placeholders (weights drawn later by name)
     parallel/parallelize
-                    tp/sp layers -> recompute wrappers -> pipeline stages -> synchroniser
+                    tp/sp layers -> recompute wrappers -> pipeline stages -> this rank's
+                    weights drawn from (seed, name) -> synchroniser
     train/steps     forward + backward of this replica's rows (grad accumulation or the
                     pipeline schedule); hooks start the gradient communication
     parallel/step   the one optimizer step: finish -> unscale -> found_inf -> norm ->
@@ -80,7 +81,9 @@ def setup(config: TrainConfig):
         dataset = Dataset(load_corpus(config.data), cfg.seq_len)
     except (ValueError, OSError) as err:
         raise ConfigError(str(err)) from None
-    model = GPT(cfg, seed=config.seed)
+    # placeholders only: parallelize cuts them and each rank draws just its own part
+    # (nn/init.py); a resumed run loads the checkpoint's full arrays instead
+    model = GPT(cfg, seed=config.seed, materialize=False)
     resume = load_resume(config, model)
     if resume is not None:
         model.load_state_dict(resume[0])
