@@ -193,3 +193,19 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
         grads = item * sum(k for _, k in pmem.param_sizes(
             cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))
     return live + a_bytes + grads
+
+
+def process_peak_bytes(config, coords=(0, 0, 0), floor=0):
+    """What the process itself should hold at its peak on the rank at (dp, tp, pp)
+    ``coords``, to compare with its peak resident memory (``procmem.py``):
+
+        runtime floor (interpreter, NumPy, MPI: measured before construction)
+        + model state (weights, gradients, optimizer state: ``memory.model_state_bytes``)
+        + the step's activations + the communication buffers in flight
+
+    It is ``Prediction.mem_bytes`` plus the floor.  Not counted: JIT-compiled kernels of
+    the first step, allocator free lists, a checkpoint being written."""
+    cfg = config.model_config()
+    state = pmem.model_state_bytes(cfg, config, coords)
+    return (floor + pmem.total(state) + minipar_activation_bytes(config, coords[2])
+            + pmem.comm_buffer_bytes(cfg, config, coords))

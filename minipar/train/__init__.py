@@ -74,6 +74,9 @@ def setup(config: TrainConfig):
     from minipar.train.loop import Run
     from minipar.train.saving import load_optimizer_state
     config = config.resolve(_world_size())
+    from minipar.procmem import ProcessMemory
+    process_memory = ProcessMemory()       # the construction phase starts here
+    process_memory.begin()
     half = config.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)
     backend.set_default_dtype(backend.dtype_of("fp32" if half else config.precision))
     cfg = config.model_config()
@@ -98,7 +101,8 @@ def setup(config: TrainConfig):
     parallel = parallelize(model, config, grid)
     optimizer = build_optimizer(parallel, config, grid)
     start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
-    return Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params)
+    process_memory.record("construction")
+    return Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
 
 
 def train(config: TrainConfig):
