@@ -101,7 +101,7 @@ def parallelize(model, config, grid):
     """Steps 1-4 above; returns a ``Parallelized``.  ``model`` is not modified when tp > 1
     (it is sliced into a copy) unless its weights are placeholders (then it is used up);
     otherwise its blocks are wrapped in place."""
-    from minipar.nn.init import init_specs, is_unmade
+    from minipar.nn.init import init_specs, initialise, is_unmade
     from minipar.parallel.placement import placements
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     specs = init_specs(model) if is_unmade(model) else None   # read before any cut
@@ -135,6 +135,8 @@ def parallelize(model, config, grid):
     if specs is not None:                                           # 3b. construction
         piece = _piece_drawer(specs, seed, tp_model, grid)
     sync = make_sync(module, config, grid, rules, initial_piece=piece)   # 4. synchroniser
+    if piece is not None and is_unmade(module):    # weights no synchroniser packed
+        initialise(module, piece)
     if engine is None and config.zero == 3:
         model = module = sync.wrap(model)
     parallel = Parallelized(model=None if engine else model, module=module, sync=sync,

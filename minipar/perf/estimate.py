@@ -201,11 +201,18 @@ def process_peak_bytes(config, coords=(0, 0, 0), floor=0):
 
         runtime floor (interpreter, NumPy, MPI: measured before construction)
         + model state (weights, gradients, optimizer state: ``memory.model_state_bytes``)
+        + the weight-decay mask: one value per element of a flat bucket or shard the rank
+          updates (the size of Adam's m; DDP under mixed precision keeps scalars)
         + the step's activations + the communication buffers in flight
 
-    It is ``Prediction.mem_bytes`` plus the floor.  Not counted: JIT-compiled kernels of
-    the first step, allocator free lists, a checkpoint being written."""
+    It is ``Prediction.mem_bytes`` plus the floor and the mask.  Not counted: kernels
+    JIT-compiled in the first step, allocator free lists, a checkpoint being written."""
     cfg = config.model_config()
     state = pmem.model_state_bytes(cfg, config, coords)
-    return (floor + pmem.total(state) + minipar_activation_bytes(config, coords[2])
+    half = config.precision in ("fp16", "bf16")
+    if not half:
+        mask = state["optimizer"] / 2                # m, v and the mask: one size
+    else:
+        mask = 0 if config.zero == 0 else state["optimizer"] / 3   # + the fp32 masters
+    return (floor + pmem.total(state) + mask + minipar_activation_bytes(config, coords[2])
             + pmem.comm_buffer_bytes(cfg, config, coords))

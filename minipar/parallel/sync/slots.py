@@ -5,6 +5,7 @@ of a flat bucket (ZeRO).  Besides the master and its gradient it carries, per el
 where a bucket mixes parameters, the facts the step needs about them:
 
     decay          1 where weight decay applies (matrices), 0 on biases and norms
+                   (the optimizer step scales a per-element mask to λ·mask in place)
     norm_weight    w in ||g||² = Σ w·g²: 1/tp for a weight replicated on the tp ranks,
                    so that summing over the tp group counts it once
     tp_replicated  True where the gradient is only this rank's part of a sum over tp
