@@ -77,6 +77,19 @@ def test_placement_cuts_tp_then_zero3_range():
     np.testing.assert_array_equal(qkv.local(np.arange(12).reshape(2, 6)), [[0, 2, 4], [6, 8, 10]])
 
 
+@pytest.mark.parametrize("shard, rank, size", [(None, 0, 1), (Shard(0), 1, 3), (Shard(1), 2, 3),
+                                               (Shard(1, groups=3), 1, 2)])
+def test_boxes_cover_exactly_the_piece(shard, rank, size):
+    """Reading the placement's boxes out of the global tensor, in order, gives the piece:
+    what a checkpoint index needs to put a rank's bytes back where they belong."""
+    full = np.arange(7 * 12).reshape(7, 12)
+    pl = Placement("w", full.shape, shard, rank, size)
+    parts = [full[tuple(slice(o, o + n) for o, n in zip(offsets, lengths))]
+             for offsets, lengths in pl.boxes()]
+    axis = 0 if shard is None else shard.axis
+    np.testing.assert_array_equal(np.concatenate(parts, axis=axis), pl.piece(full))
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_layout_builds_the_single_process_weights_and_only_its_part(n):
     out = run_mpi(n, ["tests/scripts/sharded_construction.py"], timeout=240).stdout

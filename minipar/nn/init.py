@@ -12,13 +12,15 @@ name (``blocks.3.mlp.fc.weight``):
 sha256 is the same in every process and Python version (Python's ``hash()`` of a
 string is salted per process, so it would break parity between ranks).  Any layout
 can now build exactly the single-process weights, one tensor (or one slice of it) at a
-time, in any order:  ``W_local = placement.local(initial_value(seed, name, spec))``.
+time, in any order:  ``W_local = placement.local(initial_value(seed, name, shape, spec))``.
+(A rank draws the whole tensor and keeps its part: t× the random numbers under tensor
+parallelism, bought for exact parity with no layout-dependent stream.)
 
 A layer built with ``rng=None`` does not draw: its weight is a *placeholder* — a
 read-only broadcast view of one zero, with the right shape and dtype and no memory —
 and the layer records how the weight is drawn in ``inits`` ({attribute: Normal |
-Constant}).  ``initialise(model, drawer(seed, init_specs(model)))`` fills every placeholder from
-its name; a parallel layout passes a ``draw`` that keeps only its part.
+Constant}).  ``initialise(model, drawer(seed, init_specs(model)))`` fills every
+placeholder from its name; a parallel layout passes a ``draw`` that keeps only its part.
 """
 from __future__ import annotations
 

@@ -52,6 +52,24 @@ class Placement:
             return self.flat[2] - self.flat[1]
         return math.prod(self.piece_shape)
 
+    def boxes(self):
+        """The tp piece as boxes of the global tensor, [(offsets, lengths)], in the
+        order the piece lays them out: one box, or one per group (qkv's q, k and v
+        columns of my heads).  What a checkpoint's index records for each chunk."""
+        if self.tp is None:
+            return [((0,) * len(self.shape), tuple(self.shape))]
+        axis, groups = self.tp.axis, self.tp.groups
+        bounds = self.tp.bounds(self.shape, self.tp_size)
+        lo, hi = bounds[self.tp_rank], bounds[self.tp_rank + 1]
+        block = self.shape[axis] // groups
+        out = []
+        for g in range(groups):
+            offsets = [0] * len(self.shape)
+            lengths = list(self.shape)
+            offsets[axis], lengths[axis] = g * block + lo, hi - lo
+            out.append((tuple(offsets), tuple(lengths)))
+        return out
+
     def piece(self, full):
         """The tp piece of the full array (a contiguous host copy, or ``full`` itself)."""
         if self.tp is None:
