@@ -7,6 +7,7 @@
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
+    python -m minipar cluster up --nodes N --ranks-per-node K --inter-gbps G | run -- train ... | down
     mpiexec -n N python -m minipar bench comm [...]
     python -m minipar bench attention [...]
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from minipar.cli_checks import CommandError, OneLineParser
 
 
 def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule spans them)"):
@@ -84,6 +87,11 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
     run.add_argument("--eval-batches", type=int,
                      help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
+    run.add_argument("--mem-per-rank", type=float, metavar="GIB",
+                     help="memory one rank may use, in GiB, for the check before the run "
+                          "(default: the GPU's free memory, or this node's RAM / its ranks)")
+    run.add_argument("--skip-memory-check", action="store_true",
+                     help="run even when the memory model predicts more than a rank may use")
     out = p.add_argument_group("output")
     out.add_argument("--log-json", help="write one JSON object per step to this file")
     out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")
@@ -98,7 +106,7 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m minipar", description=__doc__,
+    parser = OneLineParser(prog="python -m minipar", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_flags(sub.add_parser("train", help="train a GPT under a parallel layout"))
@@ -119,7 +127,9 @@ def build_parser():
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
-                       ("calibrate", "measure this machine into a hardware profile (JSON)")):
+                       ("calibrate", "measure this machine into a hardware profile (JSON)"),
+                       ("cluster", "a cluster on this machine: nodes as network namespaces, "
+                                   "a shaped link between them")):
         cmd = sub.add_parser(name, help=text, add_help=False)
         cmd.add_argument("rest", nargs=argparse.REMAINDER)
     bench = sub.add_parser("bench", help="benchmarks: comm, attention")
@@ -172,6 +182,8 @@ def run_profile(args):
                   f"({why}); drop it", 2)
     if args.steps < 1 or args.top < 1:
         _stop(f"minipar profile: --steps and --top must be >= 1, got {args.steps} and {args.top}", 2)
+    from minipar.cli_checks import output_file
+    output_file("--json", args.json)
     try:
         config = validate_layout(args)
         profile_run(config, args.steps, top=args.top, json_path=args.json)
@@ -186,6 +198,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
     "report": ("minipar.report", "main"),
     "launch": ("minipar.elastic", "launch_main"),
+    "cluster": ("minipar.cluster.cli", "main"),
 }
 
 
@@ -194,11 +207,25 @@ def main(argv=None):
     if argv and argv[0] in PASS_THROUGH:
         import importlib
         module, name = PASS_THROUGH[argv[0]]
-        return getattr(importlib.import_module(module), name)(argv[1:])
+        try:
+            return getattr(importlib.import_module(module), name)(argv[1:])
+        except CommandError as err:
+            _stop(f"minipar {argv[0]}: {err}", 2)
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except CommandError as err:
+        name = args.command + (f" {args.what}" if args.command == "bench" else "")
+        _stop(f"minipar {name}: {err}", 2)
+
+
+def _run(args):
     if getattr(args, "backend", None):
         from minipar.backend import set_backend
-        set_backend(args.backend)
+        try:
+            set_backend(args.backend)
+        except RuntimeError as err:          # no CuPy, or no GPU
+            raise CommandError(f"--backend {args.backend}: {err}") from None
     if args.command == "train":
         run_train(args)
     elif args.command == "profile":
@@ -214,7 +241,7 @@ def main(argv=None):
             from minipar.comm.bench import main as bench_main
         else:
             from minipar.kernels.bench import main as bench_main
-        bench_main(args.rest)
+        return bench_main(args.rest)
 
 
 if __name__ == "__main__":

@@ -76,18 +76,10 @@ def save(directory, params, optimizer_state, meta):
 
 def probe_directory(directory, need_bytes=0):
     """Before training: can a checkpoint of ``need_bytes`` be written to ``directory``?
-    Creates it, writes and removes a probe file, checks the free space; raises
-    ValueError with one line otherwise."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError("exists and is not a directory")
-    probe = os.path.join(directory, f".minipar-probe-{os.getpid()}")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"probe")
-        os.remove(probe)
-    except OSError as err:
-        raise ValueError(f"cannot write there: {err.strerror or err}") from None
+    Creates it, writes and removes a probe file (``paths.probe_output_dir``), removes a
+    crashed save's temporaries, checks the free space; raises ValueError with one line."""
+    from minipar.paths import probe_output_dir
+    probe_output_dir(directory)
     remove_stale_temporaries(directory)
     free = shutil.disk_usage(directory).free
     if need_bytes and free < need_bytes:

@@ -66,6 +66,8 @@ class TrainConfig:
     seed: int = 0
     data: str = "stdlib"
     eval_batches: Optional[int] = None
+    mem_per_rank: Optional[float] = None      # GiB a rank may use (default: resources.py)
+    skip_memory_check: bool = False           # run even if the memory model says it won't fit
     # output
     log_json: Optional[str] = None
     trace: Optional[str] = None

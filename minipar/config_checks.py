@@ -50,7 +50,7 @@ def _numbers(config):
         raise ConfigError(f"`seed` must be below 2^63, got {c.seed}")
     if c.stop_at is not None and not 1 <= c.stop_at <= c.steps:
         raise ConfigError(f"`stop_at` must be in [1, steps = {c.steps}], got {c.stop_at}")
-    for name in ("peak_tflops", "bucket_mb", "initial_loss_scale"):
+    for name in ("peak_tflops", "bucket_mb", "initial_loss_scale", "mem_per_rank"):
         value = getattr(c, name)
         if value is not None and not (_finite(value) and value > 0):
             raise ConfigError(f"`{name}` must be a finite number > 0, got {value}")
@@ -177,6 +177,9 @@ def _flags_have_effect(config):
     if config.balance and config.pipelined:
         raise ConfigError("`balance` with pipeline parallelism is not built (it would move layers "
                           "between stages); use it with data parallelism")
+    if config.mem_per_rank is not None and config.skip_memory_check:
+        raise ConfigError("`mem_per_rank` sets the limit of the memory check that "
+                          "`skip_memory_check` turns off; drop one")
     if config.save_every and not config.save:
         raise ConfigError("`save_every` needs `save` DIR")
     if config.recompute != "none" and (config.dropout or 0) > 0 and backend_name() == "cupy":

@@ -49,6 +49,21 @@ def _read_files(paths, max_bytes):
     return b"\n\n".join(chunks)[:max_bytes or None]
 
 
+def corpus_bytes(source="stdlib"):
+    """The size of a corpus before reading it (0 when it cannot be read: load_corpus says
+    why).  Loading holds it twice at its peak: the files read, then joined."""
+    if source == "stdlib":
+        paths = stdlib_files()
+    elif os.path.isdir(source):
+        paths = [os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs]
+    else:
+        paths = [source]
+    try:
+        return sum(os.path.getsize(p) for p in paths)
+    except OSError:
+        return 0
+
+
 def load_corpus(source="stdlib", max_bytes=None) -> np.ndarray:
     """Bytes of the corpus as a uint8 array: ``"stdlib"``, a text file, or a folder
     (its files read recursively in sorted order).  Raises ValueError with one clear

@@ -7,8 +7,7 @@ library speaks of its fields as `n_head`; here they become the flags a user type
 """
 from __future__ import annotations
 
-import re
-
+from minipar.cli_checks import as_flags  # noqa: F401  (the library's `names` as --flags)
 from minipar.config import ConfigError, TrainConfig
 
 
@@ -17,11 +16,6 @@ class LayoutError(SystemExit):
 
     def __init__(self, message):
         super().__init__(f"minipar train: {message}")
-
-
-def as_flags(message):
-    """`field_name` -> --field-name, in a library message."""
-    return re.sub(r"`([a-z0-9_]+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(message))
 
 
 def world():

@@ -29,7 +29,8 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
   process's own peak resident memory during the step (``procmem.py``);
   ``mfu`` and ``mfu_basis``; and ``per_rank``, a dict of lists with one value per
   rank: ``step_time_s``, ``compute_s``, ``comm_time_s``, ``pipeline_wait_s``,
-  ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``, ``peak_rss_bytes``,
+  ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``,
+  ``peak_rss_bytes`` (the process's peak resident memory during the step),
   ``mem_share`` (of the device's memory on GPU, of the process's RAM budget on CPU:
   the cgroup limit, else total RAM, divided by the ranks on the node) and, on GPU
   with ``nvidia-ml-py``, ``device_util`` (NVML's busy share of the last interval);
@@ -37,9 +38,11 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
 * last ``{"final": {...}}``: ``steps``, ``train_loss`` (last), ``train_loss_last10``,
   ``val_loss`` (null if evaluation was skipped), ``val_bits_per_byte``, ``wall_s``,
   ``tokens_per_s``, ``mfu``, ``mfu_basis``, ``comm_share``,
-  ``peak_mem_bytes_per_rank``, ``mem_share_per_rank``, ``skipped_steps``, and
-  ``process_memory``: ``{"peak_rss_bytes_per_rank", "phases": {"construction" |
-  "steps" | "save": {"rss", and on CuPy "pool", "device": [per rank]}}, "exact"}``.
+  ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank`` (the process's peak over the
+  whole run), ``mem_share_per_rank``, ``skipped_steps``, and ``process_memory``:
+  ``{"peak_rss_bytes_per_rank", "phases": {"construction" | "steps" | "save": {"rss", and on
+  CuPy "pool", "device": [per rank]}}, "exact", "floor_bytes_per_rank",
+  "predicted_bytes_per_rank"}`` (``procmem.py``).
 
 Loss is in nats per token; minipar's tokens are bytes, so nats/byte, and
 bits/byte = nats/byte / ln 2.
@@ -60,8 +63,8 @@ from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401
 from minipar.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
-        "peak_mem_bytes", "device_util",   # the gathered vector, in this order; then what
-        "peak_rss_bytes", "pool_peak_bytes", "device_used_bytes")   # the process held
+        "peak_mem_bytes", "peak_rss_bytes", "device_util",   # the gathered vector, in this
+        "pool_peak_bytes", "device_used_bytes")    # order; the last two on CuPy (procmem.py)
 
 
 class _Watched:
@@ -256,6 +259,9 @@ class RunMonitor:
             "comm_share": sum(r["comm_share"] * r["step_time_s"] for r in recs) / time_s
             if time_s else None,   # the steps' shares, weighted by their length
             "peak_mem_bytes_per_rank": peaks,
+            "peak_rss_bytes_per_rank": (self.process or {}).get("peak_rss_bytes_per_rank") or [
+                max((int(v) for v in col if v is not None), default=None)   # the steps' only
+                for col in zip(*(r["per_rank"]["peak_rss_bytes"] for r in recs))],
             "mem_share_per_rank": [p / b if b else None for p, b in zip(peaks, self.mem_budget)],
             "skipped_steps": sum(int(r.get("skipped") or 0) for r in recs),
             "process_memory": self.process,   # peak RSS (+ CuPy pool) per phase and rank

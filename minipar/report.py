@@ -28,6 +28,8 @@ import html
 import math
 import os
 
+from minipar.cli_checks import CommandError, OneLineParser, input_file, output_dir
+
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 SPLIT = (("compute_s", "compute", "#4c72b0"), ("comm_time_s", "exposed communication", "#dd8452"),
          ("pipeline_wait_s", "pipeline wait", "#c44e52"), ("optimizer_s", "optimizer", "#55a868"))
@@ -277,20 +279,36 @@ img{{max-width:700px;}}</style></head><body>
         f.write(page)
 
 
+def read_runs(logs, labels=None):
+    """A Run per log, or CommandError (one line): a label count that does not match, a
+    missing or unreadable file, a line that is not JSON, a log without step records."""
+    if labels and len(labels) != len(logs):
+        raise CommandError(f"{len(labels)} --label for {len(logs)} logs: give one per log")
+    runs = []
+    for i, path in enumerate(logs):
+        input_file("LOG", path)
+        try:
+            run = Run(path, (labels or [None] * len(logs))[i])
+        except (ValueError, UnicodeDecodeError) as err:
+            raise CommandError(f"LOG {path}: not a train --log-json file ({err})") from None
+        if not run.steps:
+            raise CommandError(f"LOG {path}: no step records (not a train --log-json file?)")
+        runs.append(run)
+    return runs
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m minipar report", description=__doc__,
+    parser = OneLineParser(prog="python -m minipar report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", help="JSON logs written by train --log-json")
     parser.add_argument("--out", required=True, help="folder for index.html and the PNGs")
     parser.add_argument("--label", action="append", help="a name per log, in order")
     args = parser.parse_args(argv)
-    if args.label and len(args.label) != len(args.logs):
-        parser.error(f"{len(args.label)} --label for {len(args.logs)} logs: give one per log")
-    plt = _plt()
-    runs = [Run(p, (args.label or [None] * len(args.logs))[i]) for i, p in enumerate(args.logs)]
+    runs = read_runs(args.logs, args.label)
+    plt = _plt()                              # matplotlib missing: said before --out is made
+    output_dir("--out", args.out)             # before any figure is drawn
     if not args.label:
         _tell_apart(runs)
-    os.makedirs(args.out, exist_ok=True)
     figures = [("loss.png", "loss per step (train), val loss at the end"),
                ("throughput.png", "tokens per second")]
     plot_lines(plt, runs, "loss", "loss, nats / byte", os.path.join(args.out, "loss.png"), "loss")

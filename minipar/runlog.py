@@ -12,15 +12,17 @@ def read_log_events(path, skip_bad_lines=False):
     ``skip_bad_lines``: pass over a line cut off mid-write (a rank killed while logging)."""
     header, steps, events, final = None, [], [], None
     with open(path) as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+                if not isinstance(rec, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
                 if skip_bad_lines:
                     continue
-                raise
+                raise ValueError(f"line {number} is not a log record: {err}") from None
             if "header" in rec:
                 header = rec["header"]
             elif "final" in rec:

@@ -16,6 +16,7 @@ from minipar.kernels import emulator, flash_cuda
 from minipar.kernels.emulator import EmulatedKernel, EmulatedKernels, EmulatorError, build
 from tests import ptx_oracle as oracle
 from tests.flash_runs import reference, run
+from tests.tolerance import assert_sums_close
 
 pytestmark = pytest.mark.skipif(emulator.compiler() is None, reason="no C++ compiler")
 
@@ -70,7 +71,11 @@ def test_mma_is_the_documented_matrix_product(probes):
         c = oracle.pack_c(C.astype(np.float32))
         d = np.zeros((32, 4), np.float32)
         probes("probe_mma")((1,), (32,), (a, b, c, d))
-        np.testing.assert_allclose(d, oracle.mma_m16n8k16_f32_f16(a, b, c), rtol=1e-6, atol=1e-6)
+        abs_sum = oracle.mma_m16n8k16_f32_f16(oracle.pack_a(np.abs(A).astype(np.float16)),
+                                              oracle.pack_b(np.abs(B).astype(np.float16)),
+                                              oracle.pack_c(np.abs(C).astype(np.float32)))
+        assert_sums_close(d, oracle.mma_m16n8k16_f32_f16(a, b, c), dtype=np.float32, terms=17,
+                          abs_sum=abs_sum)
         if A.dtype.kind == "i":  # small integers: every sum is exact, in any order
             np.testing.assert_array_equal(oracle.unpack_c(d), (A @ B + C).astype(np.float32))
 
@@ -96,7 +101,8 @@ def test_conversions_and_quad_reductions(probes):
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(single, x[:32].astype(np.float16).view(np.uint16))
     quads = x[:32].reshape(8, 4)
-    np.testing.assert_allclose(sums, np.repeat(quads.sum(1), 4), rtol=1e-6)
+    assert_sums_close(sums, np.repeat(quads.sum(1), 4), dtype=np.float32, terms=4,
+                      abs_sum=np.repeat(np.abs(quads).sum(1), 4))
     np.testing.assert_array_equal(maxes, np.repeat(quads.max(1), 4))
 
 

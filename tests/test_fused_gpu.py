@@ -20,6 +20,7 @@ import pytest
 
 from minipar import backend
 from minipar.autograd import Tensor, ops
+from tests.tolerance import assert_close_normwise
 
 pytestmark = pytest.mark.skipif(not backend.cupy_available(), reason="needs CuPy and a CUDA GPU")
 TOLERANCE = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
@@ -78,8 +79,7 @@ def check(name, op, host_arrays, host_grad, dtype, rows=None):
         if rows is not None:
             g, w = g[..., rows, :], w[..., rows, :]
         assert np.isfinite(g).all(), what
-        error = np.abs(g - w).max() / max(1.0, np.abs(w).max())
-        assert error <= TOLERANCE[dtype], (what, error)
+        assert_close_normwise(g, w, TOLERANCE[dtype], floor=1.0, err_msg=what)
 
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -124,7 +124,7 @@ def test_fused_ops_match_the_numpy_backend():
         want = run(model, [x, w, b], grad)
     for g, w_ in zip([got[0], *got[1]], [want[0], *want[1]]):
         g = backend.to_host(g)
-        np.testing.assert_allclose(g, w_, rtol=1e-4, atol=2e-5 * np.abs(w_).max())
+        assert_close_normwise(g, w_, 1e-4)
 
 
 def directional_check(op, arrays, directions=3, h=1e-2):
@@ -184,5 +184,4 @@ def test_adamw_update_matches_the_array_code(per_element):
         adamw_update(want[0], g.astype(cupy.float64), *want[1:], step, 1e-3, weight_decay=decay64)
     for got, ref, what in zip((p, m, v), want, "pmv"):
         got, ref = (backend.to_host(a.astype(cupy.float64)) for a in (got, ref))
-        error = np.abs(got - ref).max() / max(1.0, np.abs(ref).max())
-        assert error <= TOLERANCE["float32"], (what, error)
+        assert_close_normwise(got, ref, TOLERANCE["float32"], floor=1.0, err_msg=what)

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from minipar import monitor, report
+from minipar.cli_checks import CommandError
 
 
 def monitored_log(path, layout, fp16=False, val_loss=1.9):
@@ -131,7 +132,7 @@ def test_labels_from_header_flag_or_file(tmp_path):
     assert "<th>dp2 fp32</th>" in text and "<th>dp2 fp16</th>" in text
     out, _ = render(tmp_path, [a, b], "--label", "first", "--label", "second")
     assert "<th>first</th>" in (out / "index.html").read_text()
-    with pytest.raises(SystemExit):
+    with pytest.raises(CommandError, match="1 --label for 2 logs"):   # the CLI: one line, exit 2
         report.main([a, b, "--out", str(tmp_path / "x"), "--label", "one"])
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from minipar.autograd import Tensor, ops
 import minipar.autograd.rows as rows
+from tests.tolerance import assert_sums_close
 
 
 def run_ops(dtype, shape, seed=0):
@@ -81,19 +82,31 @@ def test_threads_follow_the_budget(monkeypatch):
     assert rows.row_threads(1 << 24) == 1                   # ranks fill the cores
 
 
-def linear_grads(dtype):
+def linear_inputs(dtype):
     rng = np.random.default_rng(3)
-    x = Tensor(rng.normal(size=(3, 70, 24)).astype(dtype), requires_grad=True)
-    w = Tensor(rng.normal(size=(24, 40)).astype(dtype), requires_grad=True)
-    b = Tensor(rng.normal(size=(40,)).astype(dtype), requires_grad=True)
-    ops.linear(x, w, b).backward(rng.normal(size=(3, 70, 40)).astype(dtype))
+    x, w, b = (rng.normal(size=s).astype(dtype) for s in ((3, 70, 24), (24, 40), (40,)))
+    return x, w, b, rng.normal(size=(3, 70, 40)).astype(dtype)
+
+
+def linear_grads(dtype):
+    x, w, b, g = (Tensor(a, requires_grad=True) for a in linear_inputs(dtype))
+    ops.linear(x, w, b).backward(g.data)
     return [x.grad, w.grad, b.grad]
+
+
+def linear_grad_sums(dtype):
+    """(terms, Σ|t|) of each gradient's sums: dX = g·Wᵀ over the 40 outputs, dW = Xᵀ·g and
+    db = Σ g over the 210 rows."""
+    x, w, _, g = (np.abs(a.astype(np.float64)) for a in linear_inputs(dtype))
+    rows_x, rows_g = x.reshape(-1, 24), g.reshape(-1, 40)
+    return [(40, g @ w.T), (210, rows_x.T @ rows_g), (210, rows_g.sum(0))]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_linear_backward_side_by_side_on_two_threads(monkeypatch, dtype):
     """On exactly two threads Linear's dX and dW run whole, one on each thread: the same
-    bits as one thread; on three each is split as before, to rounding."""
+    bits as one thread; on three each is split as before, to the rounding of sums in
+    another order (tests/tolerance.py: relative to the terms, not to each result)."""
     from minipar import threads
     from minipar.autograd import ops_reduce
     used = []
@@ -111,8 +124,8 @@ def test_linear_backward_side_by_side_on_two_threads(monkeypatch, dtype):
             np.testing.assert_array_equal(g, w)
         used.clear()
         threads.use_threads(3)
-        for g, w in zip(linear_grads(dtype), want):
-            np.testing.assert_allclose(g, w, rtol=1e-5 if dtype == np.float32 else 1e-12)
+        for g, w, (terms, abs_sum) in zip(linear_grads(dtype), want, linear_grad_sums(dtype)):
+            assert_sums_close(g, w, dtype=dtype, terms=terms, abs_sum=abs_sum)
         assert not used
     finally:
         threads.use_threads(previous)

@@ -8,7 +8,9 @@
 set by an explicit ``calibrate``/``use``, a profile, or the documented defaults — never a
 hidden collective);
 hierarchical is a candidate only when a node layout is declared (``ranks_per_node``)
-and it has more than one node of more than one rank.  The choice is cached per size, so
+and it has more than one node of more than one rank, or when the constants were
+calibrated across nodes (``two_level.py``: then the model prices each step by the link
+it crosses, and nodes are taken to be q consecutive ranks, the launcher's placement).  The choice is cached per size, so
 every rank — with the same broadcast constants — makes the same one.
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ def _hierarchical(comm, buf, reduce, inner_algorithm="auto"):
         name = inner_algorithm
         if name == "auto":  # a flat algorithm, by the whole communicator's constants: no
             # calibration or layout of ``cross`` (collective setup, maybe on a progress thread)
-            name = cost_model.choose(cross.size, shard.nbytes, _params(comm))
+            name = cost_model.choose(cross.size, shard.nbytes, _params(comm),
+                                     ranks_per_node=1)   # one rank of each node
         _ALL_REDUCE[name](cross, shard, reduce)
     return hierarchical_all_reduce(comm, buf, reduce, inner)
 
@@ -58,10 +61,13 @@ def _auto(comm, nbytes):
     choice = comm.cache.get(key)
     if choice is None:
         candidates = ("ring", "recursive_doubling", "rabenseifner", "tree")
+        c = _params(comm)
         if comm.ranks_per_node:  # only a declared node layout makes two levels worth it
             if 1 < node_layout(comm)[3] < comm.size:
                 candidates += ("hierarchical",)
-        choice = cost_model.choose(comm.size, nbytes, _params(comm), candidates)
+        elif c.alpha_inter is not None and 1 < c.ranks_per_node < comm.size:
+            candidates += ("hierarchical",)      # calibrated across real nodes
+        choice = cost_model.choose(comm.size, nbytes, c, candidates)
         comm.cache[key] = choice
     return choice
 

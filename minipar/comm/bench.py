@@ -21,13 +21,13 @@ the difference is the descriptor agreement of ``agree.py``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 
 from mpi4py import MPI
 
+from minipar.cli_checks import CommandError, OneLineParser, at_least, output_file, positive
 from minipar.backend import set_backend, sync, xp
 from minipar.comm import cost_model
 from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, _auto, all_gather, all_reduce,
@@ -155,6 +155,10 @@ def print_table(rows, params, p):
     print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
           f"β={1 / params.beta / 1e9:.2f} GB/s, γ={1 / params.gamma / 1e9:.2f} GB/s, "
           f"γ_shared={1 / (params.gamma_shared or params.gamma) / 1e9:.2f} GB/s (calibrated)")
+    if params.alpha_inter is not None:
+        print(f"# between nodes of {params.ranks_per_node} ranks: α={params.alpha_inter * 1e6:.1f} µs, "
+              f"β={1 / params.beta_inter / 1e9:.3f} GB/s (calibrated; the model prices each "
+              f"step by the link it crosses, comm/two_level.py)")
     print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
           f"{'model us':>9} {'vs MPI':>7}")
     for r in rows:
@@ -164,8 +168,50 @@ def print_table(rows, params, p):
               f"{r['busbw_GBps']:10.3f} {model:>9} {r['vs_mpi']:7.2f}")
 
 
+BUFFERS_PER_SIZE = 4       # input, output and the algorithm's scratch (two for some), per rank
+
+
+def check_bench_flags(args):
+    """(smallest, largest) buffer in bytes, or CommandError in one line before any message:
+    a size that is not one, sizes out of order, a step that never grows, an unknown
+    algorithm or dtype, a largest size this rank's memory cannot hold, an unwritable --json."""
+    from minipar.resources import memory_budget_bytes
+    sizes = []
+    for flag, text in (("--min-size", args.min_size), ("--max-size", args.max_size)):
+        try:
+            sizes.append(parse_size(text))
+        except ValueError:
+            raise CommandError(f"{flag} {text!r} is not a size (bytes, or with K, M, G: 64K)") from None
+        at_least(flag, sizes[-1], 1)
+    lo, hi = sizes
+    if lo > hi:
+        raise CommandError(f"--min-size {args.min_size} is larger than --max-size {args.max_size}")
+    at_least("--factor", args.factor, 2)
+    at_least("--max-iters", args.max_iters, 1)
+    at_least("--ranks-per-node", args.ranks_per_node, 1)
+    positive("--budget", args.budget)
+    unknown = [a for a in args.algorithms.split(",") if a and a not in ("auto",) + ALL_REDUCE_ALGORITHMS]
+    if unknown or not args.algorithms.strip(","):
+        raise CommandError(f"--algorithms: unknown {unknown[0]!r}; choose from auto, "
+                           f"{', '.join(ALL_REDUCE_ALGORITHMS)}" if unknown else
+                           "--algorithms is empty; name at least one")
+    try:
+        kind = xp.dtype(args.dtype).kind
+    except TypeError:
+        kind = None
+    if kind not in ("f", "i", "u"):
+        raise CommandError(f"--dtype {args.dtype!r} is not a numeric dtype (float32, float64, int32, ...)")
+    budget = memory_budget_bytes()
+    if budget and BUFFERS_PER_SIZE * hi > budget:
+        raise CommandError(f"--max-size {args.max_size} needs about {BUFFERS_PER_SIZE * hi / 2 ** 30:.1f} "
+                           f"GiB per rank ({BUFFERS_PER_SIZE} buffers); a rank may use "
+                           f"{budget / 2 ** 30:.1f} GiB")
+    output_file("--json", args.json)
+    return lo, hi
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="minipar bench comm", description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog="minipar bench comm", description=__doc__.split("\n\n")[0])
     ap.add_argument("--min-size", default="1K", help="smallest buffer (default 1K)")
     ap.add_argument("--max-size", default="64M", help="largest buffer (default 64M)")
     ap.add_argument("--factor", type=int, default=4, help="size step (default x4)")
@@ -181,15 +227,18 @@ def main(argv=None):
     ap.add_argument("--check-overhead", action="store_true",
                     help="measure check mode's cost per call instead (sizes up to --max-size)")
     args = ap.parse_args(argv)
-    set_backend(args.backend)
+    lo, hi = check_bench_flags(args)
+    try:
+        set_backend(args.backend)
+    except RuntimeError as err:
+        raise CommandError(f"--backend {args.backend}: {err}") from None
     if args.check_overhead:
-        sizes = [8] + [s for s in (1 << 10, 64 << 10, 1 << 20) if s <= parse_size(args.max_size)]
+        sizes = [8] + [s for s in (1 << 10, 64 << 10, 1 << 20) if s <= hi]
         rows = check_overhead(MPI.COMM_WORLD, sizes, args.dtype, args.budget, args.max_iters)
         if MPI.COMM_WORLD.Get_rank() == 0:
             print_check_overhead(rows, MPI.COMM_WORLD.Get_size())
         return 0
     comm = Communicator(check=False, ranks_per_node=args.ranks_per_node)
-    lo, hi = parse_size(args.min_size), parse_size(args.max_size)
     sizes = []
     s = lo
     while s <= hi:
@@ -201,8 +250,8 @@ def main(argv=None):
         print_table(rows, params, comm.size)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"nprocs": comm.size, "alpha": params.alpha, "beta": params.beta,
-                           "gamma": params.gamma,
+                json.dump({"nprocs": comm.size, "cost_params": params.to_dict(),
+                           "alpha": params.alpha, "beta": params.beta, "gamma": params.gamma,
                            "gamma_shared": params.gamma_shared, "rows": rows}, f, indent=1)
     return 0
 

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, replace
 
 
 from minipar.backend import xp
+from minipar.comm import two_level
 from minipar.comm.chunks import pow2_floor, segments
 from minipar.comm.exchange import SEGMENT_BYTES, exchange, exchange_reduce
 
@@ -69,6 +70,11 @@ class CostParams:
     cache_bytes: float | None = None    # None: one β and one γ at every size
     winners: tuple = ()                 # ((nbytes, algorithm), ...) measured at this p
     winners_p: int = 0                  # the group size the winners were measured at
+    # the link between nodes (two_level.py): its α and β, and the node size (ranks 0..q-1
+    # on node 0, ...) they were measured with; None / 0: one kind of link everywhere
+    alpha_inter: float | None = None
+    beta_inter: float | None = None
+    ranks_per_node: int = 0
 
     def to_dict(self):
         d = asdict(self)
@@ -120,10 +126,14 @@ def _fold(p, S, c):
 
 
 def predict(algorithm, p, nbytes, c: CostParams, ranks_per_node=None, seg=SEGMENT_BYTES):
-    """Predicted seconds for an all-reduce of ``nbytes`` over ``p`` ranks."""
+    """Predicted seconds for an all-reduce of ``nbytes`` over ``p`` ranks.  Where ``c``
+    knows the link between nodes and the group spans several, the two-level model."""
     S = float(nbytes)
     if p == 1:
         return 0.0
+    q = ranks_per_node or c.ranks_per_node
+    if c.alpha_inter is not None and two_level.crosses_nodes(p, q):
+        return two_level.predict(algorithm, p, S, c, q, seg)
     p2 = pow2_floor(p)
     L = int(math.log2(p2))
     if algorithm == "ring":
@@ -166,11 +176,11 @@ def _measured_winner(p, nbytes, c, candidates):
 
 
 def choose(p, nbytes, c: CostParams, candidates=("ring", "recursive_doubling",
-                                                 "rabenseifner", "tree")):
+                                                 "rabenseifner", "tree"), ranks_per_node=None):
     """The measured winner near this size, else the candidate with the smallest
     predicted time (ties: first listed)."""
     return (_measured_winner(p, nbytes, c, candidates)
-            or min(candidates, key=lambda a: predict(a, p, nbytes, c)))
+            or min(candidates, key=lambda a: predict(a, p, nbytes, c, ranks_per_node)))
 
 
 # ---------------------------------------------------------------- explicit constants
@@ -207,6 +217,15 @@ def params(comm) -> CostParams:
 
 
 # ---------------------------------------------------------------- calibration (collective)
+def wait_idle(comm, poll_s=1e-3):
+    """A barrier whose waiting ranks sleep instead of spinning: while two ranks measure,
+    the others must not take the cores (on 2 cores, two spinning bystanders halved the
+    bandwidth measured across a simulated cluster's link)."""
+    request = comm.mpi.Ibarrier()
+    while not request.Test():
+        time.sleep(poll_s)
+
+
 def _median_time(fn, reps, before=None):
     times = []
     for i in range(-3, reps):     # 3 untimed rounds first: connection setup, page faults
@@ -275,7 +294,8 @@ def calibrate(comm, small=8, mid=64 << 10, large=8 << 20, reps=20,
     - β: one simultaneous exchange of 4·``mid`` bytes (in cache), minus α;
       β_large: the same for ``large`` bytes (beyond ``cache_bytes``: through DRAM);
     - γ: ``x += y`` on ``mid`` bytes of cached data; γ_large: on ``large`` bytes;
-    - γ_shared: reducing into the buffer the partner has just read (recursive doubling).
+    - γ_shared: reducing into the buffer the partner has just read (recursive doubling);
+    - on ranks spread over nodes, α and β between them (``two_level.calibrate_across``).
 
     It does not install them: ``use(comm, calibrate(comm))`` does.
     """
@@ -283,15 +303,18 @@ def calibrate(comm, small=8, mid=64 << 10, large=8 << 20, reps=20,
     vals = xp.zeros(6, dtype=xp.float64)
     if comm.size > 1 and comm.rank < 2:
         vals[:] = _pair_constants(comm, 1 - comm.rank, small, mid, large, reps)
+    wait_idle(comm)
     if comm.size == 1:
         d = DEFAULTS
         vals[:] = d.alpha, d.beta, d.gamma, d.gamma_shared, d.beta_large, d.gamma_large
     host = vals if not hasattr(vals, "get") else vals.get()
     comm.mpi.Bcast(host, root=0)  # setup only: every rank must hold identical constants
+    a, b, g, gs, bl, gl = (float(v) for v in host)
+    c = CostParams(a, b, g, gs, beta_large=bl, gamma_large=gl, cache_bytes=float(cache_bytes))
+    c = two_level.calibrate_across(comm, c)   # on several nodes: the link between them too
     for k, v in saved.items():
         setattr(comm.counters, k, v)
-    a, b, g, gs, bl, gl = (float(v) for v in host)
-    return CostParams(a, b, g, gs, beta_large=bl, gamma_large=gl, cache_bytes=float(cache_bytes))
+    return c
 
 
 def measure_winners(comm, sizes, c: CostParams | None = None, reps=7,

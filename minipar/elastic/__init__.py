@@ -23,6 +23,7 @@ import argparse
 import sys
 import tempfile
 
+from minipar.cli_checks import CommandError, OneLineParser
 from minipar.elastic.goodput import model_goodput, simulate, young_daly_interval
 from minipar.elastic.replan import largest_world_size, layout_for
 
@@ -30,7 +31,7 @@ USAGE = "python -m minipar launch --np N [options] -- train TRAIN-ARGS"
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m minipar launch", usage=USAGE,
+    p = OneLineParser(prog="python -m minipar launch", usage=USAGE,
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--np", type=int, required=True, help="ranks to run (the most the job uses)")
@@ -55,6 +56,20 @@ def build_parser():
     return p
 
 
+def check_launch_flags(opts):
+    """Every number in its range and every path usable, in one line, before any attempt."""
+    from minipar.cli_checks import at_least, input_file, output_dir, positive
+    at_least("--np", opts.np, 1)
+    if not 1 <= opts.min_np <= opts.np:
+        raise CommandError(f"need 1 <= --min-np ({opts.min_np}) <= --np ({opts.np})")
+    at_least("--max-restarts", opts.max_restarts, 0)
+    for flag in ("hang_timeout", "startup_timeout", "poll_hosts", "mtbf"):
+        positive("--" + flag.replace("_", "-"), getattr(opts, flag))
+    if opts.hosts is not None:
+        input_file("--hosts", opts.hosts)
+    output_dir("--run-dir", opts.run_dir)
+
+
 def launch_main(argv=None) -> int:
     """The ``launch`` command; returns the exit status (0 done, 1 stopped, 2 usage)."""
     from minipar.config import ConfigError
@@ -65,13 +80,12 @@ def launch_main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if "--" not in argv or argv[argv.index("--") + 1:argv.index("--") + 2] != ["train"]:
-        parser.error("give the training command after '--': " + USAGE)
+        if "-h" in argv or "--help" in argv:
+            parser.parse_args(["--help"])
+        raise CommandError("give the training command after '--': " + USAGE)
     cut = argv.index("--")
     opts, train_argv = parser.parse_args(argv[:cut]), argv[cut + 2:]
-    if opts.np < 1 or not 1 <= opts.min_np <= opts.np:
-        parser.error(f"need 1 <= --min-np ({opts.min_np}) <= --np ({opts.np})")
-    if opts.hang_timeout <= 0 or opts.startup_timeout <= 0 or opts.max_restarts < 0:
-        parser.error("--hang-timeout and --startup-timeout must be positive, --max-restarts >= 0")
+    check_launch_flags(opts)
     try:
         if opts.fault:
             parse_fault(opts.fault)

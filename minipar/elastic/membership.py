@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 
 
 class HostsError(ValueError):
@@ -95,6 +96,29 @@ class Membership:
             return ["localhost"] * world
         order = [h for h, s in self.usable_hosts() for _ in range(s)]
         return order[:world]
+
+    def unreachable(self, world, timeout=10.0):
+        """Hosts of the last attempt that no longer run a command: mpiexec's launcher (ssh,
+        or HYDRA_LAUNCHER_EXEC: the simulated cluster's wrapper) asked to run ``true``
+        there.  Used when a failure named no rank — a node that died took its ranks'
+        reports with it — so the whole lost node is found and left out."""
+        launcher = os.environ.get("HYDRA_LAUNCHER_EXEC") or "ssh"
+        gone = []
+        for host in sorted(set(self.placement(world))):
+            if is_local(host):
+                continue
+            try:
+                ok = subprocess.run([launcher, host, "true"], capture_output=True,
+                                    timeout=timeout).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            if not ok:
+                gone.append(host)
+        return gone
+
+    def exclude(self, hosts):
+        self.excluded.update(hosts)
+        return sorted(hosts)
 
     def fail(self, ranks, world):
         """Take away what the failed ``ranks`` of a ``world``-rank attempt held; returns

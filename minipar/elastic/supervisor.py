@@ -235,6 +235,8 @@ class Supervisor:
                 what = (f"attempt {attempt} failed (mpiexec status {outcome.returncode}), "
                         "no rank identified" if kind == "failure" else "a rank hung, none identified")
             removed = self.members.fail(sorted(outcome.failed), world)
+            if not outcome.failed and self.members.hosts_file:   # a whole node may be gone
+                removed = self.members.exclude(self.members.unreachable(world))
             if removed:
                 what += f" (host {', '.join(removed)} removed)"
             t_ref = None

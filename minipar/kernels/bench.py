@@ -16,10 +16,10 @@ comparison instead: the tiled reference vs dense attention (time and peak memory
 """
 from __future__ import annotations
 
-import argparse
 import time
 import tracemalloc
 
+from minipar.cli_checks import CommandError, OneLineParser, at_least
 from minipar import backend
 from minipar.kernels.dense import dense_attention_backward, dense_attention_forward
 
@@ -208,9 +208,14 @@ def run_cpu(args):
     return rows
 
 
+def int_list(text):
+    """"1024,2048" -> [1024, 2048]"""
+    return [int(x) for x in text.split(",")]
+
+
 def parse_args(argv):
-    ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
-    parser = argparse.ArgumentParser(prog="minipar bench attention", description=__doc__.split("\n\n")[0])
+    ints = int_list
+    parser = OneLineParser(prog="minipar bench attention", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=ints, default=[1024, 2048, 4096, 8192], help="sequence lengths (GPU)")
     parser.add_argument("--head-dims", type=ints, default=[64, 128])
     parser.add_argument("--tokens", type=int, default=16384, help="B·N, fixed across sizes")
@@ -221,8 +226,33 @@ def parse_args(argv):
     parser.add_argument("--cpu-repeats", type=int, default=2)
     parser.add_argument("--cpu", action="store_true", help="run the NumPy comparison even if a GPU is present")
     args = parser.parse_args(argv)
+    check_attention_flags(args)
     args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     return args
+
+
+DENSE_CPU_ARRAYS = 3    # dense attention on CPU holds scores, probabilities and their gradient
+
+
+def check_attention_flags(args):
+    """CommandError in one line before any kernel runs: a length, count or width below 1,
+    a head dimension that does not divide --width, a CPU length whose dense N×N arrays
+    (B=1, H=4, float32) this process's memory cannot hold."""
+    from minipar.resources import memory_budget_bytes
+    for flag in ("sizes", "head_dims", "cpu_sizes"):
+        for value in getattr(args, flag):
+            at_least("--" + flag.replace("_", "-"), value, 1)
+    for flag in ("tokens", "width", "repeats", "cpu_repeats"):
+        at_least("--" + flag.replace("_", "-"), getattr(args, flag), 1)
+    for d in args.head_dims:
+        if args.width % d:
+            raise CommandError(f"--head-dims {d} does not divide --width {args.width} (H·d)")
+    budget, n = memory_budget_bytes(), max(args.cpu_sizes)
+    need = DENSE_CPU_ARRAYS * 4 * n * n * 4
+    if budget and need > budget:
+        raise CommandError(f"--cpu-sizes {n}: dense attention needs about {need / 2 ** 30:.1f} GiB "
+                           f"(3 arrays of 4 x {n} x {n} float32); this process may use "
+                           f"{budget / 2 ** 30:.1f} GiB")
 
 
 def main(argv=None):

@@ -24,11 +24,11 @@ times, 3 by default, with the median of each number kept; the load is written do
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 
+from minipar.cli_checks import CommandError, OneLineParser, as_flags, at_least, output_file
 from minipar import backend
 from minipar.backend import xp
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
@@ -226,10 +226,23 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
     return prof
 
 
+def _checked_model(args, config_from_preset):
+    """The model to calibrate for, or CommandError before any measurement: a size below 1,
+    a model that cannot be built, an --out that cannot be written."""
+    for flag in ("n_layer", "d_model", "n_head", "seq_len", "repeat"):
+        at_least("--" + flag.replace("_", "-"), getattr(args, flag), 1)
+    output_file("--out", args.out)
+    try:
+        return config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
+                                  n_head=args.n_head, seq_len=args.seq_len)
+    except ValueError as err:
+        raise CommandError(as_flags(err)) from None
+
+
 def calibrate_main(argv=None):
     """The ``minipar calibrate`` command: flags of the model, ``--out``."""
     from minipar.nn import config_from_preset
-    ap = argparse.ArgumentParser(prog="minipar calibrate", description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="minipar calibrate", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="small")
     for f in ("n_layer", "d_model", "n_head", "seq_len"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
@@ -238,15 +251,13 @@ def calibrate_main(argv=None):
     ap.add_argument("--repeat", type=int, default=3,
                     help="calibrations to take the median of (default 3)")
     args = ap.parse_args(argv)
-    cfg = config_from_preset(args.model, n_layer=args.n_layer, d_model=args.d_model,
-                             n_head=args.n_head, seq_len=args.seq_len)
+    cfg = _checked_model(args, config_from_preset)
     comm = None
     if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
         from minipar.comm import Communicator
         comm = Communicator()
     dtypes = ("fp32", "fp64", "bf16") if args.quick else ("fp32", "fp64", "bf16", "fp16")
-    prof = median_profile([calibrate(cfg, dtypes=dtypes, comm=comm)
-                           for _ in range(max(args.repeat, 1))])
+    prof = median_profile([calibrate(cfg, dtypes=dtypes, comm=comm) for _ in range(args.repeat)])
     if comm is None or comm.rank == 0:
         prof.save(args.out)
         print(f"wrote {args.out}: {prof.description}")

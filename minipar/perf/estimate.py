@@ -117,29 +117,38 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     tokens = config.batch_size * cfg.seq_len
     peak = prof.peak(dtype) * config.world_size
     mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
-    # memory: the first stage holds the most activations, the last the head
     if korthikanti is None:
         korthikanti = prof.kind == "spec"
-    mems = []
-    for stage in sorted({0, pp - 1}):
-        state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
-        if korthikanti:
-            fl = _in_flight(config, stage)
-            layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, tp,
-                                                config.sequence_parallel, config.recompute)
-            a_bytes = fl * per_rank_layers * layer * e / 2
-            if stage == pp - 1:
-                a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // tp) * 2
-        else:
-            a_bytes = minipar_activation_bytes(config, stage)
-        total = pmem.total(state) + a_bytes + pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
-        mems.append((total, state, a_bytes))
-    mem, state, a_bytes = max(mems, key=lambda r: r[0])
+    mem, state, a_bytes, _ = memory_per_rank(config, korthikanti)
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
                       exposed_dp + tp_exposed,
                       dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
                            optimizer_s=opt, overhead_s=overhead, t_f=t_f, t_b=t_b, t_w=t_w,
                            t_comm=t_comm, in_flight=in_flight, micro_rows=b, microbatches=M))
+
+
+def memory_per_rank(config, korthikanti=False):
+    """(peak bytes, model state {params, grads, optimizer}, activation bytes, buffer bytes)
+    of the rank that holds the most: the first pipeline stage holds the most
+    activations, the last the head.  ``korthikanti``: activations by Korthikanti et
+    al.'s formula (Megatron's kernels) instead of minipar's own autograd."""
+    cfg = config.model_config()
+    b, _ = micro_rows(config)
+    pp, e = config.pp, DTYPE_BYTES[compute_dtype(config.precision)]
+    mems = []
+    for stage in sorted({0, pp - 1}):
+        state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
+        if korthikanti:
+            layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, config.tp,
+                                                config.sequence_parallel, config.recompute)
+            a_bytes = _in_flight(config, stage) * (cfg.n_layer // pp) * layer * e / 2
+            if stage == pp - 1:
+                a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // config.tp) * 2
+        else:
+            a_bytes = minipar_activation_bytes(config, stage)
+        buffers = pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
+        mems.append((pmem.total(state) + a_bytes + buffers, state, a_bytes, buffers))
+    return max(mems, key=lambda r: r[0])
 
 
 def _in_flight(config, stage):
@@ -209,10 +218,14 @@ def process_peak_bytes(config, coords=(0, 0, 0), floor=0):
     JIT-compiled in the first step, allocator free lists, a checkpoint being written."""
     cfg = config.model_config()
     state = pmem.model_state_bytes(cfg, config, coords)
-    half = config.precision in ("fp16", "bf16")
-    if not half:
-        mask = state["optimizer"] / 2                # m, v and the mask: one size
-    else:
-        mask = 0 if config.zero == 0 else state["optimizer"] / 3   # + the fp32 masters
-    return (floor + pmem.total(state) + mask + minipar_activation_bytes(config, coords[2])
-            + pmem.comm_buffer_bytes(cfg, config, coords))
+    return (floor + pmem.total(state) + decay_mask_bytes(config, state)
+            + minipar_activation_bytes(config, coords[2]) + pmem.comm_buffer_bytes(cfg, config, coords))
+
+
+def decay_mask_bytes(config, state):
+    """The weight-decay mask a rank keeps beside AdamW's m and v: one value per element
+    of the flat buckets or shards it updates (the size of m), none for DDP under mixed
+    precision (per-parameter scalars).  ``state``: ``memory.model_state_bytes``."""
+    if config.precision not in ("fp16", "bf16"):
+        return state["optimizer"] / 2                # m and v: the mask is one of them
+    return 0 if config.zero == 0 else state["optimizer"] / 3   # m, v, fp32 masters

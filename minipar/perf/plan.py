@@ -15,12 +15,12 @@ others are listed with how much they are over.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import time
 from dataclasses import dataclass, replace
 
+from minipar.cli_checks import OneLineParser
 from minipar.config import ConfigError, TrainConfig
 from minipar.perf.estimate import predict
 from minipar.perf.profile import load_profile
@@ -151,9 +151,39 @@ def auto_layout(config: TrainConfig, world_size: int, profile=None):
     return pl.ranked[0].config, format_plan(pl, world_size)
 
 
+def _checked_inputs(a):
+    """(base TrainConfig, Profile) of plan's flags, or CommandError: a count below 1, more
+    nodes than ranks, a model that cannot be built, a missing or corrupt profile, an
+    unwritable --json — said in one line before the search."""
+    from minipar.cli_checks import CommandError, at_least, output_file, positive
+    for flag in ("ranks", "nodes", "top", "batch_size", "n_layer", "d_model", "n_head",
+                 "seq_len", "vocab"):
+        at_least("--" + flag.replace("_", "-"), getattr(a, flag), 1)
+    if a.nodes is not None and a.nodes > a.ranks:
+        raise CommandError(f"--nodes {a.nodes} is more than --ranks {a.ranks}: a node holds at least one rank")
+    positive("--mem-per-rank", a.mem_per_rank)
+    output_file("--json", a.json)
+    base = TrainConfig(model=a.model, n_layer=a.n_layer, d_model=a.d_model, n_head=a.n_head,
+                       seq_len=a.seq_len, batch_size=a.batch_size, precision=a.precision,
+                       attention=a.attention)
+    try:
+        if a.vocab:
+            base = with_vocab(base, a.vocab)
+        base.model_config()
+    except ValueError as err:
+        raise CommandError(as_flags(err)) from None
+    try:
+        prof = load_profile(a.profile)
+    except FileNotFoundError as err:
+        raise CommandError(f"--profile: {err}") from None
+    except (OSError, ValueError, TypeError) as err:
+        raise CommandError(f"--profile {a.profile}: not a readable profile JSON ({err})") from None
+    return base, prof
+
+
 def plan_main(argv=None):
     """The ``minipar plan`` command."""
-    ap = argparse.ArgumentParser(prog="minipar plan", description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="minipar plan", description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--nodes", type=int, default=None)
     ap.add_argument("--profile", default=None, help="a100 | h100 | h200 | cpu | a JSON path")
@@ -164,16 +194,12 @@ def plan_main(argv=None):
     for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--attention", default="naive")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
+    ap.add_argument("--attention", default="naive", choices=["naive", "flash"])
     a = ap.parse_args(argv)
-    base = TrainConfig(model=a.model, n_layer=a.n_layer, d_model=a.d_model, n_head=a.n_head,
-                       seq_len=a.seq_len, batch_size=a.batch_size, precision=a.precision,
-                       attention=a.attention)
-    if a.vocab:
-        base = with_vocab(base, a.vocab)
+    base, prof = _checked_inputs(a)
     mem = a.mem_per_rank * 2 ** 30 if a.mem_per_rank else None
-    pl = plan(base, a.ranks, a.profile, a.nodes, mem)
+    pl = plan(base, a.ranks, prof, a.nodes, mem)
     print(format_plan(pl, a.ranks, a.top))
     if a.json:
         with open(a.json, "w") as f:
@@ -184,6 +210,7 @@ def plan_main(argv=None):
     return 0
 
 
+from minipar.cli_checks import as_flags  # noqa: E402
 from minipar.perf.models import with_vocab  # noqa: E402
 
 if __name__ == "__main__":

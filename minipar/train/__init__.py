@@ -51,21 +51,32 @@ def load_resume(config, model):
     return resume
 
 
-def _check_save_directory(config, model):
-    """The --save directory is writable and has room for a checkpoint (params, m, v)."""
+def check_outputs(config):
+    """Every output of the run can be written, before any work: the --log-json and
+    --trace files (created and removed again, an existing one left as it is) and the
+    --save directory, with room for a checkpoint (params, m, v)."""
+    from minipar.paths import PathError, probe_output_file
+    from minipar.perf.memory import numel
+    for field in ("log_json", "trace"):
+        path = getattr(config, field)
+        if path is not None:
+            try:
+                probe_output_file(path)
+            except PathError as err:
+                raise ConfigError(f"`{field}` {path}: {err}") from None
     if not config.save:
         return
     item = 8 if config.precision == "fp64" else 4
     try:
-        checkpoint.probe_directory(config.save, need_bytes=3 * item * model.num_parameters())
+        checkpoint.probe_directory(config.save, need_bytes=3 * item * numel(config.model_config()))
     except ValueError as err:
         raise ConfigError(f"`save` {config.save}: {err}") from None
 
 
 def setup(config: TrainConfig):
     """Everything a run needs, built in the order of the module docstring.  Every check
-    (the config, the corpus, the checkpoint to resume, the save directory) comes before
-    the first message between ranks."""
+    (the config, the outputs, the memory model's peak against the limit, the corpus, the
+    checkpoint to resume) comes before the first message between ranks."""
     from minipar.comm import Communicator, abort_on_exception, set_hang_timeout
     from minipar.data import Dataset, load_corpus
     from minipar.nn import GPT
@@ -73,7 +84,10 @@ def setup(config: TrainConfig):
     from minipar.parallel.parallelize import build_optimizer, parallelize
     from minipar.train.loop import Run
     from minipar.train.saving import load_optimizer_state
+    from minipar.train.fits import check_fits
     config = config.resolve(_world_size())
+    check_outputs(config)
+    fit = check_fits(config)        # before anything is allocated: the memory model's peak
     from minipar.procmem import ProcessMemory
     process_memory = ProcessMemory()       # the construction phase starts here
     process_memory.begin()
@@ -90,7 +104,6 @@ def setup(config: TrainConfig):
     resume = load_resume(config, model)
     if resume is not None:
         model.load_state_dict(resume[0])
-    _check_save_directory(config, model)
     if config.world_size > 1:
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
@@ -102,7 +115,9 @@ def setup(config: TrainConfig):
     optimizer = build_optimizer(parallel, config, grid)
     start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
     process_memory.record("construction")
-    return Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
+    run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
+    run.memory_fit = fit
+    return run
 
 
 def train(config: TrainConfig):

@@ -32,6 +32,7 @@ class Run:
                  process_memory=None):
         self.config, self.grid, self.cfg, self.dataset = config, grid, cfg, dataset
         self.n_params = n_params        # of the whole (plain) model
+        self.memory_fit = None          # (PeakEstimate, limit, where) of train/fits.py
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
@@ -151,6 +152,9 @@ class Run:
         header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,
                       batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
                       precision=c.precision, config=c.to_dict())
+        if self.memory_fit is not None:                # what the memory model predicted
+            peak, limit, _ = self.memory_fit
+            header.update(predicted_peak_bytes=peak.total, mem_limit_bytes=limit)
         return RunMonitor(grid.world, rank=grid.rank, world_size=grid.world.size, header=header,
                           flops_per_step=self.parallel.module.flops_per_token() * tokens,
                           peak_tflops=c.peak_tflops, log_path=c.log_json, progress=not c.quiet,

@@ -7,7 +7,8 @@ S = n·itemsize bytes, p ranks, chunk c has size_c elements (array_split rule):
 - recursive doubling (p a power of two): log2(p)·S in log2(p) messages;
 - Rabenseifner (p a power of two): 2(p-1)/p·S up to uneven blocks;
 - tree all-reduce: 2(p-1)·S over all ranks together; binomial broadcast: (p-1)·S;
-- hierarchical, nodes of q ranks: 2(q-1)/q·S inside + 2(m-1)/m·S/q across per rank.
+- hierarchical, nodes of q ranks: 2(q-1)/q·S inside + 2(m-1)/m·S/q across per rank;
+- every algorithm, every rank: the bytes of its steps in comm/two_level.py.
 """
 import math
 
@@ -15,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from minipar.comm import (Communicator, abort_on_exception, all_gather, all_reduce, broadcast,
-                          chunk_sizes, reduce_scatter)
+                          chunk_sizes, reduce_scatter, two_level)
 
 
 def measure(comm, fn):
@@ -60,6 +61,12 @@ def main():
         assert total(sent) == 2 * (p - 1) * S, (n, total(sent))
         sent, *_ = measure(comm, lambda: broadcast(comm, x, algorithm="binomial"))
         assert total(sent) == (p - 1) * S, (n, total(sent))
+        # the two-level cost model writes each algorithm as steps of messages: its bytes
+        # per rank are what the code sends (up to uneven chunks: an element per message)
+        for algorithm in ("ring", "recursive_doubling", "rabenseifner", "tree"):
+            sent, _, ms, _ = measure(comm, lambda: all_reduce(comm, x, algorithm=algorithm))
+            want = two_level.bytes_sent(algorithm, p, S)[r]
+            assert abs(sent - want) <= max(ms, 1) * it, (algorithm, n, sent, want)
     if p % 2 == 0 and p >= 4:  # hierarchical, nodes of 2: S/2 inside twice, S/2·2(m-1)/m across
         hc = Communicator(check=True, ranks_per_node=2)
         m, n = p // 2, 4 * p * 16
@@ -68,6 +75,7 @@ def main():
         sent, *_ = measure(hc, lambda: all_reduce(hc, x, algorithm="hierarchical:ring"))
         want = S / 2 + S / 2 + (2 * (m - 1) / m * S / 2 if m > 1 else 0)
         assert abs(sent - want) <= 4 * x.itemsize, (sent, want)
+        assert sent == two_level.bytes_sent("hierarchical", p, S, q=2)[r], (sent, want)
         assert np.all(x == p)
     if r == 0:
         print(f"traffic OK on {p} ranks")

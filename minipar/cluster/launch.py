@@ -1,0 +1,78 @@
+"""The mpiexec command that runs a job on the simulated cluster.
+
+    mpiexec -hosts {prefix}-n0,{prefix}-n1 -n N -ppn K
+            -bootstrap-exec WRAPPER      ssh's stand-in: runs each node's proxy in its namespace
+            -iface {prefix}br            proxies call back to mpiexec on the bridge's address
+            -genv UCX_TLS tcp,self       between nodes: TCP, so bytes cross the shaped veth
+            CMD ...
+
+Inside a node MPICH finds its ranks local (hydra's hosts decide that) and moves their bytes
+through shared memory; between nodes its network module runs over UCX.  UCX would also
+reach another namespace through /dev/shm (the namespaces share the file system), so its
+transports are limited to TCP and the loop-back to self.
+
+The same three settings go into the environment too (HYDRA_LAUNCHER_EXEC, HYDRA_IFACE,
+UCX_TLS), so a program that starts mpiexec itself lands on the nodes as well:
+``cluster run -- launch --np 4 -- train ...`` runs the elastic supervisor on this machine
+(given the cluster's hosts file), and each of its attempts' mpiexec on the nodes.
+
+Threads: every node's ranks share this machine's cores, so each rank gets
+cores // (all ranks), at least one, unless the user set OMP_NUM_THREADS.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from minipar.cluster.topology import ClusterError
+
+MINIPAR_COMMANDS = {"train", "profile", "sample", "bench", "calibrate", "plan", "report"}
+SUPERVISORS = {"launch"}            # start mpiexec themselves: run on this machine
+
+
+def program(argv):
+    """``train ...`` means minipar's train; ``x.py ...`` a script; anything else as it is."""
+    if not argv:
+        raise ClusterError("`cluster run` needs a command after --, e.g. `cluster run -- train --dp 4`")
+    if argv[0] in MINIPAR_COMMANDS:
+        return [sys.executable, "-m", "minipar", *argv]
+    if argv[0].endswith(".py"):
+        return [sys.executable, *argv]
+    return list(argv)
+
+
+def command(spec, argv, nprocs=None):
+    """What ``cluster run`` executes: the supervisor itself (with the cluster's hosts
+    file unless given), or mpiexec of ``argv`` on the nodes."""
+    if argv[:1] and argv[0] in SUPERVISORS:
+        if nprocs is not None:
+            raise ClusterError("-n is for programs run under mpiexec; give launch its --np")
+        hosts = [] if "--hosts" in argv[:argv.index("--") if "--" in argv else len(argv)] \
+            else ["--hosts", spec.hosts_file]
+        return [sys.executable, "-m", "minipar", argv[0], *hosts, *argv[1:]]
+    return mpiexec_command(spec, argv, nprocs)
+
+
+def mpiexec_command(spec, argv, nprocs=None):
+    """The command line that runs ``argv`` on ``nprocs`` ranks (default: every slot)."""
+    nprocs = spec.world_size if nprocs is None else nprocs
+    if not 1 <= nprocs <= spec.world_size:
+        raise ClusterError(f"-n must be between 1 and {spec.world_size} "
+                           f"({spec.nodes} nodes x {spec.ranks_per_node} ranks), got {nprocs}")
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        raise ClusterError("mpiexec not found: `pip install mpich` (minipar's install brings it)")
+    return [mpiexec, "-hosts", ",".join(spec.hosts), "-n", str(nprocs),
+            "-ppn", str(spec.ranks_per_node), "-bootstrap-exec", spec.wrapper,
+            "-iface", spec.bridge, "-genv", "UCX_TLS", "tcp,self", *program(argv)]
+
+
+def run_environment(spec, base=None):
+    """The environment of the ranks: the caller's, with a thread budget per rank."""
+    env = dict(os.environ if base is None else base)
+    env.update(HYDRA_LAUNCHER_EXEC=spec.wrapper, HYDRA_IFACE=spec.bridge, UCX_TLS="tcp,self")
+    if "OMP_NUM_THREADS" not in env:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        env["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // spec.world_size))
+    return env

@@ -1,0 +1,211 @@
+"""The α-β model over two kinds of links: a collective as steps of messages, each priced
+by the link it crosses.
+
+Nodes hold q consecutive ranks (node(r) = r // q, the launcher's block placement).  A
+message of n bytes costs
+
+    inside a node     k·α     + n·β(n)       (the calibrated shared-memory constants)
+    between nodes     k·α_out + n·β_out      (the wire: calibrated across it)
+
+with k the pipeline segments it is cut into.  The messages of one step run at once, so
+a step costs its slowest message — but every message that leaves a node in that step
+shares the node's one link, and so does every message that enters it:
+
+    step = max( max over messages (k·α_link + n·β_link),
+                max over nodes    (α_out + Σ bytes out of (into) the node · β_out) )
+           + n_reduced·γ
+
+Each algorithm is written below as the data of its steps (who sends how many bytes to
+whom), following the code in ring.py, doubling.py, tree.py and hierarchical.py; the one
+pricing function above turns any of them into seconds.  What the flat model of
+cost_model.py cannot see and this one can: a ring over 2 nodes crosses the wire once per
+step per node, while the hierarchical all-reduce sends only S/q per rank across it, all
+q of a node's ranks at once — the same bytes through one link.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from minipar.comm.chunks import pow2_floor, segments
+from minipar.comm.exchange import SEGMENT_BYTES
+
+
+# ------------------------------------------------------------------ the steps of each algorithm
+# A step is (messages, reduced_bytes): messages [(src, dst, nbytes)], reduced_bytes the most
+# any one rank reduces in that step.
+
+def ring_steps(ranks, S):
+    """Reduce-scatter then all-gather around ``ranks``: 2(p-1) steps of S/p to the right."""
+    p = len(ranks)
+    if p < 2:
+        return []
+    piece = S / p
+    shift = [(ranks[i], ranks[(i + 1) % p], piece) for i in range(p)]
+    return [(shift, piece)] * (p - 1) + [(shift, 0.0)] * (p - 1)
+
+
+def _fold(ranks, S):
+    """Non-powers of two: the first 2·rem ranks pair up, the even one hands its buffer
+    over before (and takes the result back after).  Returns (in, out, survivors)."""
+    p = len(ranks)
+    rem = p - pow2_floor(p)
+    if not rem:
+        return [], [], list(ranks)
+    pairs = [(ranks[2 * i], ranks[2 * i + 1]) for i in range(rem)]
+    survivors = [odd for _, odd in pairs] + list(ranks[2 * rem:])
+    return ([([(e, o, S) for e, o in pairs], S)], [([(o, e, S) for e, o in pairs], 0.0)],
+            survivors)
+
+
+def recursive_doubling_steps(ranks, S):
+    """log2 p' swaps of the whole buffer with partners at distance 1, 2, 4, ..."""
+    fold_in, fold_out, live = _fold(ranks, S)
+    steps, mask = [], 1
+    while mask < len(live):
+        steps.append(([(live[i], live[i ^ mask], S) for i in range(len(live))], S))
+        mask <<= 1
+    return fold_in + steps + fold_out
+
+
+def rabenseifner_steps(ranks, S):
+    """Recursive halving (distance p'/2 first, halves of the window) then doubling back."""
+    fold_in, fold_out, live = _fold(ranks, S)
+    p2 = len(live)
+    halving, mask, part = [], p2 >> 1, S / 2
+    while mask:
+        halving.append(([(live[i], live[i ^ mask], part) for i in range(p2)], part))
+        mask, part = mask >> 1, part / 2
+    doubling = [(msgs, 0.0) for msgs, _ in reversed(halving)]
+    return fold_in + halving + doubling + fold_out
+
+
+def tree_steps(ranks, S):
+    """Binomial reduce to ranks[0] (distance 1, 2, 4, ...) then binomial broadcast back."""
+    p = len(ranks)
+    reduce_steps, mask = [], 1
+    while mask < p:
+        msgs = [(ranks[v], ranks[v - mask], S) for v in range(p) if v & mask and not v & (mask - 1)]
+        reduce_steps.append((msgs, S))
+        mask <<= 1
+    broadcast = [([(dst, src, n) for src, dst, n in msgs], 0.0) for msgs, _ in reversed(reduce_steps)]
+    return reduce_steps + broadcast
+
+
+def _at_once(step_lists):
+    """Several groups' steps run side by side: step i of all of them is one step."""
+    step_lists = [s for s in step_lists if s]
+    n = max((len(s) for s in step_lists), default=0)
+    return [(sum((s[i][0] for s in step_lists if i < len(s)), []),
+             max(s[i][1] for s in step_lists if i < len(s))) for i in range(n)]
+
+
+def hierarchical_steps(ranks, S, q, inner="ring"):
+    """Reduce-scatter inside each node, all-reduce of each shard across nodes (the q
+    cross groups at once), all-gather inside each node.  Nodes of unequal size: reduce
+    to each node's first rank, all-reduce among those, broadcast back (binomial)."""
+    nodes = [ranks[i:i + q] for i in range(0, len(ranks), q)]
+    if len(nodes[-1]) != q:
+        trees = [tree_steps(node, S) for node in nodes]          # reduce steps, then broadcast
+        up = _at_once([t[:len(t) // 2] for t in trees])
+        down = _at_once([t[len(t) // 2:] for t in trees])
+        return up + STEPS[inner]([node[0] for node in nodes], S) + down
+    inside = _at_once([ring_steps(node, S) for node in nodes])
+    half = len(inside) // 2
+    across = _at_once([STEPS[inner]([node[j] for node in nodes], S / q) for j in range(q)])
+    return inside[:half] + across + inside[half:]
+
+
+STEPS = {"ring": ring_steps, "recursive_doubling": recursive_doubling_steps,
+         "rabenseifner": rabenseifner_steps, "tree": tree_steps}
+
+
+# ------------------------------------------------------------------ pricing
+def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES):
+    """One step's time: its slowest message, or its busiest node link (see the module)."""
+    from minipar.comm.cost_model import beta_of, gamma_of
+    slowest = 0.0
+    out_of, into = defaultdict(float), defaultdict(float)
+    for src, dst, n in messages:
+        k = segments(n, seg)
+        if src // q == dst // q:
+            slowest = max(slowest, k * c.alpha + n * beta_of(c, n))
+        else:
+            slowest = max(slowest, k * c.alpha_inter + n * c.beta_inter)
+            out_of[src // q] += n
+            into[dst // q] += n
+    shared = max(list(out_of.values()) + list(into.values()) + [0.0])
+    if shared:
+        slowest = max(slowest, c.alpha_inter + shared * c.beta_inter)
+    return slowest + reduced * gamma_of(c, reduced)
+
+
+def steps_of(algorithm, p, nbytes, q):
+    ranks = list(range(p))
+    if algorithm == "hierarchical":
+        return hierarchical_steps(ranks, float(nbytes), min(q, p))
+    if algorithm.startswith("hierarchical:"):
+        return hierarchical_steps(ranks, float(nbytes), min(q, p), algorithm.split(":", 1)[1])
+    return STEPS[algorithm](ranks, float(nbytes))
+
+
+def predict(algorithm, p, nbytes, c, q, seg=SEGMENT_BYTES):
+    """Seconds of an all-reduce of ``nbytes`` over ranks 0..p-1, nodes of ``q`` ranks."""
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    return sum(step_seconds(m, r, q, c, seg) for m, r in steps_of(algorithm, p, nbytes, q))
+
+
+def bytes_sent(algorithm, p, nbytes, q=None):
+    """Bytes each rank sends in total, by rank (what the traffic counters count)."""
+    sent = defaultdict(float)
+    for msgs, _ in steps_of(algorithm, p, nbytes, q or p):
+        for src, _, n in msgs:
+            sent[src] += n
+    return [sent[r] for r in range(p)]
+
+
+def crosses_nodes(p, q):
+    return bool(q) and 0 < q < p and math.ceil(p / q) > 1
+
+
+# ------------------------------------------------------------------ calibration (collective)
+def node_size(comm):
+    """Collective: q if the ranks of ``comm`` sit on nodes of q consecutive ranks (MPI's
+    shared-memory split: the launcher's hosts), else 0 (one node, or another placement)."""
+    import numpy
+    from mpi4py import MPI
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, comm.rank)
+    q, first = node.Get_size(), node.allreduce(comm.rank, op=MPI.MIN)
+    node.Free()
+    placed = numpy.array(comm.mpi.allgather((q, first)))
+    block = all(qq == q and f == (r // q) * q for r, (qq, f) in enumerate(placed.tolist()))
+    return q if block and q < comm.size else 0
+
+
+def calibrate_across(comm, c, small=8, large=8 << 20, reps=7):
+    """Collective: ``c`` with α and β of the link between nodes, measured between rank 0
+    and rank q (the first rank of the next node) through the minipar transport — α one
+    exchange of ``small`` bytes, β one of ``large`` bytes minus α, medians — and the node
+    size q.  On one node ``c`` unchanged."""
+    import numpy
+    from dataclasses import replace
+    from minipar.backend import xp
+    from minipar.comm.cost_model import _median_time, wait_idle
+    from minipar.comm.exchange import exchange
+    q = node_size(comm)
+    if not q:
+        return c
+    peer = {0: q, q: 0}.get(comm.rank)
+    vals = numpy.zeros(2)
+    if peer is not None:
+        tiny = xp.zeros(max(small // 4, 1), dtype=xp.float32)
+        line_up = lambda: comm.sendrecv(tiny[:0], peer, tiny[:0], peer, 11)  # noqa: E731
+        got = xp.empty_like(tiny)
+        alpha = _median_time(lambda: exchange(comm, tiny, peer, got, peer, tag=11), reps, line_up)
+        send, recv = xp.ones(large, dtype=xp.uint8), xp.zeros(large, dtype=xp.uint8)
+        t = _median_time(lambda: exchange(comm, send, peer, recv, peer, tag=11), reps, line_up)
+        vals[:] = alpha, max((t - alpha) / large, 1e-12)
+    wait_idle(comm)
+    comm.mpi.Bcast(vals, root=0)
+    return replace(c, alpha_inter=float(vals[0]), beta_inter=float(vals[1]), ranks_per_node=q)
