@@ -24,11 +24,13 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
   ``step_time_s`` (the slowest rank's), ``tokens_per_s``, ``samples_per_s`` (from it);
   ``comm_time_s``, ``comm_share`` (exposed communication, mean over ranks, and its
   share of the step), ``pipeline_wait_s`` (pipeline runs only, mean over ranks);
-  ``peak_mem_bytes`` (max over ranks), ``peak_mem_bytes_per_rank`` (list);
+  ``peak_mem_bytes`` (max over ranks), ``peak_mem_bytes_per_rank`` (list) - the
+  tracked arrays of the step; ``peak_rss_bytes`` and ``peak_rss_bytes_per_rank``: the
+  process's own peak resident memory during the step (``procmem.py``);
   ``mfu`` and ``mfu_basis``; and ``per_rank``, a dict of lists with one value per
   rank: ``step_time_s``, ``compute_s``, ``comm_time_s``, ``pipeline_wait_s``,
   ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``,
-  ``peak_rss_bytes`` (the process's peak resident memory so far: all it holds),
+  ``peak_rss_bytes`` (the process's peak resident memory during the step),
   ``mem_share`` (of the device's memory on GPU, of the process's RAM budget on CPU:
   the cgroup limit, else total RAM, divided by the ranks on the node) and, on GPU
   with ``nvidia-ml-py``, ``device_util`` (NVML's busy share of the last interval);
@@ -36,8 +38,11 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
 * last ``{"final": {...}}``: ``steps``, ``train_loss`` (last), ``train_loss_last10``,
   ``val_loss`` (null if evaluation was skipped), ``val_bits_per_byte``, ``wall_s``,
   ``tokens_per_s``, ``mfu``, ``mfu_basis``, ``comm_share``,
-  ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank``, ``mem_share_per_rank``,
-  ``skipped_steps``.
+  ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank`` (the process's peak over the
+  whole run), ``mem_share_per_rank``, ``skipped_steps``, and ``process_memory``:
+  ``{"peak_rss_bytes_per_rank", "phases": {"construction" | "steps" | "save": {"rss", and on
+  CuPy "pool", "device": [per rank]}}, "exact", "floor_bytes_per_rank",
+  "predicted_bytes_per_rank"}`` (``procmem.py``).
 
 Loss is in nats per token.  Bits per byte compare runs whatever their tokens:
 bits/byte = nats/token / ln 2 / (bytes per token), with the header's ``bytes_per_token``
@@ -55,13 +60,14 @@ import time
 
 import numpy as np
 
-from minipar import backend
+from minipar import backend, procmem
 from minipar.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
 from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401 (the readers)
 from minipar.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
-        "peak_mem_bytes", "peak_rss_bytes", "device_util")   # the gathered vector, in this order
+        "peak_mem_bytes", "peak_rss_bytes", "device_util",   # the gathered vector, in this
+        "pool_peak_bytes", "device_used_bytes")    # order; the last two on CuPy (procmem.py)
 
 
 class _Watched:
@@ -101,6 +107,7 @@ class RunMonitor:
         self.total_steps, self.start_step = total_steps, start_step
         self.out = out or sys.stdout
         self.records, self.log, self.bar = [], None, None
+        self.process = None         # per-phase process peaks, once gathered
         self.nvml = _nvml_handle()
         self.bytes_per_token = float(self.header.get("bytes_per_token") or 1.0)
         self.loss_unit = "nats/byte" if self.bytes_per_token == 1.0 else "nats/token"
@@ -215,7 +222,18 @@ class RunMonitor:
             keys.append("device_util")
         record["per_rank"] = {k: [_plain(v) for v in per[k]] for k in keys}
         record["per_rank"]["peak_mem_bytes"] = peaks
+        if not np.isnan(per["peak_rss_bytes"]).all():    # the process's own peak (procmem)
+            rss = [int(v) for v in np.nan_to_num(per["peak_rss_bytes"])]
+            record.update(peak_rss_bytes=max(rss), peak_rss_bytes_per_rank=rss)
         return record
+
+    def process_memory(self, vector, exact=True, floor=0.0, predicted=math.nan):
+        """Collective: gather every rank's per-phase peaks (``ProcessMemory.vector``), its
+        runtime floor and the performance model's figure for it, for the summary."""
+        rows = self._gather(list(vector) + [1.0 if exact else 0.0, floor, predicted])
+        if self.rank == 0:
+            self.process = procmem.summarize(rows[:, :-3].tolist(), bool(rows[:, -3].all()),
+                                             rows[:, -2].tolist(), rows[:, -1].tolist())
 
     def finish(self, val_loss=None):
         """Rank 0 prints the summary and writes the ``final`` record; closes the log."""
@@ -253,10 +271,12 @@ class RunMonitor:
             "comm_share": sum(r["comm_share"] * r["step_time_s"] for r in recs) / time_s
             if time_s else None,   # the steps' shares, weighted by their length
             "peak_mem_bytes_per_rank": peaks,
-            "peak_rss_bytes_per_rank": [max((int(v) for v in col if v is not None), default=None)
-                                        for col in zip(*(r["per_rank"]["peak_rss_bytes"] for r in recs))],
+            "peak_rss_bytes_per_rank": (self.process or {}).get("peak_rss_bytes_per_rank") or [
+                max((int(v) for v in col if v is not None), default=None)   # the steps' only
+                for col in zip(*(r["per_rank"]["peak_rss_bytes"] for r in recs))],
             "mem_share_per_rank": [p / b if b else None for p, b in zip(peaks, self.mem_budget)],
             "skipped_steps": sum(int(r.get("skipped") or 0) for r in recs),
+            "process_memory": self.process,   # peak RSS (+ CuPy pool) per phase and rank
         }
 
     def _write(self, obj):
@@ -296,8 +316,11 @@ class RunMonitor:
         if f["peak_mem_bytes_per_rank"]:
             shares = [f"{100 * s:.1f}%" for s in f["mem_share_per_rank"] if s is not None]
             of = " of GPU memory" if backend.backend_name() == "cupy" else " of the RAM budget"
-            p("  peak memory per rank: " + ", ".join(map(_fmt_bytes, f["peak_mem_bytes_per_rank"]))
+            p("  peak memory per rank (tracked arrays of a step): "
+              + ", ".join(map(_fmt_bytes, f["peak_mem_bytes_per_rank"]))
               + (f" ({', '.join(shares)}{of})" if shares else ""))
+        for line in procmem.summary_lines(f.get("process_memory"), _fmt_bytes):
+            p(line)
         if f["skipped_steps"]:
             p(f"  skipped steps (fp16 overflow): {f['skipped_steps']}")
         if self.log_path:

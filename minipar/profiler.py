@@ -275,16 +275,21 @@ def profile_run(config, steps=3, top=15, json_path=None):
     half = c.precision in ("fp16", "bf16") and backend.backend_name() == "numpy"   # fp32 GEMMs
     gemm, mem_bw, fused_bw = machine_rates(cfg, rows, "fp32" if half else c.precision)
     gemm = c.peak_tflops * 1e12 if c.peak_tflops else gemm
-    timed_step(run, 0, StepProfiler())                          # warm-up: allocations, pools
-    with StepProfiler() as prof:
-        walls = [timed_step(run, 1 + i, prof) for i in range(steps)]
-    plain = statistics.fmean(timed_step(run, 1 + steps + i, StepProfiler()) for i in range(steps))
+    backend.memory.reset_peak()
+    with run.process_memory.phase("steps"):                     # its peak RSS (procmem)
+        timed_step(run, 0, StepProfiler())                      # warm-up: allocations, pools
+        with StepProfiler() as prof:
+            walls = [timed_step(run, 1 + i, prof) for i in range(steps)]
+        plain = statistics.fmean(timed_step(run, 1 + steps + i, StepProfiler())
+                                 for i in range(steps))
+    memory = _memory_per_rank(run)                              # collective
     opt_bytes = 8 * sum(s.master.nbytes for s in run.optimizer.sync.slots)
     rep = summarize(prof, steps, gemm, mem_bw, opt_bytes)
     rep.update(wall_s=sum(walls) / steps, unprofiled_step_s=plain, profiler_own_s=prof.own_s / steps,
                gemm_flops=gemm, mem_bw=mem_bw, elementwise_bw=fused_bw, model=cfg.to_dict(),
                layout=c.layout_name(), precision=c.precision, backend=backend.backend_name(),
-               threads=describe_threads(), steps=steps, rows=rows, params=run.n_params)
+               threads=describe_threads(), steps=steps, rows=rows, params=run.n_params,
+               memory_per_rank=memory)
     if grid.rank == 0 and json_path:
         with open(json_path, "w") as f:
             json.dump(rep, f, indent=1)
@@ -302,5 +307,20 @@ def profile_run(config, steps=3, top=15, json_path=None):
         print(f"{steps} profiled step(s) after 1 warm-up; a step without the profiler: "
               f"{1e3 * plain:.2f} ms (mean), with it {1e3 * rep['wall_s']:.2f} ms "
               f"(+ {1e6 * rep['profiler_own_s']:.0f} us of its own bookkeeping, left out)\n")
+        mib = lambda key: ", ".join(f"{m[key] / 2 ** 20:.0f}" for m in memory)  # noqa: E731
+        print(f"memory per rank, MiB: tracked arrays {mib('tracked')} | process peak RSS "
+              f"{mib('peak_rss')} (construction {mib('construction')}, steps {mib('steps')}) | "
+              f"performance model {mib('predicted')}\n")
         print(format_report(rep, top), flush=True)
     return rep
+
+
+def _memory_per_rank(run):
+    """Collective: [{tracked, peak_rss, construction, steps, predicted}] per rank (bytes)
+    on rank 0: the tracked arrays' peak beside what the process held (``procmem.py``)."""
+    pm = run.process_memory
+    mine = {"tracked": backend.memory.peak, "predicted": run._predicted_peak(pm.floor),
+            **{phase: pm.of(phase) or 0 for phase in ("construction", "steps")}}
+    mine["peak_rss"] = max(mine["construction"], mine["steps"])
+    world = run.grid.world
+    return world.mpi.gather(mine, root=0) if world.size > 1 else [mine]

@@ -9,7 +9,8 @@ with matplotlib's file-only Agg backend, one PNG per question a run answers:
     time_split_K.png  where did each rank's step go?  compute / exposed communication /
                       pipeline wait / optimizer, stacked per rank (mean over the steps
                       after the first, which pays for warm-up)
-    memory.png        how full?  peak memory of every rank, runs side by side
+    memory.png        how full?  peak memory of every rank (tracked arrays, and the
+                      process's peak RSS around them), runs side by side
     loss_scale.png    fp16 only: the dynamic loss scale, skipped steps marked
 
 A log merged by ``minipar launch`` also holds ``{"event": ...}`` records (a failure, a
@@ -75,7 +76,20 @@ class Run:
         f.setdefault("skipped_steps", sum(int(r.get("skipped") or 0) for r in steps))
         f["train_time_s"] = time_s
         f["peak_mem_bytes"] = max(self.peak_memory_per_rank() or [None])
+        for phase, ranks in self.process_peaks().items():    # the process's own (procmem)
+            f[f"{phase}_rss_bytes"] = max(ranks)
         return f
+
+    def process_peaks(self):
+        """{"peak" | "construction" | "steps" | "save": [peak RSS per rank]} (or {})."""
+        process = (self.final or {}).get("process_memory") or {}
+        out = {name: figures["rss"] for name, figures in process.get("phases", {}).items()}
+        per = [r["peak_rss_bytes_per_rank"] for r in self.steps if r.get("peak_rss_bytes_per_rank")]
+        if per and "steps" not in out:
+            out["steps"] = [max(col) for col in zip(*per)]
+        if out:
+            out["peak"] = [max(col) for col in zip(*out.values())]
+        return out
 
     def peak_memory_per_rank(self):
         if self.final and self.final.get("peak_mem_bytes_per_rank"):
@@ -186,10 +200,13 @@ def plot_memory(plt, runs, path):
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / max(len(runs), 1)
     for i, run in enumerate(runs):
-        peaks = run.peak_memory_per_rank()
+        peaks, rss = run.peak_memory_per_rank(), run.process_peaks().get("peak")
+        if rss:     # what the process held (outline) around what a step's arrays held
+            ax.bar([r + i * width for r in range(len(rss))], [p / 2 ** 20 for p in rss], width,
+                   fill=False, edgecolor=COLORS[i % len(COLORS)], label=f"{run.label}: process RSS")
         ax.bar([r + i * width for r in range(len(peaks))], [p / 2 ** 20 for p in peaks], width,
-               color=COLORS[i % len(COLORS)], label=run.label)
-    ax.set(xlabel="rank", ylabel="peak MiB", title="peak memory per rank")
+               color=COLORS[i % len(COLORS)], label=f"{run.label}: tracked arrays")
+    ax.set(xlabel="rank", ylabel="peak MiB", title="peak memory per rank: tracked arrays, process")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -221,6 +238,8 @@ COLUMNS = (("steps", "steps", "{:d}"), ("train_loss", "train loss (last)", "{:.4
            ("val_loss", "val loss nats/token", "{:.4f}"), ("val_bits_per_byte", "bits/byte", "{:.3f}"),
            ("tokens_per_s", "tokens/s", "{:,.0f}"), ("mfu", "MFU", "{:.2%}"),
            ("comm_share", "comm share", "{:.1%}"), ("peak_mem_bytes", "peak memory (max rank)", None),
+           ("peak_rss_bytes", "process peak RSS", None),
+           ("construction_rss_bytes", "RSS construction", None), ("save_rss_bytes", "RSS save", None),
            ("train_time_s", "train time s", "{:.1f}"), ("wall_s", "wall s", "{:.1f}"),
            ("skipped_steps", "skipped steps", "{:d}"))
 

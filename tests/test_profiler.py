@@ -111,7 +111,10 @@ def test_the_command_prints_its_tables_and_the_final_line(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert lines[-1].startswith("profile: step ") and "python overhead" in lines[-1]
     assert "GFLOP/s" in proc.stdout and "achieved/roofline" in proc.stdout
+    assert "process peak RSS" in proc.stdout      # what the process held, beside the arrays
     rep = json.loads(out.read_text())
+    (memory,) = rep["memory_per_rank"]
+    assert memory["peak_rss"] >= memory["steps"] > memory["tracked"] > 0
     assert set(rep["phases"]) == {"forward", "backward", "optimizer", "comm"}
     assert 0 < rep["step_s"] < 60
     assert all(0 <= p["ops_s"] <= p["s"] + 1e-12 for p in rep["phases"].values())

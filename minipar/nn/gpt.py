@@ -6,7 +6,10 @@
 
 GPT-2 initialisation: weights ~ N(0, 0.02), the two residual projections of each
 block ~ N(0, 0.02/sqrt(2·n_layer)) so the residual stream's variance does not grow
-with depth, biases 0, LayerNorm 1/0.  With ``tie_weights`` the head reuses the
+with depth, biases 0, LayerNorm 1/0.  Each weight is drawn from a generator keyed by
+(seed, its name) (``nn/init.py``), so the values do not depend on the order the model
+is built in; ``GPT(cfg, seed, materialize=False)`` builds placeholders only, which a
+parallel layout cuts and then fills with just its own part.  With ``tie_weights`` the head reuses the
 token embedding (W_head = wteᵀ).  ``embed``, ``blocks`` and ``head`` are separate
 so a pipeline can place them on different stages.
 """
@@ -19,6 +22,7 @@ import numpy as np
 
 from minipar.backend import xp, to_device
 from minipar.autograd import ops
+from minipar.nn.init import drawer, init_specs, initialise
 from minipar.nn.module import Module
 from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
 from minipar.nn.attention import CausalSelfAttention
@@ -81,10 +85,11 @@ class Block(Module):
 
 
 class GPT(Module):
-    def __init__(self, cfg: GPTConfig, seed: int = 0):
+    def __init__(self, cfg: GPTConfig, seed: int = 0, materialize: bool = True):
         cfg.validate()
         self.config = cfg
-        rng = np.random.default_rng(seed)
+        self.seed = seed
+        rng = None                 # placeholders; drawn by name below (nn/init.py)
         self.dropout_rng = xp.random.default_rng(seed + 1)
         self.wte = Embedding(cfg.vocab_size, cfg.d_model, rng)
         self.wpe = Embedding(cfg.seq_len, cfg.d_model, rng, std=0.01)
@@ -92,6 +97,8 @@ class GPT(Module):
         self.blocks = [Block(cfg, rng, self.dropout_rng) for _ in range(cfg.n_layer)]
         self.ln_f = LayerNorm(cfg.d_model)
         self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng, bias=False)
+        if materialize:
+            initialise(self, drawer(seed, init_specs(self)))
 
     # The positions of the tokens this model sees: 0..n-1, unless context parallelism
     # gave this rank other positions of the sequence (parallel/context).

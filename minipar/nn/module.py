@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from minipar.backend import to_host, to_device
+from minipar.backend import memory, to_host, to_device
 from minipar.autograd import Tensor
+from minipar.nn.init import is_placeholder
 
 
 class Parameter(Tensor):
@@ -81,7 +82,10 @@ class Module:
             if tuple(state[name].shape) != tuple(p.shape):
                 raise ValueError(f"{name}: checkpoint shape {tuple(state[name].shape)} "
                                  f"!= model shape {tuple(p.shape)}")
-            p.data[...] = to_device(state[name], dtype=p.dtype)
+            if is_placeholder(p.data):       # not drawn yet (nn/init.py): take these
+                p.data = memory.track(to_device(state[name], dtype=p.dtype))
+            else:
+                p.data[...] = to_device(state[name], dtype=p.dtype)
 
     def num_parameters(self):
         return sum(p.size for p in self.parameters())

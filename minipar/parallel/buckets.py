@@ -12,7 +12,9 @@ ZeRO can give every rank an equal shard: rank r owns elements
 """
 from __future__ import annotations
 
-from minipar.backend import xp
+import math
+
+from minipar.backend import to_device, xp
 
 
 class Bucket:
@@ -48,10 +50,31 @@ class Bucket:
                 view[...] = p.grad
         return flat
 
-    def pack_data(self):
+    def pack_data(self, value_of=None):
+        """A new flat buffer of the weights; ``value_of(param)`` gives them (default
+        ``param.data``), one parameter at a time."""
         flat = xp.zeros(self.padded, dtype=self.dtype)
         for p, view in self.views(flat):
-            view[...] = p.data
+            view[...] = p.data if value_of is None else to_device(value_of(p))
+        return flat
+
+    def ranges(self, lo, hi):
+        """(param, start, stop) for each param overlapping elements [lo, hi) of the flat
+        buffer: the overlap, in flat coordinates."""
+        for p, off, shape in zip(self.params, self.offsets, self.shapes):
+            start, stop = max(lo, off), min(hi, off + math.prod(shape))
+            if start < stop:
+                yield p, start, stop
+
+    def pack_range(self, lo, hi, value_of):
+        """Elements [lo, hi) of the flat weights, building nothing else: each overlapping
+        parameter's values come from ``value_of(param)`` (a host or device array of its
+        shape, made one at a time — ZeRO-3's sharded construction)."""
+        flat = xp.zeros(hi - lo, dtype=self.dtype)
+        offset = dict(zip(map(id, self.params), self.offsets))
+        for p, start, stop in self.ranges(lo, hi):
+            off = offset[id(p)]
+            flat[start - lo:stop - lo] = to_device(value_of(p).reshape(-1)[start - off:stop - off])
         return flat
 
     def shard_range(self, rank):

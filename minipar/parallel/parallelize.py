@@ -6,8 +6,15 @@ visible order, each step a wrapper or a layer swap over the model before it:
     1b. context parallelism this rank's positions; attention cores become ring attention
     2. recomputation        Recompute(block) or Recompute(attn.core)
     3. pipeline stages      RankStages (this rank's chunks) and the PipelineEngine
+    3b. construction        a model of placeholders (``GPT(cfg, seed, materialize=False)``)
+                            is cut first and drawn afterwards: this rank draws each of its
+                            weights from (seed, name), keeps its tp piece, and the
+                            synchroniser writes it straight into its flat buffers (DDP,
+                            ZeRO-1/2) or, under ZeRO-3, only its range into its shard
     4. the synchroniser     DDPSync | ZeroSync (ZeRO-1/2) | Zero3Sync, with the masters
                             of mixed precision; ZeRO-3 also wraps the model (Zero3Model)
+
+Where each parameter ends up is ``Parallelized.placements`` (``placement.py``).
 
 ``build_optimizer(parallel, config, grid)`` then gives the one optimizer step
 (``step.Optimizer``) over the synchroniser.  ``config`` is anything with the fields of
@@ -31,6 +38,7 @@ class Parallelized:
     engine: Any = None    # PipelineEngine when pp > 1 or chunks > 1
     tp_model: Any = None  # TensorParallelGPT when tp > 1 (checkpoint gathering)
     positions: Any = None  # the sequence positions this rank holds (cp > 1), else None
+    placements: Any = None  # {name: Placement} of the parameters this rank holds
 
     def local_tokens(self, x):
         """This rank's columns of a (rows, seq_len) batch."""
@@ -55,7 +63,21 @@ def _compression_hook(config):
                      start=config.compression_start)
 
 
-def make_sync(module, config, grid, rules, model=None):
+def _piece_drawer(specs, seed, tp_model, grid):
+    """name -> this rank's tp piece of that weight, drawn from (seed, name): one full
+    tensor on the host at a time (``nn/init.py``, ``placement.py``)."""
+    from minipar.nn.init import initial_value
+    from minipar.parallel.placement import tp_placements
+    shapes = {n: shape for n, (shape, _) in specs.items()}
+    table = tp_placements(shapes, tp_model, grid.tp_comm)
+
+    def piece(name):
+        shape, spec = specs[name]
+        return table[name].piece(initial_value(seed, name, shape, spec))
+    return piece
+
+
+def make_sync(module, config, grid, rules, model=None, initial_piece=None):
     """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp)."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
@@ -64,19 +86,26 @@ def make_sync(module, config, grid, rules, model=None):
         hook = _compression_hook(config)
         sync = DDPSync(module, grid.dp_cp_comm, rules, bucket_bytes=bucket_bytes,
                        algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half,
-                       comm_hook=hook)
+                       comm_hook=hook, initial_piece=initial_piece)
         if hook is not None:
             hook.bind(sync)          # it needs the buckets' parameters (names, shapes)
         return sync
     if config.zero == 3:
-        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, rules, half_dtype=half)
+        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, rules,
+                         half_dtype=half, initial_piece=initial_piece)
     return ZeroSync(module, grid.dp_cp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,
-                    half_dtype=half)
+                    half_dtype=half, initial_piece=initial_piece)
 
 
 def parallelize(model, config, grid):
     """Steps 1-4 above; returns a ``Parallelized``.  ``model`` is not modified when tp > 1
-    (it is sliced into a copy); otherwise its blocks are wrapped in place."""
+    (it is sliced into a copy) unless its weights are placeholders (then it is used up);
+    otherwise its blocks are wrapped in place."""
+    from minipar.nn.init import init_specs, initialise, is_unmade
+    from minipar.parallel.placement import placements
+    global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    specs = init_specs(model) if is_unmade(model) else None   # read before any cut
+    seed = getattr(model, "seed", 0)
     tp_model = None
     if config.tp > 1:                                               # 1. tensor parallel
         from minipar.parallel.tensor import to_tensor_parallel
@@ -90,25 +119,31 @@ def parallelize(model, config, grid):
         from minipar.recompute import apply_recompute
         apply_recompute(model, config.recompute)
     rules = _rules(tp_model, config)
-    if config.pp == 1 and config.chunks == 1:
-        sync = make_sync(model, config, grid, rules)                # 4. synchroniser
-        if config.zero == 3:
-            model = sync.wrap(model)
-        return Parallelized(model=model, module=model, sync=sync, tp_model=tp_model,
-                            positions=positions)
-    from minipar.parallel.pipeline.engine import PipelineEngine     # 3. pipeline stages
-    from minipar.parallel.pipeline.stage import RankStages
-    module = RankStages(model, grid.coords.pp, config.pp, config.chunks)
-    act_shape = None
-    if config.sequence_parallel:   # stages exchange their s/tp tokens of the sequence
-        d, tp = model.config.d_model, config.tp
-        act_shape = lambda rows, n: (rows, n // tp, d)  # noqa: E731
-    engine = PipelineEngine(module, grid.pp_comm, config.schedule, config.microbatches,
-                            config.chunks, activation_shape=act_shape,
-                            dtype=backend.dtype_of(config.precision))
-    sync = make_sync(module, config, grid, rules)                   # 4. synchroniser
-    return Parallelized(model=None, module=module, sync=sync, engine=engine, tp_model=tp_model,
-                        positions=positions)
+    module, engine = model, None
+    if config.pp > 1 or config.chunks > 1:                          # 3. pipeline stages
+        from minipar.parallel.pipeline.engine import PipelineEngine
+        from minipar.parallel.pipeline.stage import RankStages
+        module = RankStages(model, grid.coords.pp, config.pp, config.chunks)
+        act_shape = None
+        if config.sequence_parallel:   # stages exchange their s/tp tokens of the sequence
+            d, tp = model.config.d_model, config.tp
+            act_shape = lambda rows, n: (rows, n // tp, d)  # noqa: E731
+        engine = PipelineEngine(module, grid.pp_comm, config.schedule, config.microbatches,
+                                config.chunks, activation_shape=act_shape,
+                                dtype=backend.dtype_of(config.precision))
+    piece = None
+    if specs is not None:                                           # 3b. construction
+        piece = _piece_drawer(specs, seed, tp_model, grid)
+    sync = make_sync(module, config, grid, rules, initial_piece=piece)   # 4. synchroniser
+    if piece is not None and is_unmade(module):    # weights no synchroniser packed
+        initialise(module, piece)
+    if engine is None and config.zero == 3:
+        model = module = sync.wrap(model)
+    parallel = Parallelized(model=None if engine else model, module=module, sync=sync,
+                            engine=engine, tp_model=tp_model, positions=positions)
+    tp_comm = grid.tp_comm if tp_model is not None else None
+    parallel.placements = placements(parallel, global_shapes, tp_comm)
+    return parallel
 
 
 def build_optimizer(parallel, config, grid):

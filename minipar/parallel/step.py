@@ -62,7 +62,7 @@ class Optimizer:
         self.step_count = 0
         self.m = [xp.zeros_like(s.master) for s in sync.slots]
         self.v = [xp.zeros_like(s.master) for s in sync.slots]
-        self.decay = [s.decay * weight_decay for s in sync.slots]
+        self.decay = [_decay_of(s, weight_decay) for s in sync.slots]
         self.last_scale = scaler.scale if scaler else 1.0
         self.last_skipped = False
 
@@ -132,3 +132,14 @@ class Optimizer:
         for mine, theirs in ((self.m, state["m"]), (self.v, state["v"])):
             for a, b in zip(mine, self.sync.from_named(theirs)):
                 a[...] = b
+
+
+def _decay_of(slot, weight_decay):
+    """λ·mask for the slot.  A per-element mask (a flat bucket or shard, as large as the
+    weights) is scaled in place: the optimizer owns its synchroniser's slots, and a
+    second array as large as the model would be memory the process holds for nothing."""
+    if getattr(slot.decay, "ndim", 0):
+        slot.decay *= weight_decay
+        return slot.decay
+    return slot.decay * weight_decay
+

@@ -205,3 +205,30 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
         grads = item * sum(k for _, k in pmem.param_sizes(
             cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))
     return live + a_bytes + grads
+
+
+def process_peak_bytes(config, coords=(0, 0, 0), floor=0):
+    """What the process itself should hold at its peak on the rank at (dp, tp, pp)
+    ``coords``, to compare with its peak resident memory (``procmem.py``):
+
+        runtime floor (interpreter, NumPy, MPI: measured before construction)
+        + model state (weights, gradients, optimizer state: ``memory.model_state_bytes``)
+        + the weight-decay mask: one value per element of a flat bucket or shard the rank
+          updates (the size of Adam's m; DDP under mixed precision keeps scalars)
+        + the step's activations + the communication buffers in flight
+
+    It is ``Prediction.mem_bytes`` plus the floor and the mask.  Not counted: kernels
+    JIT-compiled in the first step, allocator free lists, a checkpoint being written."""
+    cfg = config.model_config()
+    state = pmem.model_state_bytes(cfg, config, coords)
+    return (floor + pmem.total(state) + decay_mask_bytes(config, state)
+            + minipar_activation_bytes(config, coords[2]) + pmem.comm_buffer_bytes(cfg, config, coords))
+
+
+def decay_mask_bytes(config, state):
+    """The weight-decay mask a rank keeps beside AdamW's m and v: one value per element
+    of the flat buckets or shards it updates (the size of m), none for DDP under mixed
+    precision (per-parameter scalars).  ``state``: ``memory.model_state_bytes``."""
+    if config.precision not in ("fp16", "bf16"):
+        return state["optimizer"] / 2                # m and v: the mask is one of them
+    return 0 if config.zero == 0 else state["optimizer"] / 3   # m, v, fp32 masters

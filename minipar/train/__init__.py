@@ -4,9 +4,10 @@ The data path of one run, file by file (see ``docs/architecture.md``):
 
     config.py       TrainConfig, frozen; ``resolve(world_size)`` checks it once
     parallel/grid   ProcessGrid(dp, tp, pp) from the config
-    nn/gpt          the plain GPT (same seed -> same weights on every rank)
+    nn/gpt          the plain GPT, as placeholders (weights drawn later by name)
     parallel/parallelize
-                    tp/sp layers -> recompute wrappers -> pipeline stages -> synchroniser
+                    tp/sp layers -> recompute wrappers -> pipeline stages -> this rank's
+                    weights drawn from (seed, name) -> synchroniser
     train/steps     forward + backward of this replica's rows (grad accumulation or the
                     pipeline schedule); hooks start the gradient communication
     parallel/step   the one optimizer step: finish -> unscale -> found_inf -> norm ->
@@ -105,6 +106,9 @@ def setup(config: TrainConfig):
     config = config.resolve(_world_size())
     check_outputs(config)
     fit = check_fits(config)        # before anything is allocated: the memory model's peak
+    from minipar.procmem import ProcessMemory
+    process_memory = ProcessMemory()       # the construction phase starts here
+    process_memory.begin()
     half = config.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)
     backend.set_default_dtype(backend.dtype_of("fp32" if half else config.precision))
     cfg = config.model_config()
@@ -115,7 +119,9 @@ def setup(config: TrainConfig):
     if dataset.vocab_size != cfg.vocab_size:
         raise ConfigError(f"`data` {config.data} has a vocabulary of {dataset.vocab_size}, "
                           f"the model {cfg.vocab_size}")
-    model = GPT(cfg, seed=config.seed)
+    # placeholders only: parallelize cuts them and each rank draws just its own part
+    # (nn/init.py); a resumed run loads the checkpoint's full arrays instead
+    model = GPT(cfg, seed=config.seed, materialize=False)
     resume = load_resume(config, model, dataset.tokenizer)
     if resume is not None:
         model.load_state_dict(resume[0])
@@ -129,7 +135,8 @@ def setup(config: TrainConfig):
     parallel = parallelize(model, config, grid)
     optimizer = build_optimizer(parallel, config, grid)
     start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
-    run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params)
+    process_memory.record("construction")
+    run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit
     return run
 

@@ -8,9 +8,11 @@ before anything is allocated and before the first message between ranks.
                    interpreter, NumPy, MPI, minipar and numba's compiled loops (measured
                    now, its resident size; on GPU none of it is on the device)
     data           the corpus, held twice while it is loaded (files read, then joined)
-    construction   every rank first builds the whole plain model, then ``parallelize``
-                   cuts its share out (tensor slices, pipeline stages)
+    construction   a rank draws its weights one full tensor at a time (float64, from
+                   (seed, name): nn/init.py) and keeps only its part, which is already
+                   state: the largest tensor drawn and its cut piece
     state          weights, gradients, AdamW's m and v, fp32 masters (perf/memory.py, exact)
+                   and the weight-decay mask beside m (perf/estimate.decay_mask_bytes)
     activations    what the autograd graph holds at the peak, with the chosen recomputation
                    and attention, and the micro-batches in flight (perf/activations.py)
     buffers        the flat buffers gradient communication packs (perf/memory.py)
@@ -30,8 +32,8 @@ from dataclasses import dataclass, replace
 
 from minipar import backend
 from minipar.config import ConfigError
-from minipar.perf.estimate import compute_dtype, memory_per_rank, micro_rows
-from minipar.perf.memory import numel
+from minipar.perf.estimate import compute_dtype, decay_mask_bytes, memory_per_rank, micro_rows
+from minipar.perf.memory import param_sizes
 from minipar.perf.profile import DTYPE_BYTES
 from minipar.resources import process_rss_bytes, rank_memory_limit
 
@@ -99,9 +101,10 @@ def predicted_peak(config, runtime=None, data=None):
     if data is None:
         data = 2 * corpus_bytes(config.data) if backend.backend_name() == "numpy" else 0
     _, state, activations, buffers = memory_per_rank(config)
-    built = "fp32" if config.precision in ("fp16", "bf16") else compute_dtype(config.precision)
-    construction = numel(config.model_config()) * DTYPE_BYTES[built]
-    return PeakEstimate(int(runtime), int(data), int(construction), int(sum(state.values())),
+    largest = max(k for _, k in param_sizes(config.model_config()))
+    construction = 2 * largest * DTYPE_BYTES["fp64"]
+    state_bytes = sum(state.values()) + decay_mask_bytes(config, state)
+    return PeakEstimate(int(runtime), int(data), int(construction), int(state_bytes),
                         int(activations), int(buffers),
                         WORKSPACE_ARRAYS * largest_array_bytes(config))
 

@@ -17,7 +17,7 @@ import numpy as np
 from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
-from minipar.resources import peak_rss_bytes
+from minipar.procmem import ProcessMemory
 from minipar.faults import inject_failure, straggle
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
@@ -28,7 +28,8 @@ from minipar.train.steps import evaluate, forward_backward, global_loss, pipelin
 class Run:
     """One training run: the config, the grid, the parallelized model and its optimizer."""
 
-    def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start, n_params=None):
+    def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start, n_params=None,
+                 process_memory=None):
         self.config, self.grid, self.cfg, self.dataset = config, grid, cfg, dataset
         self.n_params = n_params        # of the whole (plain) model
         self.memory_fit = None          # (PeakEstimate, limit, where) of train/fits.py
@@ -37,6 +38,7 @@ class Run:
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
         self.balancer = Balancer(grid, config.batch_size, config.grad_accum, config.balance)
         self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
+        self.process_memory = process_memory or ProcessMemory()   # peaks per phase (procmem)
 
     @property
     def model(self):
@@ -51,6 +53,7 @@ class Run:
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
         inject_failure(step, grid.rank)
         backend.memory.reset_peak()
+        self.process_memory.begin()
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s
@@ -70,9 +73,11 @@ class Run:
         tp_comm = grid.tp_comm.blocking_comm_s - tp_before
         comm = opt.exposed_comm_s + (t1 - t_loss) + tp_comm   # dp sync not hidden, loss, tp
         wait = engine.comm_wait_s if engine is not None else 0.0
+        held = self.process_memory.record("steps")
         mine = {"step_time_s": t1 - t0, "comm_time_s": comm, "pipeline_wait_s": wait,
                 "optimizer_s": max(t_loss - t_opt - opt.exposed_comm_s, 0.0),
-                "peak_mem_bytes": backend.memory.peak, "peak_rss_bytes": peak_rss_bytes()}
+                "peak_mem_bytes": backend.memory.peak, "peak_rss_bytes": held["rss"],
+                "pool_peak_bytes": held["pool"], "device_used_bytes": held["device"]}
         mine["compute_s"] = max(mine["step_time_s"] - comm - wait - mine["optimizer_s"], 0.0)
         shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm,
                   "model_state_bytes": opt.memory_bytes()}
@@ -106,9 +111,20 @@ class Run:
             save_checkpoint(self, self.end)
         if c.eval_batches:   # on every rank: tp, ZeRO-3 and pipelined forwards are collective
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
+        pm = self.process_memory
+        self.monitor.process_memory(pm.vector(), pm.exact, pm.floor, self._predicted_peak(pm.floor))
         self.monitor.finish(self.val_loss)
         if self.val_loss is not None and self.grid.rank == 0:
             print(f"val loss {self.val_loss!r} after {self.end} steps", flush=True)  # every digit
+
+    def _predicted_peak(self, floor):
+        """The performance model's process peak for this rank (NaN if it cannot say)."""
+        from minipar.perf.estimate import process_peak_bytes
+        c = self.grid.coords
+        try:
+            return float(process_peak_bytes(self.config, (c.dp, c.tp, c.pp), floor))
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            return math.nan
 
     def _one_step(self, step):
         try:

@@ -12,7 +12,12 @@ from minipar.train.errors import TrainingStopped
 
 
 def save_checkpoint(run, step):
-    """Collective: every rank calls it."""
+    """Collective: every rank calls it.  Its memory peak is the run's "save" phase."""
+    with run.process_memory.phase("save"):
+        _save_checkpoint(run, step)
+
+
+def _save_checkpoint(run, step):
     optimizer, grid, tp_model = run.optimizer, run.grid, run.parallel.tp_model
     state = optimizer.state_dict()            # collective: gathers ZeRO shards
     params = optimizer.model_state_dict()     # collective under ZeRO

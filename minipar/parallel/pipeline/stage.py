@@ -4,8 +4,9 @@ With ``pp`` ranks and ``chunks`` model chunks per rank there are S = pp·chunks
 virtual stages; stage s = chunk·pp + rank (Megatron's interleaved layout, see
 ``schedules.py``).  The blocks are dealt out evenly, L/S per stage; the first
 stage also embeds the tokens, the last also applies the final LayerNorm, the
-head and the loss.  Every rank builds the same full model from the same seed and
-keeps only its stages (the other blocks are dropped and freed), so the weights
+head and the loss.  Every rank builds the same plain model — in training, as
+placeholders with no memory (``nn/init.py``) — and keeps only its stages (the other
+blocks are dropped); its own weights are drawn afterwards from (seed, name), so they
 equal the single-process model's.
 """
 from __future__ import annotations

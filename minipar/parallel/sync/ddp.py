@@ -28,23 +28,31 @@ import contextlib
 import sys
 import time
 
+from minipar.nn.init import initialise, is_placeholder
 from minipar.parallel.buckets import make_buckets
 from minipar.parallel.sync.flat import FlatStorage
 from minipar.parallel.sync.hooks import allreduce_hook
-from minipar.parallel.sync.slots import ParamRules, Slot, broadcast_parameters
+from minipar.parallel.sync.slots import ParamRules, Slot, broadcast_parameters, value_source
 
 
 class DDPSync:
     norm_comms = ()     # every replica holds every gradient: nothing to sum over dp
 
     def __init__(self, module, comm, rules=None, bucket_bytes=25 * 2**20, algorithm="auto",
-                 overlap=True, half_dtype=None, comm_hook=None):
+                 overlap=True, half_dtype=None, comm_hook=None, initial_piece=None):
+        """``initial_piece(name)``: the values of parameters that are still placeholders
+        (``nn/init.py``), drawn straight into the flat buffers."""
         self.module, self.comm, self.overlap = module, comm, overlap
         self.rules = rules or ParamRules()
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        broadcast_parameters(self.params, comm)
+        value_of = value_source({id(p): n for n, p in named}, initial_piece)
+        if any(is_placeholder(p.data) for p in self.params):
+            if half_dtype is not None:         # the masters are made from the weights
+                initialise(module, initial_piece)
+        else:
+            broadcast_parameters(self.params, comm)   # drawn by name: equal already
         self.amp = None
         if half_dtype is not None:             # fp32 masters; the model (and buckets) in half
             from minipar.amp import MixedPrecision
@@ -60,7 +68,7 @@ class DDPSync:
         # (``flat.py``); mixed precision keeps per-parameter fp32 masters (``amp``)
         self.flat = None
         if self.amp is None:
-            self.flat = FlatStorage(self.buckets, {id(p): n for n, p in named})
+            self.flat = FlatStorage(self.buckets, {id(p): n for n, p in named}, value_of)
             self.slots = self.flat.slots(self.rules)
         else:
             r = self.rules

@@ -29,10 +29,10 @@ from minipar.parallel.sync.slots import Slot, bucket_mask
 class FlatStorage:
     """Parameters and gradients of ``buckets`` as views of one flat pair per bucket."""
 
-    def __init__(self, buckets, names):
+    def __init__(self, buckets, names, value_of=None):
         self.buckets, self.names = buckets, names          # names: {id(param): name}
-        for b in buckets:
-            b.flat = memory.track(b.pack_data())
+        for b in buckets:         # value_of: draws placeholders into the flat (slots.py)
+            b.flat = memory.track(b.pack_data(value_of))
             for p, view in b.views(b.flat):
                 p.data = view
             b.flat_grad = memory.track(xp.zeros(b.padded, dtype=b.dtype))
@@ -48,8 +48,10 @@ class FlatStorage:
             decay = mask(lambda n, p: 1.0 if rules.decays(n, p) else 0.0)
             weights = {rules.norm_weight(self.names[id(p)]) for p in b.params}
             norm = weights.pop() if len(weights) == 1 else mask(lambda n, p: rules.norm_weight(n))
-            partial = mask(lambda n, p: 1.0 if rules.partial_over_tp(n) else 0.0) > 0
-            out.append(Slot(b.flat, None, decay, norm, partial if partial.any() else False))
+            partial = False             # a bool mask only where some parameter is partial
+            if any(rules.partial_over_tp(self.names[id(p)]) for p in b.params):
+                partial = bucket_mask(b, self.names, lambda n, p: rules.partial_over_tp(n), bool)
+            out.append(Slot(b.flat, None, decay, norm, partial))
         return out
 
     def grads(self, bucket):

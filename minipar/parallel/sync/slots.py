@@ -5,6 +5,7 @@ of a flat bucket (ZeRO).  Besides the master and its gradient it carries, per el
 where a bucket mixes parameters, the facts the step needs about them:
 
     decay          1 where weight decay applies (matrices), 0 on biases and norms
+                   (the optimizer step scales a per-element mask to λ·mask in place)
     norm_weight    w in ||g||² = Σ w·g²: 1/tp for a weight replicated on the tp ranks,
                    so that summing over the tp group counts it once
     tp_replicated  True where the gradient is only this rank's part of a sum over tp
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 from minipar.backend import xp
 from minipar.comm import broadcast
+from minipar.nn.init import is_placeholder
 from minipar.optim import decays
 from minipar.parallel.buckets import make_buckets
 
@@ -45,11 +47,27 @@ class ParamRules:
         return self.sequence_parallel and self.tp > 1 and self.replicated(name)
 
 
-def bucket_mask(bucket, names, value_of, dtype):
-    """A flat per-element array over ``bucket``: value_of(name, param) on each parameter."""
-    mask = xp.zeros(bucket.padded, dtype=dtype)
-    for p, view in bucket.views(mask):
-        view[...] = value_of(names[id(p)], p)
+def value_source(names, initial_piece):
+    """param -> its values: its own array, or for a placeholder (``nn/init.py``: not drawn
+    yet) ``initial_piece(name)``, this rank's piece drawn from (seed, name).  Synchronisers
+    that pack weights into flat buffers draw them straight there: no second copy."""
+    def value_of(p):
+        if not is_placeholder(p.data):
+            return p.data
+        if initial_piece is None:
+            raise ValueError(f"{names[id(p)]} has no values yet and no initial_piece was "
+                             "given to draw them")
+        return initial_piece(names[id(p)])
+    return value_of
+
+
+def bucket_mask(bucket, names, value_of, dtype, lo=0, hi=None):
+    """Elements [lo, hi) (default: all) of a flat per-element array over ``bucket``:
+    value_of(name, param) on each parameter.  Only the range is allocated."""
+    hi = bucket.padded if hi is None else hi
+    mask = xp.zeros(hi - lo, dtype=dtype)
+    for p, start, stop in bucket.ranges(lo, hi):
+        mask[start - lo:stop - lo] = value_of(names[id(p)], p)
     return mask
 
 

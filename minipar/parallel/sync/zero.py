@@ -32,15 +32,17 @@ import time
 
 from minipar.backend import xp, memory, to_host, to_device
 from minipar.comm import all_gather, reduce_scatter_async, reduce_scatter
+from minipar.nn.init import is_placeholder
 from minipar.parallel.buckets import make_buckets
-from minipar.parallel.sync.slots import ParamRules, Slot, broadcast_parameters, bucket_mask
+from minipar.parallel.sync.slots import (ParamRules, Slot, broadcast_parameters, bucket_mask,
+                                         value_source)
 
 
 class ZeroSync:
     """ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
     def __init__(self, module, comm, rules=None, stage=1, bucket_bytes=25 * 2**20,
-                 half_dtype=None, buckets=None):
+                 half_dtype=None, buckets=None, initial_piece=None):
         if stage not in (1, 2, 3):
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
         self.module, self.comm, self.stage = module, comm, stage
@@ -49,7 +51,9 @@ class ZeroSync:
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.names = {id(p): n for n, p in named}
         self.params = [p for _, p in named]
-        broadcast_parameters(self.params, comm)
+        self.value_of = value_source(self.names, initial_piece)
+        if not any(is_placeholder(p.data) for p in self.params):
+            broadcast_parameters(self.params, comm)   # drawn by name: equal on every rank
         self.buckets = buckets or make_buckets(self.params, bucket_bytes, pad_to=comm.size)
         self.half_dtype = half_dtype
         self.bucket_of = {}
@@ -60,30 +64,37 @@ class ZeroSync:
         """Keep my shard of bucket ``b`` (fp32 master under mixed precision); ZeRO-1/2
         parameters become views of one flat storage, so publishing is one all-gather."""
         lo, hi = b.shard_range(self.comm.rank)
-        flat = b.pack_data()                     # fp32 (or fp64) weights, padded
+        # ZeRO-3 never builds the flat bucket, only my range of it (sharded construction)
+        flat = b.pack_data(self.value_of) if self.stage < 3 else b.pack_range(lo, hi, self.value_of)
         r, dtype = self.rules, flat.dtype
-        mask = lambda f: bucket_mask(b, self.names, f, dtype)[lo:hi].copy()  # noqa: E731
+        mask = lambda f: bucket_mask(b, self.names, f, dtype, lo, hi)  # noqa: E731
         decay = mask(lambda n, p: 1.0 if r.decays(n, p) else 0.0)
-        norm_weight = mask(lambda n, p: r.norm_weight(n))
-        partial = mask(lambda n, p: 1.0 if r.partial_over_tp(n) else 0.0) > 0
-        if self.half_dtype is not None:
-            b.param_shard = flat[lo:hi].copy()
-            flat = flat.astype(self.half_dtype)
-            b.dtype = flat.dtype
-        b.flat = flat if self.stage < 3 else None
-        if self.stage < 3:
+        weights = {r.norm_weight(self.names[id(p)]) for p, _, _ in b.ranges(lo, hi)}
+        norm_weight = weights.pop() if len(weights) == 1 else mask(lambda n, p: r.norm_weight(n))
+        partial = False                          # a bool mask only where it is needed
+        if any(r.partial_over_tp(self.names[id(p)]) for p, _, _ in b.ranges(lo, hi)):
+            partial = bucket_mask(b, self.names, lambda n, p: r.partial_over_tp(n), bool, lo, hi)
+        if self.stage == 3:                      # flat is my shard already
+            b.flat, b.param_shard = None, flat
+            if self.half_dtype is not None:      # what is gathered: my shard in half
+                b.half_shard = flat.astype(self.half_dtype)
+                b.dtype = b.half_shard.dtype
+        else:
+            if self.half_dtype is not None:
+                b.param_shard = flat[lo:hi].copy()
+                flat = flat.astype(self.half_dtype)
+                b.dtype = flat.dtype
+            b.flat = flat
             for p, view in b.views(flat):
                 p.data = memory.track(view)
-        if self.half_dtype is None:
-            b.param_shard = flat[lo:hi] if self.stage < 3 else flat[lo:hi].copy()
-        elif self.stage == 3:                    # what is gathered: my shard in half
-            b.half_shard = b.param_shard.astype(self.half_dtype)
+            if self.half_dtype is None:
+                b.param_shard = flat[lo:hi]
         b.grad_shard, b.pending = None, []
         for p in b.params:
             self.bucket_of[id(p)] = b
             if self.stage == 2:
                 p.register_hook(self._grad_ready)
-        return Slot(b.param_shard, None, decay, norm_weight, partial if partial.any() else False)
+        return Slot(b.param_shard, None, decay, norm_weight, partial)
 
     def gather_source(self, bucket):
         """What the weights are all-gathered from: my shard, in the model's dtype."""

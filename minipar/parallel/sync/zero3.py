@@ -59,12 +59,15 @@ def model_units(model):
 
 
 class Zero3Sync(ZeroSync):
-    def __init__(self, model, comm, rules=None, half_dtype=None):
+    def __init__(self, model, comm, rules=None, half_dtype=None, initial_piece=None):
+        """``initial_piece(name)``: the values of a parameter that is still a placeholder
+        (``nn/init.py``); only my range of each unit is kept, one tensor at a time."""
         if model.config.tie_weights:
             raise ValueError("ZeRO-3 does not support tied weights (the tied weight would "
                              "belong to two units); untie them")
         buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
-        super().__init__(model, comm, rules, stage=3, buckets=buckets, half_dtype=half_dtype)
+        super().__init__(model, comm, rules, stage=3, buckets=buckets, half_dtype=half_dtype,
+                         initial_piece=initial_piece)
         self.handles = {}
         self.empty = xp.zeros(0, dtype=buckets[0].dtype)   # what a freed parameter holds
         for i in range(len(buckets)):

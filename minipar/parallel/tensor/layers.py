@@ -23,6 +23,7 @@ from __future__ import annotations
 from minipar.backend import to_device, xp
 from minipar.autograd import ops
 from minipar.comm import chunk_bounds
+from minipar.nn.init import is_placeholder, placeholder
 from minipar.nn.module import Module, Parameter
 from minipar.parallel.tensor.regions import (copy_to_tp_region, gather_from_sequence_region,
                                              gather_from_tp_region, reduce_from_tp_region,
@@ -31,6 +32,11 @@ from minipar.parallel.tensor.sharding import Shard
 
 
 def _slice(param, spec, comm):
+    """My piece of ``param``; of a placeholder (a weight not drawn yet, ``nn/init.py``)
+    a placeholder of my piece's shape: nothing is allocated until it is drawn."""
+    if is_placeholder(param.data):
+        shape = spec.piece_shape(param.shape, comm.rank, comm.size)
+        return Parameter(placeholder(shape, param.dtype))
     return Parameter(spec.local(param.data, comm.rank, comm.size))
 
 
@@ -82,7 +88,9 @@ class RowParallelLinear(Module):
 
     @classmethod
     def from_linear(cls, linear, comm, sequence_parallel=False):
-        bias = None if linear.bias is None else Parameter(linear.bias.data.copy())
+        bias = linear.bias
+        if bias is not None and not is_placeholder(bias.data):
+            bias = Parameter(bias.data.copy())
         return cls(_slice(linear.weight, Shard(0), comm), bias, comm, sequence_parallel)
 
     def forward(self, x):

@@ -3,7 +3,9 @@
     tp_model = to_tensor_parallel(GPT(cfg, seed), grid, sequence_parallel=True)
     logits_r, loss = tp_model(ids, targets)    # my vocabulary shard, the full-model loss
 
-Every rank builds the plain GPT (same seed, so the same weights), then keeps its slices:
+Every rank builds the plain GPT (same seed, so the same weights) — or, in training, the
+plain GPT's placeholders, which are cut here and drawn afterwards slice by slice
+(``nn/init.py``, ``parallel/placement.py``) — then keeps its slices:
 wte by vocabulary rows, qkv/fc by columns, attention proj/MLP proj by rows, lm_head by
 vocabulary columns; LayerNorms, row biases and wpe stay replicated.  Parameter names are
 the plain GPT's (``blocks.0.attn.qkv.weight`` …) with local shapes, so an optimizer keyed
@@ -27,6 +29,7 @@ from minipar.backend import to_device, to_host
 from minipar.autograd import ops
 from minipar.comm import chunk_bounds
 from minipar.nn.gpt import GPT
+from minipar.nn.init import is_unmade
 from minipar.nn.module import Module
 from minipar.parallel.tensor.cross_entropy import vocab_parallel_cross_entropy
 from minipar.parallel.tensor.grads import reduce_replicated_grads
@@ -52,7 +55,9 @@ class TensorParallelGPT(Module):
         sp = bool(sequence_parallel)
         full_shapes = OrderedDict((n, tuple(p.shape)) for n, p in model.named_parameters())
         flops = model.flops_per_token()
-        model = copy.deepcopy(model)          # the caller's model stays untouched
+        if not is_unmade(model):
+            model = copy.deepcopy(model)      # the caller's model stays untouched
+        # (a model of placeholders is used up instead: copying them would allocate them)
         self.wte = VocabParallelEmbedding.from_embedding(model.wte, comm, sp)
         self.wpe = model.wpe
         self.drop = SequenceParallelDropout.from_dropout(model.drop, comm) if sp else model.drop

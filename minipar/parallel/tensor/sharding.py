@@ -37,17 +37,19 @@ class Shard:
         shape[self.axis] = self.groups * (b[rank + 1] - b[rank])
         return tuple(shape)
 
-    def _grouped(self, a):
+    def _grouped(self, a, module=None):
         """a with the split axis first and cut into (groups, n, ...)."""
-        a = xp.moveaxis(a, self.axis, 0)
+        a = (module or xp).moveaxis(a, self.axis, 0)
         return a.reshape((self.groups, a.shape[0] // self.groups) + a.shape[1:])
 
-    def local(self, full, rank, size):
-        """Rank ``rank``'s piece of the full array (a contiguous copy)."""
+    def local(self, full, rank, size, module=None):
+        """Rank ``rank``'s piece of the full array (a contiguous copy).  ``module``: the
+        array library of ``full`` (default the backend's; NumPy for host arrays)."""
+        m = module or xp
         b = self.bounds(full.shape, size)
-        part = self._grouped(full)[:, b[rank]:b[rank + 1]]
+        part = self._grouped(full, m)[:, b[rank]:b[rank + 1]]
         part = part.reshape((-1,) + part.shape[2:])
-        return xp.ascontiguousarray(xp.moveaxis(part, 0, self.axis))
+        return m.ascontiguousarray(m.moveaxis(part, 0, self.axis))
 
     def join(self, pieces):
         """The full array from every rank's piece (in rank order)."""
