@@ -39,29 +39,26 @@ def positive(flag, value):
         raise CommandError(f"{flag} must be a finite number > 0, got {value}")
 
 
-def input_file(flag, path):
+def _probed(flag, path, probe, *args):
+    """``probe(path, *args)``, its PathError said as one line that names the flag."""
     try:
-        require_input_file(path)
+        probe(path, *args)
     except PathError as err:
         raise CommandError(f"{flag} {path}: {err}") from None
+
+
+def input_file(flag, path):
+    _probed(flag, path, require_input_file)
 
 
 def output_file(flag, path, need_bytes=0):
-    if path is None:
-        return
-    try:
-        probe_output_file(path, need_bytes)
-    except PathError as err:
-        raise CommandError(f"{flag} {path}: {err}") from None
+    if path is not None:
+        _probed(flag, path, probe_output_file, need_bytes)
 
 
 def output_dir(flag, path, need_bytes=0):
-    if path is None:
-        return
-    try:
-        probe_output_dir(path, need_bytes)
-    except PathError as err:
-        raise CommandError(f"{flag} {path}: {err}") from None
+    if path is not None:
+        _probed(flag, path, probe_output_dir, need_bytes)
 
 
 class OneLineParser(argparse.ArgumentParser):

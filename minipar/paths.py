@@ -9,8 +9,9 @@ every command probes its outputs first:
                                            can be written in it
     require_input_file(path)               the file exists, is a file, and can be read
 
-A probe changes nothing it finds: an existing file is opened for appending (never
-truncated) and a file the probe created is removed again.  ``need_bytes`` (when the
+A probe changes nothing it finds and touches no path it is given: it writes and removes a
+file of its own process's name beside it (so every rank of a job may probe the same path at
+once).  ``need_bytes`` (when the
 size of what will be written is known) is compared with the free space of the
 file system.  Each raises ``PathError`` — a ValueError whose message is one line
 without the path, so a command can say ``--out DIR: <message>`` in its own words.
@@ -55,8 +56,11 @@ def probe_output_dir(directory, need_bytes=0, what="the output"):
 
 
 def probe_output_file(path, need_bytes=0, what="the output"):
-    """``path`` can be written: its folder exists, it is not a folder, and opening it for
-    appending works.  A file that was not there before is removed again."""
+    """``path`` can be written: its folder exists, it is not a folder, and an existing file
+    is writable, or the folder takes a new file.  Safe when every rank of a job probes the
+    same path at once: the probe never touches ``path`` itself (a rank that created and
+    removed it under another rank's feet made that rank refuse, alone, and the others
+    wait for it), it writes a file of this process's own name beside it."""
     path = os.fspath(path)
     if not path:
         raise PathError("is empty; give a file name")
@@ -65,12 +69,14 @@ def probe_output_file(path, need_bytes=0, what="the output"):
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise PathError(f"its folder {parent} does not exist")
-    existed = os.path.exists(path)
     try:
-        with open(path, "ab"):
-            pass
-        if not existed:
-            os.remove(path)
+        if os.path.exists(path):
+            if not os.access(path, os.W_OK):
+                raise PermissionError(13, "Permission denied")
+        else:
+            probe = os.path.join(parent, f".{os.path.basename(path)}.probe-{os.getpid()}")
+            os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            os.remove(probe)
     except OSError as err:
         raise PathError(f"cannot write there: {_why(err)}") from None
     _room(parent, need_bytes, what)

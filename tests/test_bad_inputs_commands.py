@@ -86,6 +86,16 @@ CASES = [
     (["cluster", "up", "--nodes", "x", "--ranks-per-node", "1", "--inter-gbps", "1"], "invalid int value: 'x'"),
     (["cluster", "status", "--prefix", "BAD!"], "--prefix must be 1-8 lowercase letters"),
     (["cluster", "frob"], "invalid choice: 'frob'"),
+    (["cluster", "run", "--placement", "diagonal", "--", "train"], "invalid choice: 'diagonal'"),
+    (["cluster", "fail-node", "x"], "invalid int value: 'x'"),
+    (["tokenize", "--vocab", "100", "--out", "{fresh}"], "--vocab must be in [257,"),
+    (["tokenize", "--vocab", "x", "--out", "{fresh}"], "argument --vocab: invalid int value: 'x'"),
+    (["tokenize", "--val-fraction", "0", "--out", "{fresh}"], "--val-fraction must be in (0, 1)"),
+    (["tokenize", "--workers", "0", "--out", "{fresh}"], "--shard-tokens and --workers must be >= 1"),
+    (["tokenize", "--out", "{file}"], "exists and is not a folder"),
+    (["tokenize", "--out", "{file}/sub"], "--out {file}/sub: cannot write there"),
+    (["tokenize", "--data", "{missing}", "--out", "{fresh}"], "no such file or folder"),
+    (["plan", "--ranks", "4", "--placements", "diagonal"], "--placements must be block, cyclic"),
 ]
 
 

@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from minipar.cli_checks import OneLineParser
+
 FORMAT = "minipar-tokens-1"
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -242,8 +244,8 @@ def tokenize(args):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m minipar tokenize", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m minipar tokenize", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder")
     p.add_argument("--vocab", type=int, default=4096, help="vocabulary size (bytes + merges + "
                    "<|endoftext|>), at most 65535; --tokenizer brings its own")
@@ -269,6 +271,15 @@ def check_args(args):
         raise TokenizeError("--shard-tokens and --workers must be >= 1")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise TokenizeError(f"--out {args.out} exists and is not a folder")
+    from minipar.data import corpus_bytes
+    from minipar.paths import PathError, probe_output_dir
+    if args.data != "stdlib" and not os.path.exists(args.data):   # before --out is made
+        raise TokenizeError(f"--data {args.data!r}: no such file or folder (give 'stdlib', "
+                            "a text file or a folder)")
+    try:        # room for the shards: 2 bytes a token, at most a token a byte of text
+        probe_output_dir(args.out, need_bytes=2 * corpus_bytes(args.data))
+    except PathError as err:
+        raise TokenizeError(f"--out {args.out}: {err}") from None
 
 
 def main(argv=None):
