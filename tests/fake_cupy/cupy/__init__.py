@@ -28,6 +28,9 @@ import weakref
 
 import numpy
 
+from cupy import _counters
+from cupy._counters import counts as _counts  # fake-only: syncs, launches, GEMMs, upcasts
+
 __version__ = "0.0.0+fake"
 _HOST = numpy.ndarray
 _live = weakref.WeakValueDictionary()  # id(NumPy array) -> the cupy.ndarray wrapping it
@@ -49,10 +52,27 @@ def _wrap(x):
     return type(x)(_wrap(i) for i in x) if type(x) in (list, tuple) else x
 
 
-def _function(f, host_ok=False):
+def _arrays(args):
+    """The device arrays among ``args`` (lists and tuples opened), for the counters."""
+    out = []
+    for a in args:
+        out += [a] if isinstance(a, ndarray) else _arrays(a) if type(a) in (list, tuple) else []
+    return out
+
+
+def _function(f, host_ok=False, owner=None):
+    name = getattr(f, "__name__", "function")
+
     def call(*args, **kwargs):
-        return _wrap(f(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok)))
-    call.__name__ = call.__qualname__ = getattr(f, "__name__", "function")
+        arrays = ([owner] if owner is not None else []) + _arrays(args)
+        _counters.check_gemm(name, arrays)
+        if name in _counters.SYNC_READS:
+            _counts.read()
+        result = _wrap(f(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok)))
+        _counts.op(name, arrays, result, explicit=name == "astype" or kwargs.get("dtype") is not None,
+                   writes=kwargs.get("out") is not None)
+        return result
+    call.__name__ = call.__qualname__ = name
     return call
 
 
@@ -79,7 +99,9 @@ class ndarray:
         if name.startswith("__") or name in ("_a", "_base", "ctypes", "itemset", "tostring", "resize"):
             raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
         attr = getattr(self._a, name)
-        return _function(attr, host_ok=name in ("take", "put")) if callable(attr) else _wrap(attr)
+        if not callable(attr):
+            return _wrap(attr)
+        return _function(attr, host_ok=name in ("take", "put"), owner=self)
 
     base = property(lambda self: self._base)
     data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data, device_id=0))
@@ -98,6 +120,7 @@ class ndarray:
                 "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
 
     def get(self, stream=None, order="C", out=None, blocking=True):
+        _counts.read()
         host = numpy.array(self._a, order=order, copy=True)
         if out is not None:
             out[...] = host
@@ -113,6 +136,7 @@ class ndarray:
         if not (self._a.flags.c_contiguous or self._a.flags.f_contiguous):
             raise RuntimeError("Cannot set to non-contiguous array")
         self._a[...] = arr
+        _counts.h2d += 1
 
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed. "
@@ -128,7 +152,10 @@ class ndarray:
         return getattr(sys.modules[__name__], func.__name__)(*args, **kwargs)
 
     def __getitem__(self, key):
-        return _wrap(self._a[_unwrap(key, host_ok=True)])  # CuPy copies host index arrays over
+        result = _wrap(self._a[_unwrap(key, host_ok=True)])  # CuPy copies host index arrays over
+        if any(isinstance(k, (_HOST, ndarray, list)) for k in (key if type(key) is tuple else (key,))):
+            _counts.op("take", [self], result)   # advanced indexing: a gather kernel
+        return result
 
     def __setitem__(self, key, value):
         key = _unwrap(key, host_ok=True)
@@ -136,6 +163,7 @@ class ndarray:
         if isinstance(value, _HOST) and value.ndim and not advanced:
             raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
         self._a[key] = _unwrap(value, host_ok=True)
+        _counts.op("__setitem__", [self], None, writes=True)
 
     __iter__ = lambda self: (self[i] for i in range(len(self)))  # noqa: E731
     __len__ = lambda self: len(self._a)  # noqa: E731
@@ -147,7 +175,15 @@ class ndarray:
 
 
 def _forward(name):
-    return lambda self, *args: _wrap(getattr(self._a, name)(*_unwrap(args)))
+    def call(self, *args):
+        _counters.check_gemm(name, [self, *_arrays(args)])
+        if name in _counters.SYNC_READS:
+            _counts.read()
+        result = _wrap(getattr(self._a, name)(*_unwrap(args)))
+        _counts.op(name, [self, *_arrays(args)], result,
+                   writes=name.startswith("__i") and name not in ("__int__", "__invert__"))
+        return result
+    return call
 
 
 for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift divmod".split():
@@ -178,6 +214,7 @@ class _Ufunc:
         if self.__name__ == "add" and a.dtype.name not in self._ADD_AT:
             raise TypeError(f"cupy.add.at only supports {sorted(self._ADD_AT)} (got {a.dtype})")
         self._u.at(a._a, _unwrap(indices, True), *(() if b is None else (_unwrap(b, True),)))
+        _counts.op(f"{self.__name__}.at", [a], None, writes=True)
 
 
 def __getattr__(name):  # everything else is NumPy's, on cupy arrays
@@ -193,12 +230,16 @@ def __getattr__(name):  # everything else is NumPy's, on cupy arrays
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, blocking=False):
+    if not isinstance(obj, ndarray):
+        _counts.h2d += 1
     return _wrap(numpy.array(_unwrap(obj, host_ok=True), dtype=dtype, order=order, ndmin=ndmin))
 
 
 def asarray(a, dtype=None, order=None, *, blocking=False):
     if isinstance(a, ndarray):
-        return _wrap(numpy.asarray(a._a, dtype=dtype, order=order))
+        result = _wrap(numpy.asarray(a._a, dtype=dtype, order=order))
+        _counts.op("asarray", [a], result, explicit=True)
+        return result
     return array(a, dtype=dtype, order=order or "K")  # host -> device: always a copy
 
 
@@ -244,15 +285,16 @@ def _module(name, **members):
 
 _pool = MemoryPool()
 get_default_memory_pool = lambda: _pool  # noqa: E731
-_Stream = type("Stream", (), {"synchronize": lambda self: None})  # nothing is ever queued
+_Stream = type("Stream", (), {"synchronize": lambda self: _counts.synchronize()})  # nothing queued
 _PROPS = {"name": b"fake-cupy (NumPy + minipar CPU emulator)", "major": 9, "minor": 0,
           "sharedMemPerBlockOptin": 227 * 1024}  # as an H100/H200
 cuda = _module("cuda", Stream=_Stream, get_current_stream=lambda: _Stream(),
                Device=type("Device", (), {"__init__": lambda self, device=None: None,
-                                          "synchronize": lambda self: None}),
+                                          "synchronize": lambda self: _counts.synchronize()}),
                driver=_module("cuda.driver", CUDADriverError=CUDADriverError),
-               runtime=_module("cuda.runtime", getDeviceCount=lambda: 1,
-                               getDeviceProperties=lambda device: dict(_PROPS)),
+               runtime=_module("cuda.runtime", getDeviceCount=lambda: 1, CUDA_R_32F=0, CUDA_R_16F=2,
+                               CUDA_R_16BF=14, getDeviceProperties=lambda device: dict(_PROPS)),
+               device=_module("cuda.device", get_cublas_handle=lambda: 1),  # cupy_backends: cuBLAS
                memory=_module("cuda.memory", MemoryPool=MemoryPool,
                               OutOfMemoryError=type("OutOfMemoryError", (MemoryError,), {})))
 from cupy._raw import RawKernel, RawModule  # noqa: E402  (needs ndarray, defined above)
