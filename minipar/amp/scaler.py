@@ -47,15 +47,27 @@ class DynamicLossScaler:
                 g *= inv
 
     def found_inf(self, grads):
-        """True if any gradient on ANY rank of ``comm`` holds inf or NaN."""
+        """True if any gradient on ANY rank of ``comm`` holds inf or NaN (one host read)."""
         if not self.enabled:
             return False
-        local = any(g is not None and not bool(xp.isfinite(g).all()) for g in grads)
-        flag = xp.asarray([1.0 if local else 0.0], dtype=xp.float32)
+        return bool(to_host(self.inf_flag(grads))[0] > 0)
+
+    def inf_flag(self, grads):
+        """The overflow verdict as a device array [f], f = 1.0 if any gradient on any rank
+        of ``comm`` holds inf or NaN, else 0.0; agreed with max over ranks, never read here.
+
+        Reading ``isfinite(g).all()`` per gradient would be one device->host wait per
+        parameter; the flag stays on the device and the caller reads it once per step
+        together with the norm (``parallel.step``), as PyTorch's GradScaler does.
+        """
+        flag = xp.zeros(1, dtype=xp.float32)
+        for g in grads:
+            if g is not None:
+                flag = xp.maximum(flag, xp.logical_not(xp.isfinite(g)).any())
         if self.comm is not None and self.comm.size > 1:
             from minipar.comm import all_reduce
             all_reduce(self.comm, flag, op="max")
-        return bool(to_host(flag)[0] > 0)
+        return flag
 
     def update(self, found_inf):
         if not self.enabled:
