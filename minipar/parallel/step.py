@@ -84,8 +84,7 @@ class Optimizer:
         if self.scaler is not None and self.scaler.enabled:
             self.last_scale = self.scaler.scale
             grads = [s.grad for s in slots]
-            self.scaler.unscale_(grads)
-            flag = self.scaler.inf_flag(grads)            # on the device, agreed by all ranks
+            flag = self.scaler.unscale_and_check(grads)   # on the device, agreed by all ranks
             squares = self.norm.squares_of_slots(slots)   # on the device, summed over groups
             # the step's one device->host read: the skip decision and the norm together
             found, sq = to_host(xp.concatenate([flag.astype(xp.float64), squares]))
