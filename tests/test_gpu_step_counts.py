@@ -70,3 +70,31 @@ def test_no_activation_is_silently_upcast(counts, precision):
     for step in counts[precision]["steps"]:
         for span in ("forward_backward", "optimizer"):
             assert step[span]["upcasts"] == 0, step[span]["upcast_examples"]
+
+
+CONTROLS = """
+import json, numpy, cupy
+from cupy import _counts
+a = cupy.ones((4, 8, 8), dtype=numpy.float16)
+checks = {}
+m = _counts.mark(); a * numpy.float32(2); a * cupy.asarray(numpy.float32(2)); a * 2.0
+a.astype(numpy.float32); a.sum(dtype=numpy.float32)
+checks["upcasts"] = _counts.summary(since=m)["upcasts"]
+m = _counts.mark(); a @ a; a[0] @ a[0]
+checks["batched_half_matmuls"] = _counts.summary(since=m)["batched_half_matmuls"]
+m = _counts.mark(); float(a.sum()); a.get(); bool(a.any()); cupy.cuda.get_current_stream().synchronize()
+checks["syncs"], checks["d2h"] = _counts.summary(since=m)["syncs"], _counts.summary(since=m)["d2h"]
+print(json.dumps(checks))
+"""
+
+
+def test_the_counters_see_what_they_count():
+    """Positive controls, so that the zeros above mean something: a float32 scalar and a 0-d
+    float32 array upcast an fp16 array (a Python float, ``astype`` and ``dtype=`` do not); a
+    3-D fp16 matmul is CuPy's batched path (a 2-D one is not); ``float``, ``get``, ``bool``
+    read the device and ``synchronize`` waits for it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests", "fake_cupy"), REPO]))
+    out = subprocess.run([sys.executable, "-c", CONTROLS], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == {"upcasts": 2, "batched_half_matmuls": 1, "syncs": 4, "d2h": 3}

@@ -34,6 +34,7 @@ def main():
     args = ap.parse_args()
     backend.set_backend("cupy")
     if args.fused_kernels == "off":
+        import minipar.nn  # noqa: F401  (importing registers the kernels: unregister after)
         from minipar.autograd.ops_math import use_fused_kernels
         use_fused_kernels(None, "cupy")
     scale = {"initial_loss_scale": 2.0 ** 10} if args.precision == "fp16" else {}  # no overflow:

@@ -11,10 +11,14 @@ Launches are checked by the emulator as the driver would (threads vs ``__launch_
 1024, grid limits, dynamic shared memory over 48 KiB without ``max_dynamic_shared_size_bytes``),
 and for what a GPU would misread silently (argument count and kinds; a Python int or float,
 which CuPy sends as 64 bits); this file adds pointer dtypes (``LaunchCheckError``).
+Counted for the cost of a GPU step (``cupy._counts``, see ``_counters.py``): device->host reads
+and synchronisations, launches, GEMMs, silent upcasts of half arrays.  cuBLAS's ``gemmEx`` and
+``gemmStridedBatchedEx`` are modelled on raw pointers (``cupy_backends/cuda/libs/cublas.py``);
+CuPy 14.2's batched ``matmul`` of bfloat16 operands fails here as it does there.
 
 Not modelled: a device (``a.data.ptr`` is a host address; MPI reads "device" arrays only when
 ``MINIPAR_CUDA_AWARE=1`` stands in for CUDA-aware MPI), streams and asynchrony (``synchronize``
-is a no-op: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
+is only counted: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
 memory-pool numbers (live bytes of fake arrays and their peak since ``free_all_blocks``),
 ``OutOfMemoryError`` (never raised), CuPy's type promotion and out-of-bounds indexing (wraps)
 where they differ from NumPy's, NumPy functions CuPy lacks (all of NumPy is forwarded, and

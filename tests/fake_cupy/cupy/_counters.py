@@ -13,8 +13,9 @@ can count them exactly even though it cannot time them:
   half operand of three or more dimensions is CuPy 14.2's batched path, which casts both
   operands to fp32 and runs without tensor cores (CuPy PR 10317): ``batched_half_matmuls``;
 - ``upcasts``: (op, shape, input dtypes, result dtype) for every result wider than a half
-  input where the code did not ask for it (no ``astype``, no ``dtype=``): NumPy 2's
-  promotion, e.g. fp16 array · float32 scalar -> float32, silently doubling the bytes.
+  input of its size where the code did not ask for it (no ``astype``, no ``dtype=``) and no
+  operand of its size was that wide already: NumPy 2's promotion, e.g. fp16 array · float32
+  scalar (or 0-d array) -> float32, silently doubling the bytes of a whole activation.
 
 ``cupy._counts.mark()`` notes where the counts stand; ``summary(min_size, since=mark)`` gives
 the numbers since then, upcasts of arrays smaller than ``min_size`` elements left out (a
@@ -70,8 +71,11 @@ class Counts:
             self.launches += 1
         if explicit or res is None or res.dtype.kind != "f" or res.dtype.itemsize <= 2:
             return
-        halves = [a.dtype.name for a in arrays if is_half(a.dtype)]
-        if halves:
+        # silent: a half operand as large as the result, and the width came from something
+        # smaller (a scalar, a 0-d array, a broadcast row) — not from a full-size wide operand
+        full = [a for a in arrays if a._a.size == res.size]
+        if any(is_half(a.dtype) for a in full) and all(a.dtype.itemsize < res.dtype.itemsize
+                                                       for a in full):
             self.upcasts.append((name, res.shape, tuple(a.dtype.name for a in arrays),
                                  res.dtype.name))
 
