@@ -14,7 +14,7 @@ framework needs around that choice:
 - host/device transfers: ``to_host`` (always a NumPy array), ``to_device``;
 - ``sync()``: wait for the device, so timers measure work rather than launches;
 - a dtype policy: names such as ``"fp32"`` or ``"bf16"`` map to dtypes
-  (bfloat16 comes from ``ml_dtypes`` on NumPy);
+  (bfloat16 comes from ``ml_dtypes``, on NumPy and on CuPy >= 14);
 - a byte counter of live tracked arrays with its peak, which the memory figures
   of ZeRO, recomputation and the training log are read from.
 """
@@ -103,16 +103,23 @@ def sync() -> None:
 
 # ---------------------------------------------------------------- dtype policy
 def bfloat16():
-    """The bfloat16 dtype: CuPy's own where it has one, else ml_dtypes' for NumPy."""
+    """The bfloat16 dtype: ``ml_dtypes``' (NumPy has none of its own).  CuPy >= 14 takes the
+    same dtype where ``ml_dtypes`` is installed (and NumPy >= 2.1.2); an older CuPy refuses
+    to allocate it, and so does this.  A CuPy with a ``bfloat16`` of its own gives that."""
     if _name == "cupy" and hasattr(_module, "bfloat16"):
-        return _module.bfloat16
+        return numpy.dtype(_module.bfloat16)
     try:
         import ml_dtypes
     except ImportError as err:
-        raise RuntimeError("bf16 on NumPy needs the ml_dtypes package (pip install ml_dtypes)") from err
+        raise RuntimeError("bf16 needs the ml_dtypes package (pip install ml_dtypes)") from err
+    dtype = numpy.dtype(ml_dtypes.bfloat16)
     if _name == "cupy":
-        raise RuntimeError("this CuPy has no bfloat16 support; use --precision fp16 or fp32")
-    return numpy.dtype(ml_dtypes.bfloat16)
+        try:
+            _module.zeros(1, dtype=dtype)
+        except Exception as err:
+            raise RuntimeError("this CuPy has no bfloat16 support (CuPy >= 14 with ml_dtypes "
+                               "and NumPy >= 2.1.2 has); use --precision fp16 or fp32") from err
+    return dtype
 
 
 _PRECISIONS = {"fp64": numpy.float64, "fp32": numpy.float32, "fp16": numpy.float16}

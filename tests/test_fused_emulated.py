@@ -221,3 +221,20 @@ def test_autograd_ops_dispatch_to_the_kernels_on_cupy(monkeypatch):
     adamw_update(states["arrays"][0], g, *states["arrays"][1:], 1, 1e-2, weight_decay=0.1)
     for a, b in zip(states["kernel"], states["arrays"]):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("poison", [None, np.inf, -np.inf, np.nan])
+def test_unscale_check_unscales_and_flags_non_finite(poison):
+    """The loss scaler's pass (``fused_cuda.unscale_check``): g·(1/S) exactly as the array
+    code's ``g *= inv`` (one float32 multiply), and a positive flag iff some element is inf
+    or NaN — also when it sits in the grid-stride loop's second lap."""
+    n = fused_cuda.STRIDE_THREADS * 3 + 5
+    g = randn((n,), "float32", 7, scale=1e3)
+    if poison is not None:
+        g[n - 2] = poison
+    want = g.copy()
+    want *= 1.0 / 1024.0
+    flag = np.zeros(1, np.float32)
+    fused_cuda.unscale_check(g, 1.0 / 1024.0, flag, kernels=EmulatedKernels())
+    np.testing.assert_array_equal(g, want)
+    assert (flag[0] > 0) == (poison is not None)

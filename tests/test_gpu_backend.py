@@ -58,3 +58,40 @@ def test_pipelined_train_and_evaluation_on_cupy_match_numpy(tmp_path):
     val = {b: [line for line in out.splitlines() if line.startswith("val loss")] for b, out in runs.items()}
     assert len(val["cupy"]) == 1
     np.testing.assert_allclose(float(val["cupy"][0].split()[2]), float(val["numpy"][0].split()[2]), rtol=1e-10)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_matmul_rounds_an_fp32_sum_once(precision):
+    """kernels/half_gemm.py: cuBLAS gemmEx / gemmStridedBatchedEx on fp16 or bf16 operands
+    of every layout the model hands it (2-D, transposed views, batched with kᵀ, a weight
+    broadcast over the batch, q and k sliced from the fused qkv, a bias) is the exact
+    product rounded once to half: within 2·u_half·(|A|·|B| + |bias|) of the float64 value."""
+    import cupy
+    from minipar.kernels.half_gemm import half_matmul
+    from tests.tolerance import assert_sums_close
+    backend.set_backend("cupy")
+    try:
+        try:
+            dtype = backend.dtype_of(precision)
+        except RuntimeError as err:
+            pytest.skip(str(err))
+        rng = np.random.default_rng(0)
+        host = lambda *shape: rng.standard_normal(shape).astype(dtype)  # noqa: E731
+        qkv = cupy.asarray(host(2, 5, 3, 2, 4)).transpose(2, 0, 3, 1, 4)   # (3, B, H, N, d)
+        cases = [(cupy.asarray(host(6, 8)), cupy.asarray(host(8, 5)), None),
+                 (cupy.asarray(host(8, 6)).T, cupy.asarray(host(5, 8)).T, cupy.asarray(host(5))),
+                 (cupy.asarray(host(2, 3, 6, 8)), cupy.swapaxes(cupy.asarray(host(2, 3, 5, 8)), -1, -2), None),
+                 (cupy.asarray(host(3, 6, 8)), cupy.asarray(host(8, 5)), cupy.asarray(host(5))),
+                 (qkv[0], cupy.swapaxes(qkv[1], -1, -2), None)]
+        for a, b, bias in cases:
+            got = half_matmul(a, b, bias)
+            a64, b64 = (backend.to_host(x).astype(np.float64) for x in (a, b))
+            exact, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+            if bias is not None:
+                exact, scale = exact + backend.to_host(bias).astype(np.float64), scale + np.abs(
+                    backend.to_host(bias).astype(np.float64))
+            assert got.dtype == dtype and got.shape == exact.shape
+            assert_sums_close(backend.to_host(got), exact, dtype=dtype, terms=1, abs_sum=scale,
+                              err_msg=f"{a.shape} @ {b.shape}")
+    finally:
+        backend.set_backend("numpy")

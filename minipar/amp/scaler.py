@@ -3,6 +3,7 @@ DeepSpeed's hysteresis and a floor, with the overflow verdict agreed across rank
 """
 from __future__ import annotations
 
+from minipar.autograd.ops_math import fused_kernels
 from minipar.backend import xp, to_host
 
 
@@ -47,15 +48,44 @@ class DynamicLossScaler:
                 g *= inv
 
     def found_inf(self, grads):
-        """True if any gradient on ANY rank of ``comm`` holds inf or NaN."""
+        """True if any gradient on ANY rank of ``comm`` holds inf or NaN (one host read)."""
         if not self.enabled:
             return False
-        local = any(g is not None and not bool(xp.isfinite(g).all()) for g in grads)
-        flag = xp.asarray([1.0 if local else 0.0], dtype=xp.float32)
+        return bool(to_host(self.inf_flag(grads))[0] > 0)
+
+    def unscale_and_check(self, grads):
+        """``unscale_`` then ``inf_flag``, in one pass per gradient where a fused kernel
+        takes it (``kernels/fused_cuda.unscale_check``: g *= 1/S and the flag together);
+        else the two array passes, with the same numbers."""
+        inv = 1.0 / self.scale
+        flag = xp.zeros(1, dtype=xp.float32)
+        rest = []
+        for g in grads:
+            fused = fused_kernels("unscale_check", g) if g is not None else None
+            if fused is not None and g.flags.c_contiguous:
+                fused.unscale_check(g, inv, flag)
+            else:
+                rest.append(g)
+        self.unscale_(rest)
+        return self.inf_flag(rest, flag)
+
+    def inf_flag(self, grads, flag=None):
+        """The overflow verdict as a device array [f]: f > 0 if any gradient on any rank
+        of ``comm`` holds inf or NaN, else 0; agreed with max over ranks, never read here
+        (``flag``: one to go on from, ``unscale_and_check``'s).
+
+        Reading ``isfinite(g).all()`` per gradient would be one device->host wait per
+        parameter; the flag stays on the device and the caller reads it once per step
+        together with the norm (``parallel.step``), as PyTorch's GradScaler does.
+        """
+        flag = xp.zeros(1, dtype=xp.float32) if flag is None else flag
+        for g in grads:
+            if g is not None:
+                flag = xp.maximum(flag, xp.logical_not(xp.isfinite(g)).any())
         if self.comm is not None and self.comm.size > 1:
             from minipar.comm import all_reduce
             all_reduce(self.comm, flag, op="max")
-        return bool(to_host(flag)[0] > 0)
+        return flag
 
     def update(self, found_inf):
         if not self.enabled:

@@ -7,7 +7,7 @@ log-sum-exp) in float32, and results are rounded back: the mixed-precision rule.
 """
 from __future__ import annotations
 
-from minipar.backend import xp, backend_name
+from minipar.backend import xp, backend_name, is_half
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import fused_kernels
 from minipar.autograd.rows import column_dot, column_sums, for_row_blocks, row_dot, row_sum
@@ -154,6 +154,10 @@ class Embedding(Function):
         gw = xp.zeros(ctx.shape, dtype=ctx.dtype)
         ids, rows = ctx.ids.reshape(-1), g.reshape(-1, ctx.shape[1])
         if backend_name() != "numpy" or ids.size == 0:
+            if is_half(ctx.dtype):   # CuPy has no bf16 atomics; fp32 ones sum more exactly too
+                wide = xp.zeros(ctx.shape, dtype=xp.float32)
+                xp.add.at(wide, ids, rows.astype(xp.float32))
+                return wide.astype(ctx.dtype), None
             xp.add.at(gw, ids, rows)
             return gw, None
         # NumPy's add.at goes element by element (~3x slower here): sort the rows by
@@ -181,7 +185,9 @@ class CrossEntropy(Function):
         sum_e = e.sum(axis=-1, keepdims=True)
         lse = (m + xp.log(sum_e))[:, 0]
         picked = z[xp.arange(z.shape[0]), safe_t]
-        count = max(int(keep.sum()), 1)
+        # on the device, in z's dtype (an int is exact there): int(keep.sum()) would make
+        # every forward wait for the GPU
+        count = xp.maximum(keep.sum(), 1).astype(z.dtype)
         loss = ((lse - picked) * keep).sum() / count
         ctx.save_for_backward(e, sum_e)
         ctx.args = (safe_t, keep, count, logits.shape, logits.dtype)

@@ -18,10 +18,24 @@ from minipar.autograd.ops_math import unbroadcast
 from minipar.autograd.rows import column_sums, matmul, side_by_side, side_by_side_pays
 
 
+_half_gemm = {}  # backend name -> half_matmul(a, b, bias) (use_half_gemm)
+
+
+def use_half_gemm(function, backend="cupy"):
+    """Give ``_mm`` a backend's own half-precision GEMM: ``minipar.kernels.half_gemm``
+    registers cuBLAS's for CuPy when imported (``import minipar.nn`` imports it).
+    Autograd cannot import kernels, which are built on it.  None unregisters."""
+    if function is None:
+        _half_gemm.pop(backend, None)
+    else:
+        _half_gemm[backend] = function
+
+
 def _mm(a, b, bias=None):
     """a @ b (+ bias).  Two half inputs: fp32 accumulation, one rounding to half.
     NumPy has no half-precision BLAS, so it computes in float32 and rounds (the same
-    numbers a tensor core gives); CuPy's native half GEMM accumulates in fp32 itself."""
+    numbers a tensor core gives); on CuPy cuBLAS does it (``kernels/half_gemm.py``:
+    CuPy's own batched half ``matmul`` casts to fp32 and skips the tensor cores)."""
     if not (is_half(a.dtype) and is_half(b.dtype)):
         y = matmul(a, b)
         if bias is not None:
@@ -29,6 +43,9 @@ def _mm(a, b, bias=None):
         return y
     half = a.dtype
     if backend_name() == "cupy":
+        gemm = _half_gemm.get("cupy")
+        if gemm is not None and a.dtype == b.dtype and (bias is None or bias.dtype == half):
+            return gemm(a, b, bias)
         y = a @ b
         return y if bias is None else y + bias
     y = matmul(a.astype(xp.float32), b.astype(xp.float32))

@@ -11,6 +11,7 @@ each returns what the NumPy math returns, so forward and backward keep one contr
     gelu_forward(x) -> y, t = tanh(u);    gelu_backward(x, t, dy) -> dx
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
     adamw_update(p, g, m, v, lr, β1, β2, eps, wd, ŝ1, ŝ2)   p, m, v in place; wd a number or like p
+    unscale_check(g, inv_scale, flag)    g *= inv_scale in place; flag[0] > 0 if g has inf/NaN
 
 The source is compiled once per storage type by ``cupy.RawModule`` (NVRTC; CuPy caches
 the binary on disk), the type chosen by a ``#define`` line put before the file, so the
@@ -40,7 +41,7 @@ from minipar.kernels import emulator
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
-OPS = ("layernorm", "gelu", "attention_softmax", "adamw")
+OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "unscale_check")
 KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> build
 MAX_THREADS = 256            # = MAX_THREADS of the .cu file (its __launch_bounds__)
 REDUCE_SHARED_BYTES = 32 * 4  # warp_partials: one float per warp, up to 32 warps
@@ -220,6 +221,18 @@ def adamw_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, m_hat_scale, v
                                            m_hat_scale, v_hat_scale)]
         _launch(kernels, "adamw_update", p.dtype, _stride_blocks(p.size), STRIDE_THREADS,
                 (*flat, decay, xp.int32(per_element), xp.int32(p.size), *scalars), shared=0)
+
+
+def unscale_check(g, inv_scale, flag, kernels=None):
+    """The loss scaler's unscale and overflow check as one pass over a contiguous gradient:
+    g *= inv_scale in place, and flag (a float32 device array) gets a positive ``flag[0]``
+    if any element is inf or NaN; nothing is read back (PyTorch's GradScaler does the same
+    in ``_amp_foreach_non_finite_check_and_unscale_``)."""
+    kernels = kernels or CupyKernels()
+    xp = kernels.xp
+    if g.size:
+        _launch(kernels, "unscale_check", g.dtype, _stride_blocks(g.size), STRIDE_THREADS,
+                (g.reshape(-1), flag, xp.int32(g.size), xp.float32(inv_scale)), shared=0)
 
 
 ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")

@@ -181,6 +181,22 @@ adamw_update(storage_t* __restrict__ p, const storage_t* __restrict__ g, storage
     }
 }
 
+// ---- unscale and check (the loss scaler's pass over one gradient) -------------------------
+// g *= inv_scale in place, and flag[0] += 1 once per thread that met an inf or NaN (exponent
+// bits all ones) after the multiply: flag > 0 iff some element is non-finite.  One atomic per
+// thread, only on an overflow; the host reads the flag once per step with the norm.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
+unscale_check(storage_t* __restrict__ g, float* __restrict__ flag, int n, float inv_scale) {
+    const index_t stride = (index_t)gridDim.x * blockDim.x;
+    bool bad = false;
+    for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float v = to_float(g[i]) * inv_scale;
+        g[i] = from_float(v);
+        bad |= (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) atomicAdd(flag, 1.f);
+}
+
 // ---- attention softmax (one block per row: one query of one (batch, head)) ---------------
 // P = softmax(scale·S + M) over the keys; with causal, M = -inf where key j > query i +
 // (Nk - Nq), so row i sees keys 0 .. i + Nk - Nq.  A row that sees no key gets P = 0

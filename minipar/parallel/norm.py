@@ -20,16 +20,19 @@ from __future__ import annotations
 import math
 
 from minipar.autograd.ops_math import fused_kernels
-from minipar.backend import xp, to_host
+from minipar.backend import xp, to_host, is_device_array
 from minipar.comm import all_reduce
 
 
 def sum_of_squares(grad, weight=1.0):
     """Σ w·g² in float64 (``weight`` a number or an array shaped like ``grad``); one
-    compiled pass where the CPU kernels take ``grad`` (``kernels/fused_cpu.py``)."""
+    compiled pass where the CPU kernels take ``grad`` (``kernels/fused_cpu.py``).
+    A float on the host; on a device a 0-d device array, so that summing the parameters'
+    parts costs no device->host wait (``float`` here would be one per parameter)."""
     if isinstance(weight, (int, float)) and (fused := fused_kernels("sum_of_squares", grad)):
         return weight * fused.sum_of_squares(grad)
-    return float((weight * grad.astype(xp.float64) ** 2).sum())
+    total = (weight * grad.astype(xp.float64) ** 2).sum()
+    return total if is_device_array(total) else float(total)
 
 
 class GlobalNorm:
@@ -43,12 +46,21 @@ class GlobalNorm:
 
     def of_slots(self, slots):
         """||g|| from a synchroniser's slots (each with its own norm weights)."""
-        return self.total(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
-                              if s.grad is not None))
+        return math.sqrt(float(to_host(self.squares_of_slots(slots))[0]))
+
+    def squares_of_slots(self, slots):
+        """[||g||²] as a float64 array of the backend, summed over the groups but not read:
+        the caller reads it once, with anything else it needs from the device."""
+        return self.summed(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
+                               if s.grad is not None))
+
+    def summed(self, local_sq):
+        """[Σ_groups local_sq] as a float64 array (1,) of the backend."""
+        value = xp.asarray(local_sq, dtype=xp.float64).reshape(1)
+        for comm in self.comms:
+            value = all_reduce(comm, value)
+        return value
 
     def total(self, local_sq):
         """sqrt of the sum of ``local_sq`` over the groups."""
-        value = xp.asarray([local_sq], dtype=xp.float64)
-        for comm in self.comms:
-            value = all_reduce(comm, value)
-        return math.sqrt(float(to_host(value)[0]))
+        return math.sqrt(float(to_host(self.summed(local_sq))[0]))

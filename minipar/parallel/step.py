@@ -6,6 +6,8 @@
     unscale: g /= S                       fp16: the loss was multiplied by S
     found_inf, agreed by every rank       any non-finite g anywhere -> every rank skips
     ||g|| = sqrt(Σ_groups Σ w·g²)         each element counted once over dp, tp and pp
+                                          (the flag and ||g||² stay on the device and are
+                                          read together: one device->host wait per step)
     clip: g *= max_norm / ||g||           when ||g|| > max_norm
     AdamW on each slot                    ``optim.adamw_update``, m and v held here
     sync.publish()                        the model's weights from the updated masters
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from minipar.backend import xp
+from minipar.backend import xp, to_host
 from minipar.comm import all_reduce
 from minipar.optim import adamw_update
 from minipar.parallel.norm import GlobalNorm
@@ -82,13 +84,18 @@ class Optimizer:
         if self.scaler is not None and self.scaler.enabled:
             self.last_scale = self.scaler.scale
             grads = [s.grad for s in slots]
-            self.scaler.unscale_(grads)
-            self.last_skipped = self.scaler.found_inf(grads)
+            flag = self.scaler.unscale_and_check(grads)   # on the device, agreed by all ranks
+            squares = self.norm.squares_of_slots(slots)   # on the device, summed over groups
+            # the step's one device->host read: the skip decision and the norm together
+            found, sq = to_host(xp.concatenate([flag.astype(xp.float64), squares]))
+            self.last_skipped = bool(found > 0)
             self.scaler.update(self.last_skipped)
             if self.last_skipped:
                 self.sync.zero_grad()
                 return None
-        norm = self.norm.of_slots(slots)
+            norm = math.sqrt(float(sq))
+        else:
+            norm = self.norm.of_slots(slots)
         if not math.isfinite(norm):     # the same on every rank: all stop, nothing updated
             self.sync.zero_grad()
             raise FloatingPointError(f"the gradient norm is {norm}")

@@ -11,10 +11,14 @@ Launches are checked by the emulator as the driver would (threads vs ``__launch_
 1024, grid limits, dynamic shared memory over 48 KiB without ``max_dynamic_shared_size_bytes``),
 and for what a GPU would misread silently (argument count and kinds; a Python int or float,
 which CuPy sends as 64 bits); this file adds pointer dtypes (``LaunchCheckError``).
+Counted for the cost of a GPU step (``cupy._counts``, see ``_counters.py``): device->host reads
+and synchronisations, launches, GEMMs, silent upcasts of half arrays.  cuBLAS's ``gemmEx`` and
+``gemmStridedBatchedEx`` are modelled on raw pointers (``cupy_backends/cuda/libs/cublas.py``);
+CuPy 14.2's batched ``matmul`` of bfloat16 operands fails here as it does there.
 
 Not modelled: a device (``a.data.ptr`` is a host address; MPI reads "device" arrays only when
 ``MINIPAR_CUDA_AWARE=1`` stands in for CUDA-aware MPI), streams and asynchrony (``synchronize``
-is a no-op: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
+is only counted: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
 memory-pool numbers (live bytes of fake arrays and their peak since ``free_all_blocks``),
 ``OutOfMemoryError`` (never raised), CuPy's type promotion and out-of-bounds indexing (wraps)
 where they differ from NumPy's, NumPy functions CuPy lacks (all of NumPy is forwarded, and
@@ -27,6 +31,9 @@ import types
 import weakref
 
 import numpy
+
+from cupy import _counters
+from cupy._counters import counts as _counts  # fake-only: syncs, launches, GEMMs, upcasts
 
 __version__ = "0.0.0+fake"
 _HOST = numpy.ndarray
@@ -49,10 +56,27 @@ def _wrap(x):
     return type(x)(_wrap(i) for i in x) if type(x) in (list, tuple) else x
 
 
-def _function(f, host_ok=False):
+def _arrays(args):
+    """The device arrays among ``args`` (lists and tuples opened), for the counters."""
+    out = []
+    for a in args:
+        out += [a] if isinstance(a, ndarray) else _arrays(a) if type(a) in (list, tuple) else []
+    return out
+
+
+def _function(f, host_ok=False, owner=None):
+    name = getattr(f, "__name__", "function")
+
     def call(*args, **kwargs):
-        return _wrap(f(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok)))
-    call.__name__ = call.__qualname__ = getattr(f, "__name__", "function")
+        arrays = ([owner] if owner is not None else []) + _arrays(args)
+        _counters.check_gemm(name, arrays)
+        if name in _counters.SYNC_READS:
+            _counts.read()
+        result = _wrap(f(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok)))
+        _counts.op(name, arrays, result, explicit=name == "astype" or kwargs.get("dtype") is not None,
+                   writes=kwargs.get("out") is not None)
+        return result
+    call.__name__ = call.__qualname__ = name
     return call
 
 
@@ -79,7 +103,9 @@ class ndarray:
         if name.startswith("__") or name in ("_a", "_base", "ctypes", "itemset", "tostring", "resize"):
             raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
         attr = getattr(self._a, name)
-        return _function(attr, host_ok=name in ("take", "put")) if callable(attr) else _wrap(attr)
+        if not callable(attr):
+            return _wrap(attr)
+        return _function(attr, host_ok=name in ("take", "put"), owner=self)
 
     base = property(lambda self: self._base)
     data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data, device_id=0))
@@ -98,6 +124,7 @@ class ndarray:
                 "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
 
     def get(self, stream=None, order="C", out=None, blocking=True):
+        _counts.read()
         host = numpy.array(self._a, order=order, copy=True)
         if out is not None:
             out[...] = host
@@ -113,6 +140,7 @@ class ndarray:
         if not (self._a.flags.c_contiguous or self._a.flags.f_contiguous):
             raise RuntimeError("Cannot set to non-contiguous array")
         self._a[...] = arr
+        _counts.h2d += 1
 
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed. "
@@ -128,7 +156,10 @@ class ndarray:
         return getattr(sys.modules[__name__], func.__name__)(*args, **kwargs)
 
     def __getitem__(self, key):
-        return _wrap(self._a[_unwrap(key, host_ok=True)])  # CuPy copies host index arrays over
+        result = _wrap(self._a[_unwrap(key, host_ok=True)])  # CuPy copies host index arrays over
+        if any(isinstance(k, (_HOST, ndarray, list)) for k in (key if type(key) is tuple else (key,))):
+            _counts.op("take", [self], result)   # advanced indexing: a gather kernel
+        return result
 
     def __setitem__(self, key, value):
         key = _unwrap(key, host_ok=True)
@@ -136,6 +167,7 @@ class ndarray:
         if isinstance(value, _HOST) and value.ndim and not advanced:
             raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
         self._a[key] = _unwrap(value, host_ok=True)
+        _counts.op("__setitem__", [self], None, writes=True)
 
     __iter__ = lambda self: (self[i] for i in range(len(self)))  # noqa: E731
     __len__ = lambda self: len(self._a)  # noqa: E731
@@ -147,7 +179,15 @@ class ndarray:
 
 
 def _forward(name):
-    return lambda self, *args: _wrap(getattr(self._a, name)(*_unwrap(args)))
+    def call(self, *args):
+        _counters.check_gemm(name, [self, *_arrays(args)])
+        if name in _counters.SYNC_READS:
+            _counts.read()
+        result = _wrap(getattr(self._a, name)(*_unwrap(args)))
+        _counts.op(name, [self, *_arrays(args)], result,
+                   writes=name.startswith("__i") and name not in ("__int__", "__invert__"))
+        return result
+    return call
 
 
 for _op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift divmod".split():
@@ -178,6 +218,7 @@ class _Ufunc:
         if self.__name__ == "add" and a.dtype.name not in self._ADD_AT:
             raise TypeError(f"cupy.add.at only supports {sorted(self._ADD_AT)} (got {a.dtype})")
         self._u.at(a._a, _unwrap(indices, True), *(() if b is None else (_unwrap(b, True),)))
+        _counts.op(f"{self.__name__}.at", [a], None, writes=True)
 
 
 def __getattr__(name):  # everything else is NumPy's, on cupy arrays
@@ -193,12 +234,16 @@ def __getattr__(name):  # everything else is NumPy's, on cupy arrays
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, blocking=False):
+    if not isinstance(obj, ndarray):
+        _counts.h2d += 1
     return _wrap(numpy.array(_unwrap(obj, host_ok=True), dtype=dtype, order=order, ndmin=ndmin))
 
 
 def asarray(a, dtype=None, order=None, *, blocking=False):
     if isinstance(a, ndarray):
-        return _wrap(numpy.asarray(a._a, dtype=dtype, order=order))
+        result = _wrap(numpy.asarray(a._a, dtype=dtype, order=order))
+        _counts.op("asarray", [a], result, explicit=True)
+        return result
     return array(a, dtype=dtype, order=order or "K")  # host -> device: always a copy
 
 
@@ -244,15 +289,16 @@ def _module(name, **members):
 
 _pool = MemoryPool()
 get_default_memory_pool = lambda: _pool  # noqa: E731
-_Stream = type("Stream", (), {"synchronize": lambda self: None})  # nothing is ever queued
+_Stream = type("Stream", (), {"synchronize": lambda self: _counts.synchronize()})  # nothing queued
 _PROPS = {"name": b"fake-cupy (NumPy + minipar CPU emulator)", "major": 9, "minor": 0,
           "sharedMemPerBlockOptin": 227 * 1024}  # as an H100/H200
 cuda = _module("cuda", Stream=_Stream, get_current_stream=lambda: _Stream(),
                Device=type("Device", (), {"__init__": lambda self, device=None: None,
-                                          "synchronize": lambda self: None}),
+                                          "synchronize": lambda self: _counts.synchronize()}),
                driver=_module("cuda.driver", CUDADriverError=CUDADriverError),
-               runtime=_module("cuda.runtime", getDeviceCount=lambda: 1,
-                               getDeviceProperties=lambda device: dict(_PROPS)),
+               runtime=_module("cuda.runtime", getDeviceCount=lambda: 1, CUDA_R_32F=0, CUDA_R_16F=2,
+                               CUDA_R_16BF=14, getDeviceProperties=lambda device: dict(_PROPS)),
+               device=_module("cuda.device", get_cublas_handle=lambda: 1),  # cupy_backends: cuBLAS
                memory=_module("cuda.memory", MemoryPool=MemoryPool,
                               OutOfMemoryError=type("OutOfMemoryError", (MemoryError,), {})))
 from cupy._raw import RawKernel, RawModule  # noqa: E402  (needs ndarray, defined above)

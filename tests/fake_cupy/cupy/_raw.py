@@ -1,7 +1,7 @@
 """The fake cupy's ``RawModule``/``RawKernel``: CUDA C run by minipar's CPU emulator, with the
 launch checks of a driver plus one a GPU would not make: pointer dtypes against the kernel's
 parameter types (a GPU misreads them silently).  See ``cupy/__init__.py``."""
-from cupy import _HOST, _PROPS, CUDADriverError, LaunchCheckError, ndarray
+from cupy import _HOST, _PROPS, CUDADriverError, LaunchCheckError, _counts, ndarray
 
 _POINTEES = {"float": {"float32"}, "double": {"float64"}, "int": {"int32"}, "unsigned": {"uint32"},
              "half": {"float16"}, "__half": {"float16"}, "half_bits": {"float16", "uint16"}}
@@ -61,3 +61,4 @@ class RawKernel:
                 arg = arg._a
             host_args.append(arg)
         self._kernel(grid, block, host_args, shared_mem=shared_mem)
+        _counts.launches += 1

@@ -1,0 +1,71 @@
+"""Count what the trainer's steps would cost on a GPU, on the fake CuPy (issue 36).
+
+    PYTHONPATH=tests/fake_cupy:. python tests/scripts/count_gpu_step.py fp16 [--steps 3]
+
+Builds the trainer's own run (``train.setup``: the tiny GPT, DDP on one rank, the
+optimizer with its loss scaler) on the cupy backend and, per step, reads the fake's
+counters (``tests/fake_cupy/cupy/_counters.py``) over three spans: ``forward_backward``,
+``optimizer`` (``Optimizer.step``: unscale, overflow check, norm, clip, AdamW, publish) and
+``step`` (the whole ``Run.step``, the loss for the log included).  Prints one JSON object:
+{"precision", "min_upcast_size", "steps": [{span: summary}]}.  Only APIs that main had
+before issue 36 are used, so the same script measures the code before and after.
+"""
+import argparse
+import json
+
+from cupy import _counts   # the fake's counters; a real CuPy has none
+
+from minipar import backend
+from minipar.train import TrainConfig, setup
+import minipar.train.loop as loop
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("precision", choices=["fp16", "bf16", "fp32"])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--fused-kernels", choices=["on", "off"], default="on",
+                    help="off: the array code instead of the CUDA kernels LayerNorm, GELU, softmax "
+                         "and AdamW launch (on the fake each launch is a CPU-emulator process, "
+                         "seconds; the counts of syncs and GEMMs do not depend on it)")
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=4)
+    args = ap.parse_args()
+    backend.set_backend("cupy")
+    if args.fused_kernels == "off":
+        import minipar.nn  # noqa: F401  (importing registers the kernels: unregister after)
+        from minipar.autograd.ops_math import use_fused_kernels
+        use_fused_kernels(None, "cupy")
+    scale = {"initial_loss_scale": 2.0 ** 10} if args.precision == "fp16" else {}  # no overflow:
+    config = TrainConfig(model="tiny", precision=args.precision, steps=args.steps,  # clean steps
+                         batch_size=args.batch_size, seq_len=args.seq_len, n_layer=args.n_layer,
+                         quiet=True, eval_batches=0, backend="cupy", warmup=1, **scale)
+    run = setup(config)
+    run.warmup = 1
+    # an activation: at least one d_model row per token of the batch
+    min_size = config.batch_size * run.cfg.seq_len * run.cfg.d_model
+    spans = {}
+
+    def counted(name, fn):
+        def call(*a, **k):
+            mark = _counts.mark()
+            try:
+                return fn(*a, **k)
+            finally:
+                spans[name] = _counts.summary(min_size, since=mark)
+        return call
+
+    loop.forward_backward = counted("forward_backward", loop.forward_backward)
+    run.optimizer.step = counted("optimizer", run.optimizer.step)
+    steps = []
+    for step in range(args.steps):
+        spans.clear()
+        counted("step", run.step)(step)
+        steps.append(dict(spans))
+    print(json.dumps({"precision": args.precision, "fused_kernels": args.fused_kernels,
+                      "min_upcast_size": min_size, "steps": steps}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""What a mixed-precision training step would cost on a GPU, counted on the fake CuPy
+(issue 36): device->host waits, CuPy's upcasting batched half ``matmul``, silent upcasts.
+
+The trainer's step runs in a subprocess with ``tests/fake_cupy`` first on PYTHONPATH
+(``tests/scripts/count_gpu_step.py``), whose counters see every array operation.  A GPU
+runs ahead of Python until Python reads something back; each read drains the queue.
+Budgets held here, per optimizer step, for fp16 and bf16:
+
+- ``Optimizer.step`` (unscale, overflow check agreed by all ranks, global norm, clip,
+  AdamW, publish) reads the device once: the overflow flag and ||g||² together.  Before
+  issue 36 it read once per parameter for the flag and once per parameter for the norm;
+- the forward and backward read once (the loss for the log), not inside cross-entropy;
+- no half-precision GEMM goes through CuPy's batched ``matmul`` (fp32 casts, no tensor
+  cores; crashes on bf16): every half GEMM is a cuBLAS ``gemmEx``/``gemmStridedBatchedEx``;
+- no result of activation size is silently wider than its half inputs.
+
+The fused CUDA kernels (LayerNorm, GELU, softmax, AdamW) are left out (their array code
+runs): on the fake each launch is a CPU-emulator process, seconds each; they never read
+the device, and ``test_fused_emulated.py`` checks them.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "tests", "scripts", "count_gpu_step.py")
+PRECISIONS = ("fp16", "bf16")
+
+
+@pytest.fixture(scope="module")
+def counts():
+    pytest.importorskip("ml_dtypes")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests", "fake_cupy"), REPO]))
+    env.pop("MINIPAR_BACKEND", None)
+    procs = {p: subprocess.Popen([sys.executable, SCRIPT, p, "--steps", "2", "--fused-kernels", "off",
+                                  "--n-layer", "1", "--seq-len", "16", "--batch-size", "2"],
+                                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for p in PRECISIONS}
+    out = {}
+    for p, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        out[p] = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_optimizer_step_reads_the_device_once(counts, precision):
+    for step in counts[precision]["steps"]:
+        assert step["optimizer"]["syncs"] == 1, step["optimizer"]
+        assert step["forward_backward"]["syncs"] == 1, step["forward_backward"]   # the loss
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_half_gemms_go_to_cublas_with_fp32_accumulation(counts, precision):
+    for step in counts[precision]["steps"]:
+        fb = step["forward_backward"]
+        assert fb["batched_half_matmuls"] == 0, fb
+        # per layer: 4 Linear (qkv, proj, fc, fc2) and 2 attention GEMMs forward, twice that
+        # backward; plus the head's 3: at least 21 cuBLAS calls for one layer
+        assert fb["cublas_gemms"] >= 21, fb
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_no_activation_is_silently_upcast(counts, precision):
+    for step in counts[precision]["steps"]:
+        for span in ("forward_backward", "optimizer"):
+            assert step[span]["upcasts"] == 0, step[span]["upcast_examples"]
+
+
+CONTROLS = """
+import json, numpy, cupy
+from cupy import _counts
+a = cupy.ones((4, 8, 8), dtype=numpy.float16)
+checks = {}
+m = _counts.mark(); a * numpy.float32(2); a * cupy.asarray(numpy.float32(2)); a * 2.0
+a.astype(numpy.float32); a.sum(dtype=numpy.float32)
+checks["upcasts"] = _counts.summary(since=m)["upcasts"]
+m = _counts.mark(); a @ a; a[0] @ a[0]
+checks["batched_half_matmuls"] = _counts.summary(since=m)["batched_half_matmuls"]
+m = _counts.mark(); float(a.sum()); a.get(); bool(a.any()); cupy.cuda.get_current_stream().synchronize()
+checks["syncs"], checks["d2h"] = _counts.summary(since=m)["syncs"], _counts.summary(since=m)["d2h"]
+print(json.dumps(checks))
+"""
+
+
+def test_the_counters_see_what_they_count():
+    """Positive controls, so that the zeros above mean something: a float32 scalar and a 0-d
+    float32 array upcast an fp16 array (a Python float, ``astype`` and ``dtype=`` do not); a
+    3-D fp16 matmul is CuPy's batched path (a 2-D one is not); ``float``, ``get``, ``bool``
+    read the device and ``synchronize`` waits for it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests", "fake_cupy"), REPO]))
+    out = subprocess.run([sys.executable, "-c", CONTROLS], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == {"upcasts": 2, "batched_half_matmuls": 1, "syncs": 4, "d2h": 3}
