@@ -193,7 +193,10 @@ if bench:
 
 Lesson 05 found that overlapping the gradients' all-reduce with backward barely paid on one machine:
 over shared memory the "transfer" is the ranks' own copying, so moving it into backward moves work,
-it does not hide it. Across a network card, bytes in flight cost no core. Two nodes of one rank each:
+it does not hide it. Across a network card, bytes in flight cost no core. Two nodes of one rank each,
+with buckets of 0.5 MiB: the small model's whole gradient (3.6 MB) fits in one default 25 MiB bucket,
+which is ready only when backward ends — nothing left to hide behind. On this machine, quiet, the
+overlapped step took 0.84 of the other (`benchmarks/cluster_links.py`); on a busy machine it varies.
 ''', r'''
 if CLUSTER:
     minipar("cluster", "up", "--prefix", PREFIX, "--nodes", 2, "--ranks-per-node", 1, "--inter-gbps", 1)
@@ -202,7 +205,8 @@ if CLUSTER:
         for name, extra in (("overlap", []), ("no overlap", ["--no-overlap"])):
             log = f"{WORK}/{name.replace(' ', '_')}.json"
             minipar("cluster", "run", "--prefix", PREFIX, "--", "train", "--model", "small", "--steps", 5,
-                    "--batch-size", 16, "--eval-batches", 0, "--quiet", "--dp", 2, *extra, "--log-json", log)
+                    "--batch-size", 16, "--eval-batches", 0, "--quiet", "--dp", 2, "--bucket-mb", 0.5,
+                    *extra, "--log-json", log)
             records = step_records(log)[1:]                 # step 0: warm-up
             steps[name] = statistics.median(r["step_time_s"] for r in records)
     finally:
