@@ -165,4 +165,9 @@ def summary_lines(process, fmt):
         ratios = [f"{a / b:.2f}" for a, b in zip(process["peak_rss_bytes_per_rank"], predicted) if b]
         lines.append("    performance model (runtime floor + state + activations + buffers) "
                      + ", ".join(map(fmt, predicted)) + "; peak RSS / model " + ", ".join(ratios))
+    checked = process.get("checked_peak_bytes")
+    if checked:                 # train/fits.py: the same, plus NumPy's workspace and the corpus
+        lines.append(f"    memory check before the run (that + NumPy's workspace + the corpus) "
+                     f"{fmt(checked)}; largest peak RSS / check "
+                     f"{max(process['peak_rss_bytes_per_rank']) / checked:.2f}")
     return lines

@@ -113,6 +113,8 @@ class Run:
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
         pm = self.process_memory
         self.monitor.process_memory(pm.vector(), pm.exact, pm.floor, self._predicted_peak(pm.floor))
+        if self.memory_fit is not None and self.monitor.process:    # rank 0: beside the check's
+            self.monitor.process["checked_peak_bytes"] = int(self.memory_fit[0].total)
         self.monitor.finish(self.val_loss)
         if self.val_loss is not None and self.grid.rank == 0:
             print(f"val loss {self.val_loss!r} after {self.end} steps", flush=True)  # every digit
