@@ -181,6 +181,14 @@ def test_trace_is_probed_with_the_other_outputs(tmp_path):
         check_outputs(config)
 
 
+def test_the_readmes_outputs_pass_in_a_fresh_checkout(tmp_path):
+    """`--save runs/stdlib --log-json runs/stdlib.json` with no runs/ yet: the save folder
+    is made first, so the log's folder exists when it is probed (the README's command)."""
+    runs = tmp_path / "runs"
+    check_outputs(TrainConfig(model="tiny", save=str(runs / "stdlib"), log_json=str(runs / "stdlib.json")))
+    assert os.path.isdir(runs / "stdlib") and not os.path.exists(runs / "stdlib.json")
+
+
 def test_probes_leave_what_they_find(tmp_path):
     kept = tmp_path / "kept.json"
     kept.write_text("earlier run\n")

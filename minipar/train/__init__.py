@@ -70,11 +70,18 @@ def check_same_tokenizer(meta, tokenizer):
 
 
 def check_outputs(config):
-    """Every output of the run can be written, before any work: the --log-json and
-    --trace files (created and removed again, an existing one left as it is) and the
-    --save directory, with room for a checkpoint (params, m, v)."""
+    """Every output of the run can be written, before any work: the --save directory
+    first, with room for a checkpoint (params, m, v) — made if missing, so the README's
+    ``--save runs/stdlib --log-json runs/stdlib.json`` finds its folder — then the
+    --log-json and --trace files (an existing one left as it is)."""
     from minipar.paths import PathError, probe_output_file
     from minipar.perf.memory import numel
+    if config.save:
+        item = 8 if config.precision == "fp64" else 4
+        try:
+            checkpoint.probe_directory(config.save, need_bytes=3 * item * numel(config.model_config()))
+        except ValueError as err:
+            raise ConfigError(f"`save` {config.save}: {err}") from None
     for field in ("log_json", "trace"):
         path = getattr(config, field)
         if path is not None:
@@ -82,13 +89,6 @@ def check_outputs(config):
                 probe_output_file(path)
             except PathError as err:
                 raise ConfigError(f"`{field}` {path}: {err}") from None
-    if not config.save:
-        return
-    item = 8 if config.precision == "fp64" else 4
-    try:
-        checkpoint.probe_directory(config.save, need_bytes=3 * item * numel(config.model_config()))
-    except ValueError as err:
-        raise ConfigError(f"`save` {config.save}: {err}") from None
 
 
 def setup(config: TrainConfig):
