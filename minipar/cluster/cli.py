@@ -18,7 +18,7 @@ import sys
 
 from minipar.cli_checks import OneLineParser
 from minipar.cluster import launch, netns
-from minipar.cluster.topology import DEFAULT_PREFIX, ClusterError, ClusterSpec
+from minipar.cluster.topology import DEFAULT_PREFIX, ClusterError, ClusterSpec, check_prefix
 
 
 def build_parser():
@@ -73,7 +73,7 @@ def main(argv=None):
                   f"{spec.ranks_per_node} ranks, {spec.inter_gbps:g} Gbit/s between nodes; "
                   f"`python -m minipar cluster run -- train ...`")
         elif args.action == "down":
-            ClusterSpec(1, 1, 1.0, prefix=args.prefix)          # checks the prefix's spelling
+            check_prefix(args.prefix)
             netns.require_tools()
             removed = netns.down(args.prefix)
             print(f"cluster {args.prefix} down: removed {len(removed['namespaces'])} nodes, "
@@ -85,7 +85,7 @@ def main(argv=None):
             print(f"cluster {spec.prefix}: node {args.node} ({spec.node(args.node)}) lost: "
                   f"{len(pids)} processes killed, its namespace and link removed")
         elif args.action == "status":
-            ClusterSpec(1, 1, 1.0, prefix=args.prefix)          # checks the prefix's spelling
+            check_prefix(args.prefix)
             print(describe(netns.status(args.prefix)))
         else:
             spec = ClusterSpec.load(args.prefix)

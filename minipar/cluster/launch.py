@@ -48,8 +48,8 @@ def command(spec, argv, nprocs=None, placement="block"):
     if argv[:1] and argv[0] in SUPERVISORS:
         if nprocs is not None:
             raise ClusterError("-n is for programs run under mpiexec; give launch its --np")
-        hosts = [] if "--hosts" in argv[:argv.index("--") if "--" in argv else len(argv)] \
-            else ["--hosts", spec.hosts_file]
+        own = argv[:argv.index("--")] if "--" in argv else argv     # launch's flags, not train's
+        hosts = [] if "--hosts" in own else ["--hosts", spec.hosts_file]
         return [sys.executable, "-m", "minipar", argv[0], *hosts, *argv[1:]]
     return mpiexec_command(spec, argv, nprocs, placement)
 

@@ -74,7 +74,7 @@ def up(spec: ClusterSpec):
     """Create the cluster on a free subnet; on any failure remove what was made and
     raise one line."""
     require_tools()
-    if existing(spec.prefix)["namespaces"] or existing(spec.prefix)["links"]:
+    if any(existing(spec.prefix).values()):
         raise ClusterError(f"cluster {spec.prefix!r} is already up: "
                            f"`python -m minipar cluster down --prefix {spec.prefix}` first")
     spec = replace(spec, subnet=free_subnet())

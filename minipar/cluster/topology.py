@@ -31,6 +31,14 @@ class ClusterError(Exception):
     """A cluster that cannot be built, found or used: one line that says why."""
 
 
+def check_prefix(prefix):
+    """The prefix every created name carries: interface names are at most 15 characters."""
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", prefix):
+        raise ClusterError(f"--prefix must be 1-8 lowercase letters or digits starting with a "
+                           f"letter (interface names are at most 15 characters), got {prefix!r}")
+    return prefix
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     nodes: int
@@ -40,9 +48,7 @@ class ClusterSpec:
     subnet: int = 0            # the third octet; ``up`` takes a free one, so clusters coexist
 
     def __post_init__(self):
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", self.prefix):
-            raise ClusterError(f"--prefix must be 1-8 lowercase letters or digits starting with a "
-                               f"letter (interface names are at most 15 characters), got {self.prefix!r}")
+        check_prefix(self.prefix)
         if not 1 <= self.nodes <= MAX_NODES:
             raise ClusterError(f"--nodes must be between 1 and {MAX_NODES}, got {self.nodes}")
         if self.ranks_per_node < 1:
