@@ -89,10 +89,13 @@ class ProcessMemory:
         self.exact = True        # False where the peak could not be reset between phases
         self.floor = rss_bytes()  # made before construction: the runtime's own memory
 
-    def begin(self):
-        """A phase starts: reset the peaks it will be measured by."""
+    def begin(self, name=None):
+        """A phase starts: reset the peaks it will be measured by.  The CuPy pool is
+        emptied only when the phase is first met: its blocks stay allocated after that,
+        so its high-water mark needs no reset, and freeing it before every step would
+        make every step allocate its device memory anew."""
         self.exact = reset_peak_rss() and self.exact
-        device_memory(reset=True)
+        device_memory(reset=name not in self.peaks)
 
     def record(self, name):
         """Fold the peak since ``begin`` into ``name``'s figures; returns this time's."""
@@ -104,7 +107,7 @@ class ProcessMemory:
 
     @contextlib.contextmanager
     def phase(self, name):
-        self.begin()
+        self.begin(name)
         try:
             yield self
         finally:

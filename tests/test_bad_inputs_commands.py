@@ -32,7 +32,7 @@ CASES = [
     (["plan", "--ranks", "2", "--model", "tiny", "--n-head", "3"], "--d-model 64 must be divisible by --n-head 3"),
     (["plan", "--ranks", "2", "--profile", "{missing}"], "no profile"),
     (["plan", "--ranks", "2", "--profile", "{garbage}"], "not a readable profile JSON"),
-    (["plan", "--ranks", "2", "--json", "{file}/x.json"], "--json"),
+    (["plan", "--ranks", "2", "--json", "{file}/x.json"], "--json {file}/x.json: its folder"),
     (["plan", "--ranks", "x"], "argument --ranks: invalid int value: 'x'"),
     (["plan", "--ranks", "2", "--precision", "fp8"], "argument --precision: invalid choice"),
     (["report", "{missing}", "--out", "{fresh}"], "no such file"),

@@ -3,6 +3,7 @@ array per bucket, backward accumulates into them, zeroing keeps the views, a rep
 gradient is caught, checkpoints round-trip by name — and training is the same as with
 per-parameter AdamW on plain arrays."""
 import numpy as np
+import pytest
 
 from minipar.comm import Communicator
 from minipar.nn import GPT, GPTConfig
@@ -89,3 +90,17 @@ def test_checkpoint_round_trip_by_name():
     for n in state["m"]:
         np.testing.assert_array_equal(state["m"][n], again["m"][n])
         np.testing.assert_array_equal(state["v"][n], again["v"][n])
+
+
+def test_a_second_optimizer_does_not_scale_the_decay_mask_again():
+    """The optimizer scales its synchroniser's per-element mask by λ in place (one array
+    as large as the weights, not two): a second one over the same slots keeps λ·mask."""
+    sync = DDPSync(GPT(CFG, seed=0), Communicator(), bucket_bytes=4096)
+    first = Optimizer(sync, lr=1e-2, weight_decay=0.1)
+    masks = [d.copy() for d in first.decay if getattr(d, "ndim", 0)]
+    assert masks and all(set(np.unique(m)) <= {0.0, np.float32(0.1)} for m in masks)
+    Optimizer(sync, lr=1e-2, weight_decay=0.1)
+    again = [d for d in first.decay if getattr(d, "ndim", 0)]
+    assert all(np.array_equal(a, b) for a, b in zip(again, masks))
+    with pytest.raises(ValueError, match="already scaled"):
+        Optimizer(sync, lr=1e-2, weight_decay=0.2)

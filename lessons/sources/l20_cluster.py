@@ -124,8 +124,8 @@ shard $j$ ($S/q$ bytes) across the nodes, all $q$ such rings at once; (3) every 
 size; it is checked by the bytes every rank sends and by the predicted time.
 ''', r'''%exercise hierarchical
 def my_hierarchical_steps(ranks, S, q):
-    raise NotImplementedError("hint: cut ranks into nodes of q; each node's ring_steps split in two halves; "
-                              "between them, at_once of the rings of every local index across nodes on S/q")
+    raise NotImplementedError("hint: three phases, as in the text; which ranks form each ring, and how "
+                              "many bytes does each one carry?")
 ''', r'''
 slow = CostParams(alpha=2e-5, beta=5e-10, gamma=0.0, alpha_inter=1e-4, beta_inter=8e-9, ranks_per_node=2)
 for p, q in ((4, 2), (6, 2), (6, 3), (8, 4), (8, 2)):

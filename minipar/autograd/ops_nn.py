@@ -151,13 +151,14 @@ class Embedding(Function):
 
     @staticmethod
     def backward(ctx, g):
-        gw = xp.zeros(ctx.shape, dtype=ctx.dtype)
         ids, rows = ctx.ids.reshape(-1), g.reshape(-1, ctx.shape[1])
+        if backend_name() != "numpy" and is_half(ctx.dtype):
+            # CuPy has no bf16 atomics; fp32 ones sum more exactly too
+            wide = xp.zeros(ctx.shape, dtype=xp.float32)
+            xp.add.at(wide, ids, rows.astype(xp.float32))
+            return wide.astype(ctx.dtype), None
+        gw = xp.zeros(ctx.shape, dtype=ctx.dtype)
         if backend_name() != "numpy" or ids.size == 0:
-            if is_half(ctx.dtype):   # CuPy has no bf16 atomics; fp32 ones sum more exactly too
-                wide = xp.zeros(ctx.shape, dtype=xp.float32)
-                xp.add.at(wide, ids, rows.astype(xp.float32))
-                return wide.astype(ctx.dtype), None
             xp.add.at(gw, ids, rows)
             return gw, None
         # NumPy's add.at goes element by element (~3x slower here): sort the rows by

@@ -46,7 +46,8 @@ class GlobalNorm:
 
     def of_slots(self, slots):
         """||g|| from a synchroniser's slots (each with its own norm weights)."""
-        return math.sqrt(float(to_host(self.squares_of_slots(slots))[0]))
+        return self.total(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
+                              if s.grad is not None))
 
     def squares_of_slots(self, slots):
         """[||g||²] as a float64 array of the backend, summed over the groups but not read:

@@ -146,7 +146,12 @@ def _decay_of(slot, weight_decay):
     weights) is scaled in place: the optimizer owns its synchroniser's slots, and a
     second array as large as the model would be memory the process holds for nothing."""
     if getattr(slot.decay, "ndim", 0):
-        slot.decay *= weight_decay
+        if slot.decay_scale is None:            # a second optimizer must not scale it again
+            slot.decay *= weight_decay
+            slot.decay_scale = weight_decay
+        elif slot.decay_scale != weight_decay:
+            raise ValueError(f"these slots' decay mask is already scaled by weight decay "
+                             f"{slot.decay_scale}, not {weight_decay}: build a new synchroniser")
         return slot.decay
     return slot.decay * weight_decay
 

@@ -85,6 +85,7 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
         rpn = world if prof.kind == "measured" else (prof.ranks_per_node or world)
     limit = mem_per_rank if mem_per_rank is not None else (prof.mem_per_rank_bytes or float("inf"))
     ranked, too_big, refused = [], [], {}
+    where = {"block": rpn, "cyclic": Cyclic(rpn, -(-world // rpn))}   # how ranks sit on nodes
     for cand in candidates(base, world, rpn):
         try:
             config = cand.resolve(world)
@@ -93,8 +94,7 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
             refused[key] = refused.get(key, 0) + 1
             continue
         for how in placements:
-            where = rpn if how == "block" else Cyclic(rpn, -(-world // rpn))
-            p = predict(config, prof, ranks_per_node=where)
+            p = predict(config, prof, ranks_per_node=where[how])
             p.breakdown["placement"] = how
             if p.mem_bytes > limit:
                 too_big.append((p, p.mem_bytes - limit))

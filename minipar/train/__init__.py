@@ -108,7 +108,7 @@ def setup(config: TrainConfig):
     fit = check_fits(config)        # before anything is allocated: the memory model's peak
     from minipar.procmem import ProcessMemory
     process_memory = ProcessMemory()       # the construction phase starts here
-    process_memory.begin()
+    process_memory.begin("construction")
     half = config.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)
     backend.set_default_dtype(backend.dtype_of("fp32" if half else config.precision))
     cfg = config.model_config()

@@ -53,7 +53,7 @@ class Run:
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
         inject_failure(step, grid.rank)
         backend.memory.reset_peak()
-        self.process_memory.begin()
+        self.process_memory.begin("steps")
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s

@@ -76,7 +76,7 @@ for layout in LAYOUTS[world.size]:
     else:
         kept = sum(v.nbytes for v in mine.values())
     total = sum(a.nbytes for a in full.values())
-    assert drawn <= largest, (layout, drawn, largest)
+    assert drawn == largest, (layout, drawn, largest)     # drawn one whole tensor at a time, no more
     sharded_layout = config.zero == 3 or config.tp > 1 or config.pp > 1
     if sharded_layout:
         # what it keeps (weights, and the synchroniser's gradients and masks) + one full

@@ -30,6 +30,7 @@ class Slot:
     decay: Any = 1.0
     norm_weight: Any = 1.0
     tp_replicated: Any = False
+    decay_scale: Any = None      # the weight decay a per-element mask was scaled by (step.py)
 
 
 @dataclass(frozen=True)
