@@ -6,6 +6,7 @@
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
     python -m minipar tokenize --data stdlib|PATH --vocab V --out DIR
+    python -m minipar export DIR --format hf --out OUT
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
     python -m minipar cluster up --nodes N --ranks-per-node K --inter-gbps G | run -- train ... | down
@@ -129,6 +130,7 @@ def build_parser():
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
                        ("tokenize", "train a BPE tokenizer and write a corpus as token shards"),
+                       ("export", "a checkpoint as a Hugging Face model (config.json, model.safetensors)"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
                        ("calibrate", "measure this machine into a hardware profile (JSON)"),
                        ("cluster", "a cluster on this machine: nodes as network namespaces, "
@@ -203,6 +205,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "launch": ("minipar.elastic", "launch_main"),
     "cluster": ("minipar.cluster.cli", "main"),
     "tokenize": ("minipar.data.build", "main"),
+    "export": ("minipar.export", "main"),
 }
 
 
