@@ -14,6 +14,10 @@ with no transpose:
 
 The GELU is GPT-2's tanh form (``gelu_new``), LayerNorm's ε is 1e-5.  A tied head
 (``tie_weights``) writes no ``lm_head``: ``transformers`` ties it to ``wte`` itself.
+
+Llama (``LlamaForCausalLM``).  The names map one to one (``nn/llama.py`` lists them);
+every matrix is transposed, since HF's ``nn.Linear`` keeps (out, in).  minipar's RoPE
+uses HF's rotate_half layout, so q_proj and k_proj need no permutation of their rows.
 """
 from __future__ import annotations
 
@@ -46,7 +50,42 @@ def gpt2_config(model, dtype="float32"):
     }
 
 
-ARCHITECTURES = {"gpt2": (gpt2_name, gpt2_config)}
+LLAMA_RENAMES = (("blocks.", "model.layers."), (".ln_1.", ".input_layernorm."),
+                 (".ln_2.", ".post_attention_layernorm."), (".attn.", ".self_attn."))
+
+
+def llama_name(name):
+    """minipar name -> (HF name, transpose?)."""
+    if name == "wte.weight":
+        return "model.embed_tokens.weight", False
+    if name == "ln_f.weight":
+        return "model.norm.weight", False
+    if name == "lm_head.weight":
+        return "lm_head.weight", True
+    for old, new in LLAMA_RENAMES:
+        name = name.replace(old, new)
+    return name, name.endswith("_proj.weight")
+
+
+def llama_config(model, dtype="float32"):
+    """config.json of a ``LlamaForCausalLM`` with minipar's model config."""
+    from minipar.nn.gpt import GPTConfig
+    cfg = GPTConfig(**model)
+    rope = {"rope_type": "default", "rope_theta": float(cfg.rope_theta)}
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.ffn_width, "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.d_model // cfg.n_head, "max_position_embeddings": cfg.seq_len,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": float(cfg.rope_theta),
+        "rope_parameters": rope, "rope_scaling": None, "attention_bias": False,
+        "mlp_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": bool(cfg.tie_weights),
+        "use_cache": True, "torch_dtype": dtype,
+    }
+
+
+ARCHITECTURES = {"gpt2": (gpt2_name, gpt2_config), "llama": (llama_name, llama_config)}
 
 
 def mapping(model):
