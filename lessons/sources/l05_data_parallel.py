@@ -194,9 +194,9 @@ class MyBucketHooks:
         self.buckets, self.launch = buckets, launch
 
     def grad_ready(self, param):
-        raise NotImplementedError("hint: in __init__ map id(p) -> bucket index and keep a count per bucket; "
-                                  "here add 1 to param's bucket, and when the count reaches "
-                                  "len(bucket.params) call self.launch(i) and reset the count to 0")
+        raise NotImplementedError("hint: a bucket is complete when every one of its parameters has had "
+                                  "its gradient in this backward; the check compares after how many "
+                                  "gradients each bucket is launched, in two backward passes")
 ''', r'''
 backend.set_default_dtype(np.float64)
 
@@ -253,6 +253,46 @@ print(inspect.getsource(DDPSync._grad_ready))
 print(inspect.getsource(DDPSync._launch))
 print(inspect.getsource(allreduce_hook))
 ''', r'''%md
+**Exercise — your DDP, on two ranks.** Now the whole mechanism, run by `mpiexec`: write `MyDDP(model,
+comm, bucket_bytes)`. It cuts the parameters into buckets with `make_buckets` (the same cut as the
+library's), puts a hook on every parameter, and when a bucket's last gradient arrives it packs the
+bucket's gradients into one flat buffer, all-reduces it with minipar's ring (`all_reduce(comm, flat,
+algorithm="ring")`, blocking — the library runs it on a progress thread instead, §4), turns the sum
+into the mean, and gives every parameter its averaged gradient back. `finish()` is called after
+backward; when it returns every `param.grad` must be the mean over the ranks.
+
+The cell below does not run your class here: `%%writefile` saves it to a file, and the next cell starts
+`05_yours.py` on 2 ranks, which imports it on every rank and trains 3 AdamW steps (float64, 16 KiB
+buckets) each rank on its half of the global batch, beside one process on the whole batch. It checks,
+bucket by bucket, the bytes each rank sent while that bucket's gradients arrived — the ring's
+$2\frac{p-1}{p}S$ in $2(p-1)$ messages, and nothing left over for `finish()` — and then every gradient
+and loss against the single process. A failure names the rank, the step, the bucket and the number
+that is wrong.
+''', r'''%exercise my_ddp
+%%writefile {MINE}/ddp.py
+"""Your bucketed all-reduce (lesson 05): run under mpiexec by 05_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_reduce
+from minipar.parallel.buckets import make_buckets
+
+
+class MyDDP:
+    """Gradients in buckets; each bucket all-reduced the moment its last gradient arrives."""
+
+    def __init__(self, model, comm, bucket_bytes):
+        self.comm = comm
+        self.buckets = make_buckets(model.parameters(), bucket_bytes)
+
+    def finish(self):
+        """After backward: every parameter's .grad is the mean over the ranks."""
+''', r'''
+proc = mpirun(2, ["05_yours.py", "--file", f"{MINE}/ddp.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+That is DDP: everything else in `DDPSync` is about speed (the progress thread, flat buffers that the
+gradients live in so nothing is packed, §4's overlap) or about options (`no_sync` for accumulation,
+half-precision buckets, compression hooks in lesson 14).
+
 ## 3. One step, drawn
 
 Each rank timed its steps: `forward` and `backward` are measured around the model calls
