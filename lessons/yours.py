@@ -17,7 +17,7 @@ import traceback
 
 def load(path, name):
     """``name`` from the Python file at ``path`` (the cell the learner wrote)."""
-    spec = importlib.util.spec_from_file_location("yours", path)
+    spec = importlib.util.spec_from_file_location("mine", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, name):

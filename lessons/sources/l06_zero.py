@@ -182,9 +182,9 @@ parallelism: AdamW on the whole mean gradient with whole moments.
 from minipar.optim import adamw_update
 
 def zero1_step(weights, grads, m, v, step, lr):
-    raise NotImplementedError("hint: with L = len(weights) and s = L // N, rank r owns [r·s, (r+1)·s); its "
-                              "gradient is the mean over ranks of grads[k][r·s:(r+1)·s]; update a copy of its "
-                              "weight shard with adamw_update(...), then every rank gets the concatenation")
+    raise NotImplementedError("hint: three phases, as the ranks do them — what does rank r receive from "
+                              "the reduce-scatter, which part of the weights does its AdamW touch, and what "
+                              "does the all-gather give every rank back?")
 ''', r'''
 rng = np.random.default_rng(0)
 N_sim, L = 4, 4 * 7
@@ -213,6 +213,39 @@ needed, in forward and again in backward (`minipar/parallel/sync/zero3.py`):
 print(inspect.getsource(Zero3Sync.run_unit))
 print(inspect.getsource(Zero3Sync.release_unit))
 ''', r'''%md
+**Exercise — ZeRO-3's gather and free, on four ranks.** The library needs autograd boundaries to know
+when backward reaches a unit; strip that away and the mechanism is short. A stack of layers
+$h_{i+1} = \tanh(h_i W_i)$, $W_i$ of shape `shape`, loss $= \frac{1}{B}\sum_\text{rows} \frac12\|h_L - t\|^2$.
+Rank $r$ keeps only `shards[i]`: chunk $r$ of $W_i$ flattened (`chunk_bounds` order, what `all_gather`
+concatenates and `reduce_scatter` hands back). Write `zero3_step(comm, shards, shape, x, target)`: forward
+and backward by hand over this rank's rows, returning its loss and, per layer, **its shard of the
+gradient of the global-batch loss** — while holding at most one layer's full weight at any moment.
+
+The check (`06_yours.py`, 4 ranks, float64, three SGD steps) watches every array your `all_gather` returns
+and refuses a gather while an earlier full weight is still alive (Python frees an array the moment
+nothing refers to it: a name still bound to it keeps it). It counts the gathers and the bytes — ZeRO-3's
+$3\frac{p-1}{p}\Psi$ — and compares the loss and every gradient shard with one process on the whole batch.
+''', r'''%exercise zero3_step
+%%writefile {MINE}/zero3.py
+"""Your ZeRO-3 step (lesson 06): run under mpiexec by 06_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_gather, reduce_scatter
+
+
+def zero3_step(comm, shards, shape, x, target):
+    """Forward and backward of h <- tanh(h @ W_i), holding one full W at a time; returns
+    (my rows' loss, my shard of each layer's gradient of the global mean loss)."""
+    loss, grads = 0.0, [xp.zeros_like(s) for s in shards]
+    return loss, grads
+''', r'''
+proc = mpirun(4, ["06_yours.py", "--file", f"{MINE}/zero3.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+Peak parameter memory is one layer's full weight plus the shards — $\Psi/N$ plus the largest unit —
+at the price of two all-gathers per step instead of one. The library adds what makes it fast: it gathers
+unit $i+1$ while unit $i$ computes (prefetch: two full units alive, not one), and it learns *when* backward
+reaches a unit from the autograd graph itself instead of a hand-written loop.
+
 ## 5. Communication: bytes counted
 
 Every rank counted the bytes it sent (`comm.bytes_sent`, reset before each phase; the asynchronous
