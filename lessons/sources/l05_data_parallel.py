@@ -45,7 +45,8 @@ That formula assumes the communication costs the computation nothing. §4 measur
 
 Plan: (1) two ranks under `mpiexec` reproduce the single process and gradient accumulation in float64,
 and you write the average over replicas with uneven shares; (2) the buckets of a model, and you write
-the hook that launches them; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
+the hook that launches them, then the whole DDP — hooks, one ring all-reduce per bucket — run on two
+ranks and checked bucket by bucket against the ring's bytes and one process; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
 machine and on a slow network — and why overlap can lose here.
 ''', r'''
 import inspect
