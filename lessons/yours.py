@@ -8,7 +8,8 @@ On every rank the script imports the file (``load``) and runs the lesson's check
 (``check_on_every_rank``): the learner's version and the library's side by side, on the
 same data.  A failed check prints one line that names the rank and what differs (which
 bucket, which layer, which micro-batch, which byte count) and ends the job on every rank,
-so a wrong exercise never leaves the other ranks waiting.
+so a wrong exercise never leaves the other ranks waiting.  Lesson 15's exercise is the
+supervisor that starts mpiexec runs, so its check runs in one process (``check_here``).
 """
 import importlib.util
 import sys
@@ -28,12 +29,21 @@ def load(path, name):
 def check_on_every_rank(comm, check, *args):
     """``check(comm, *args)``; on any error print ``rank r: what went wrong`` and abort
     every rank (the others may be blocked in a message to this one)."""
+    _run(lambda: check(comm, *args), f"rank {comm.rank}: ", lambda: comm.mpi.Abort(1))
+
+
+def check_here(check, *args):
+    """``check(*args)`` in this one process (lesson 15's supervisor, which starts the
+    mpiexec runs itself); on any error print what went wrong and exit with status 1."""
+    _run(lambda: check(*args), "", lambda: sys.exit(1))
+
+
+def _run(check, prefix, stop):
     try:
-        check(comm, *args)
+        check()
     except AssertionError as err:
-        print(f"rank {comm.rank}: {err}", file=sys.stderr, flush=True)
-        comm.mpi.Abort(1)
+        print(f"{prefix}{err}", file=sys.stderr, flush=True)
+        stop()
     except Exception:                       # the learner's code raised: show where
-        print(f"rank {comm.rank}: your code raised\n{traceback.format_exc(limit=-3)}",
-              file=sys.stderr, flush=True)
-        comm.mpi.Abort(1)
+        print(f"{prefix}your code raised\n{traceback.format_exc(limit=-3)}", file=sys.stderr, flush=True)
+        stop()
