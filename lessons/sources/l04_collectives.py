@@ -121,8 +121,9 @@ limit, against MPI's `Sendrecv`; a deadlocking version is stopped by the hang ti
 ''', r'''%exercise ring_shift
 def ring_shift(comm, send, recv):
     """Send `send` to rank (r+1) % p, receive from rank (r-1) % p into `recv`; blocking calls only."""
-    raise NotImplementedError("hint: with right = (comm.rank + 1) % comm.size and left = (comm.rank - 1) % comm.size, "
-                              "even ranks comm.send(send, right) then comm.recv(recv, left); odd ranks the other way round")
+    raise NotImplementedError("hint: above the eager limit a send returns only once its receive is posted; "
+                              "order the calls so that no cycle of ranks can all be sending at once — "
+                              "on a ring of odd length too")
 ''', r'''
 proc = mpirun(3, ["04_collectives.py", "exercise", "--file", save_exercise(ring_shift),
                   "--name", "ring_shift", "--backend", BACKEND])
@@ -161,9 +162,8 @@ sizes — 10 elements (uneven chunks), 1000, $2^{18}$ — and compared with mini
 ''', r'''%exercise ring_reduce_scatter
 def ring_reduce_scatter(comm, buf):
     """In place: afterwards chunk comm.rank of buf holds that chunk summed over all ranks."""
-    raise NotImplementedError("hint: b = chunk_bounds(buf.size, p); for s in range(p - 1): send chunk (r - s - 1) % p "
-                              "to the right with comm.sendrecv, receive chunk (r - s - 2) % p from the left into "
-                              "xp.empty(its size, buf.dtype), and add it into buf[b[i]:b[i + 1]]")
+    raise NotImplementedError("hint: p - 1 steps, one chunk out to the right and one in from the left each; "
+                              "the schedule printed above says which — and chunk r must end complete on rank r")
 ''', r'''
 proc = mpirun(3, ["04_collectives.py", "exercise", "--file", save_exercise(ring_reduce_scatter),
                   "--name", "ring_reduce_scatter", "--backend", BACKEND])
@@ -233,8 +233,8 @@ $p$ from 2 to 8 and chunks up to 1 MiB (larger ones are cut into segments, one �
 ''', r'''%exercise ring_time
 def ring_time(p, S, alpha, beta, gamma):
     """Seconds of a ring all-reduce of S bytes over p ranks, by the alpha-beta-gamma model."""
-    raise NotImplementedError("hint: 2(p-1) steps, each one message (alpha) of S/p bytes (beta per byte); "
-                              "only the p-1 reduce-scatter steps add their S/p bytes (gamma per byte)")
+    raise NotImplementedError("hint: count the ring's steps, the bytes each step sends, and which steps "
+                              "also add what they received")
 ''', r'''
 from minipar.comm import cost_model
 

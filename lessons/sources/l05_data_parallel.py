@@ -107,8 +107,8 @@ number of rows; return the gradient of the global mean loss. The check runs each
 (float64) and compares with one process on the whole batch, for equal and uneven shares.
 ''', r'''%exercise replica_average
 def replica_average(grads, rows):
-    raise NotImplementedError("hint: L = Σ_r (n_r / B)·L_r, and the gradient is linear: weight replica r's "
-                              "gradient by rows[r] / sum(rows) and add them up, name by name")
+    raise NotImplementedError("hint: write the global mean loss in terms of the replicas' mean losses; "
+                              "the gradient is linear in the loss")
 ''', r'''
 backend.set_default_dtype(np.float64)
 small = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, d_model=32, n_head=4)

@@ -85,9 +85,8 @@ compares with what every rank measured, byte for byte, and with minipar's planne
 (`minipar.perf.memory.model_state_bytes`).
 ''', r'''%exercise zero_memory
 def state_bytes(stage, psi, n, padded):
-    raise NotImplementedError("hint: 4 bytes per weight or gradient, 8 (m and v) per optimizer entry; "
-                              "a shard holds padded // n elements; stage 0 keeps everything, 1 shards m and v, "
-                              "2 also the gradients, 3 also the weights (ZeRO-1/2 weights: 4·padded)")
+    raise NotImplementedError("hint: the table above, one row per stage — but with the two details of "
+                              "minipar's layout: which of the three counts the padding, and which does not?")
 ''', r'''
 from minipar.config import TrainConfig
 from minipar.nn import GPTConfig

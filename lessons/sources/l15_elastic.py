@@ -231,7 +231,8 @@ above it). What moves the curve is $C$ (asynchronous and in-memory checkpoints m
 and against the model: no interval on a fine grid does better.
 ''', r'''%exercise young
 def my_interval(C, M):
-    raise NotImplementedError("hint: minimise C/tau + tau/(2M): the derivative -C/tau^2 + 1/(2M) is zero at ...")
+    raise NotImplementedError("hint: the fraction lost per second, checkpoint cost plus expected rework, "
+                              "as a function of tau: where is it smallest?")
 ''', r'''
 for C_, M_ in ((30.0, 14400.0), (1.0, 86400.0), (300.0, 3600.0)):
     assert np.isclose(my_interval(C_, M_), young_daly_interval(C_, M_)), (C_, M_)
@@ -256,8 +257,8 @@ from dataclasses import replace
 from minipar.config import ConfigError, TrainConfig
 ''', r'''%exercise largest
 def my_largest_world(config, slots, min_np=1):
-    raise NotImplementedError("hint: for w in range(slots, min_np - 1, -1): try candidate.resolve(w) "
-                              "for each candidate layout, catching ConfigError")
+    raise NotImplementedError("hint: the trainer is the judge of a layout: ask it, from the largest w "
+                              "down, and treat its refusal as an answer")
 ''', r'''
 base = TrainConfig(model="tiny", n_layer=2, d_model=16, n_head=4, seq_len=8, batch_size=8)
 cases = [(base, s, 1) for s in range(1, 9)] + [(base, 3, 3), (replace(base, batch_size=12), 5, 1),
