@@ -115,7 +115,7 @@ def check(comm, MyDDP):
         check_grads(comm, model, oracle, buckets, names, step)
         mine, one = sum(comm.mpi.allgather(loss.item())) / p, whole.item()
         assert abs(mine - one) <= 1e-12 * abs(one), f"step {step}: loss {mine!r}, one process {one!r}"
-        for o, m in ((opt, model), (opt_one, oracle)):
+        for o in (opt, opt_one):
             o.step()
             o.zero_grad()
         if r == 0:

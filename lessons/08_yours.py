@@ -15,8 +15,10 @@ the simulator's costs.  It checks:
   never cover more micro-batches than 1F1B's p − r on rank r;
 - **parity**: every stage's weight gradient and the mean loss equal one process's on
   the whole batch (float64, relative 1e-10);
-- **timeline**: the measured makespan is within 30 % of ``simulate``'s for the same
-  schedule and costs (messages and Python are not free, so a little above).
+- **timeline**: the measured makespan is within 50 % of ``simulate``'s for the same
+  schedule and costs (messages and Python are not free, so a little above; a machine
+  shared with other work adds more).  An executor that waits where the schedule lets it
+  work — a barrier before every action, say — took 1.6x the simulated time here.
 
 ``--json``: rank 0 writes the measured spans and the simulated ones, for drawing.
 """
@@ -143,6 +145,11 @@ def check(comm, run_stage, json_path):
         start = min(s[2] for rank in spans for s in rank)
         measured = max(s[3] for rank in spans for s in rank) - start
         busy = sum(s[3] - s[2] for rank in spans for s in rank)
+        assert measured <= 1.5 * sim.makespan, (
+            f"the pipeline took {measured * 1e3:.0f} ms, the simulator says {sim.makespan * 1e3:.0f} ms for this "
+            f"schedule: some rank waited where the schedule lets it work — per rank, the spans were "
+            + "; ".join(f"rank {k}: " + " ".join(f"{kind}{i}@{(a - start) * 1e3:.0f}" for kind, i, a, _ in s)
+                        for k, s in enumerate(spans)))
         print(f"order, memory and gradients as the library's; makespan {measured * 1e3:.0f} ms measured, "
               f"{sim.makespan * 1e3:.0f} ms simulated; bubble {1 - busy / (p * measured):.3f} measured, "
               f"{sim.bubble_fraction:.3f} simulated = (p-1)/(m+p-1)", flush=True)
@@ -150,11 +157,6 @@ def check(comm, run_stage, json_path):
             with open(json_path, "w") as f:
                 json.dump({"measured": spans, "simulated": {k: [list(s) for s in v]
                                                             for k, v in sim.timelines.items()}}, f)
-        assert measured <= 1.3 * sim.makespan, (
-            f"the pipeline took {measured * 1e3:.0f} ms, the simulator says {sim.makespan * 1e3:.0f} ms for this "
-            f"schedule: some rank waited where the schedule lets it work — per rank, the spans were "
-            + "; ".join(f"rank {k}: " + " ".join(f"{kind}{i}@{(a - start) * 1e3:.0f}" for kind, i, a, _ in s)
-                        for k, s in enumerate(spans)))
 
 
 def main():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mpirun import REPO, run_mpi
+from tests.mpirun import REPO, run_mpi
 
 nbformat = pytest.importorskip("nbformat")
 

@@ -491,4 +491,30 @@ asserts check, and what carries over to real hardware.
 - **Megatron-Core**: `megatron.core.distributed.DistributedDataParallel` with
   `DistributedDataParallelConfig(overlap_grad_reduce=True, bucket_size=...)` (`--overlap-grad-reduce` on
   the command line); the data-parallel group is `parallel_state.get_data_parallel_group()`.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+Everything above ran on CPU ranks sharing one machine's memory. On GPU nodes the mechanism is the same
+— buckets, hooks, one all-reduce per bucket — and the numbers change. Below they come from the
+repository's **H200 profile** (`minipar/perf/profiles/h200.json`): data-sheet peaks times one efficiency
+factor each, a *model*, not a measurement. Inside a node of 8 the ring runs over NVLink/NVSwitch; across
+nodes every byte goes through the InfiniBand card, about 8× slower per GPU.
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+S = 2 * 7e9                                        # a 7B model's bf16 gradients
+backward = 4 * 7e9 * 4 * 4096 / (h200.peak_flops["bf16"] * h200.efficiency["gemm"])
+print(f"H200 profile (model): backward of 4 x 4096 tokens of a 7B model ~ {backward:.2f} s per GPU")
+for p, where in ((8, "intra"), (64, "inter"), (512, "inter")):
+    t = collective_seconds(h200, "all_reduce", p, S, where)
+    print(f"  ring all-reduce of {S / 1e9:.0f} GB over {p:>3} GPUs ({where:5}): {t:.3f} s = {t / backward:.0%} of backward")
+''', r'''%md
+Inside one node the all-reduce is a tenth of backward and hides easily; across nodes it is most of it
+and hides only if almost every bucket is ready early — and on GPUs the all-reduce is not free while it
+hides: NCCL's kernels run on the SMs and read HBM beside backward's. Hence what large runs do: the ring
+inside the node and a smaller exchange across (hierarchical, lesson 04/20), larger batches per GPU (more
+compute per byte), ZeRO/FSDP (lesson 06), and gradient compression (lesson 14). What *was* measured on
+one H200 (README, "GPU clusters"): a GPT-2-small-shaped step on minipar's CuPy backend, 150 ms against
+152 ms for PyTorch eager — one GPU; no multi-GPU run of this lesson has been measured.
 ''']

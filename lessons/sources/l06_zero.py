@@ -349,4 +349,29 @@ AdamW applied shard by shard is the same update.
   (`DistributedOptimizer`): stage 1 over the data-parallel group, reduce-scatter of the gradient
   buckets and all-gather of the updated parameters, overlapped with `--overlap-grad-reduce` /
   `--overlap-param-gather`.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+From the repository's **H200 profile** (data sheet × efficiency: a model, not a measurement): 141 GB of
+HBM per GPU, NVLink inside a node of 8, InfiniBand between nodes.
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+hbm = h200.mem_per_rank_bytes
+print(f"16 bytes per parameter: at most {hbm / 16 / 1e9:.1f} B parameters fit one H200 as DDP (no activations)")
+for N in (8, 64, 512):
+    print(f"  ZeRO-3 over {N:>3} GPUs: a 70B model's 16Ψ/N = {16 * 70e9 / N / 1e9:6.1f} GB per GPU")
+for N, where in ((8, "intra"), (64, "inter")):
+    gather = collective_seconds(h200, "all_gather", N, 2 * 70e9, where)
+    print(f"  one all-gather of 70B bf16 weights over {N} GPUs ({where}): {gather:.2f} s; ZeRO-3 does two "
+          f"and a reduce-scatter per step")
+''', r'''%md
+Memory is why ZeRO-3 exists at scale: a 70B model's state fits no single GPU, and sharding it 64 ways
+leaves room for activations. Time is why it is rarely used flat across many nodes: every step moves
+$3\Psi$ through each GPU's card, seconds that must hide behind forward and backward unit by unit. So
+large runs shard inside a node (or a few) and replicate across — PyTorch's HSDP, DeepSpeed's ZeRO++
+hpZ, Megatron's distributed optimizer over the data-parallel group only — and prefetch the next unit's
+gather while the current one computes (in this lesson's exercise, one unit at a time: the simplest
+correct order, not the fastest).
 ''']

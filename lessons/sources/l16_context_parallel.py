@@ -414,4 +414,29 @@ for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
   Context*; Brandon et al. 2023, *Striped Attention* (tokens dealt round-robin to the ranks, another cure
   for the causal imbalance); Jacobs et al. 2023, *DeepSpeed Ulysses* (the all-to-all alternative);
   Korthikanti et al. 2022 for activation memory per token.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+With GQA, keys and values are small beside the queries, so the ring's messages are cheap next to the
+$(S/C)^2$ attention compute. From the repository's **H200 profile** (data sheet × efficiency, a model),
+for a Llama-3-405B-shaped layer ($h$ = 16 384, 8 K/V heads of 128) at 128K tokens:
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+h, kv, S = 16384, 8 * 128, 128 * 1024
+for C, where in ((8, "intra"), (16, "inter")):
+    n = S // C
+    block = 2 * n * kv * 2                                  # K and V of one block, bf16
+    send = collective_seconds(h200, "p2p", 2, block, where)
+    attend = 4 * n * n * h / (h200.peak_flops["bf16"] * h200.efficiency["gemm"]) / 2   # causal: half the pairs
+    print(f"cp = {C:>2} ({where}): {n} tokens per rank; a K/V block of {block / 1e6:.0f} MB takes "
+          f"{send * 1e3:.2f} ms, attending to it ~ {attend * 1e3:.1f} ms")
+''', r'''%md
+Inside a node the transfer is some 70× shorter than the compute it hides behind; across nodes, with
+fewer tokens per rank, only about 5×: the compute shrinks as $(S/C)^2$ and the block as $S/C$, so there
+is a largest useful $C$ for a given $S$ and link. With K/V this small Llama 3 could even afford an
+all-gather of them instead of a ring. What bites on GPUs is instead the causal
+imbalance (the zig-zag split of §6), and the kernels: each block pair is one flash-attention call
+(lesson 11), and its speed, not the network's, sets the step.
 ''']
