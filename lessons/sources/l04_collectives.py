@@ -426,4 +426,32 @@ different size under `MINIPAR_COMM_CHECK=1` and read the error.
 | hang timeout (`MINIPAR_HANG_TIMEOUT`) | `init_process_group(timeout=...)` with the NCCL watchdog (`TORCH_NCCL_ASYNC_ERROR_HANDLING`), which aborts a collective that waits too long |
 | check mode (`MINIPAR_COMM_CHECK=1`) | `TORCH_DISTRIBUTED_DEBUG=DETAIL`, which checks that all ranks call the same collective with the same shapes |
 | `Communicator.split` | `dist.new_group(ranks)`; Megatron's `parallel_state` builds its data/tensor/pipeline groups that way, DeepSpeed wraps the same calls as `deepspeed.comm` |
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+The algorithms are the same; the constants are not. Priced with the repository's **H200 profile**
+(`minipar/perf/profiles/h200.json`: data-sheet NVLink and InfiniBand figures times one efficiency
+factor each — a model, not a measurement; γ assumed as three HBM passes per reduced byte), the cost
+model of §4 picks differently inside a node of 8 GPUs and across 64 nodes:
+''', r'''from minipar.comm.cost_model import CostParams, predict as predict_allreduce
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+gamma = 3 / (h200.mem_bw * h200.efficiency["memory"])
+algorithms = ("ring", "tree", "recursive_doubling", "rabenseifner")
+print(f"{'':>14}{'bytes':>7}" + "".join(f"{a:>20}" for a in algorithms) + "   (ms)")
+for where, p in (("intra", 8), ("inter", 64)):
+    alpha, bw = h200.link(where)
+    c = CostParams(alpha=alpha, beta=1 / bw, gamma=gamma)
+    for S in (1 << 16, 1 << 24, 1 << 30):
+        times = [predict_allreduce(a, p, S, c) * 1e3 for a in algorithms]
+        size = {1 << 16: "64 KiB", 1 << 24: "16 MiB", 1 << 30: "1 GiB"}[S]
+        print(f"{where + f', p = {p}':>14}{size:>7}" + "".join(f"{t:20.3f}" for t in times))
+''', r'''%md
+Small messages across many nodes are latency-bound: the ring's $2(p-1)\alpha$ is 126 α at $p$ = 64, so a
+log-depth algorithm wins by an order of magnitude; large ones are bandwidth-bound and the ring (or
+Rabenseifner) wins at any $p$. NCCL makes the same choice with its own tuning model, between its ring
+and its *pipelined* double binary tree (and, where the switches can add, NVLS/SHARP reductions in the
+network); the reduction runs in kernels on the GPU's SMs, at HBM speed, beside the model's own kernels.
+Across nodes, hierarchical algorithms (§3, lesson 20) keep most bytes on NVLink.
 ''']

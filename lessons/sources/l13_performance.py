@@ -388,6 +388,19 @@ also fits but costs a third more time; ZeRO-1 shards the optimizer state over dp
 Megatron's own choice for this model was sequence parallelism + selective recomputation — the row the
 model finds cheapest.
 
+## In PyTorch / DeepSpeed / Megatron this is …
+
+- **MFU / HFU** (PaLM, Megatron): model FLOPs utilisation counts $6N+12Lhs$ per token; hardware
+  FLOPs utilisation also counts recomputation.
+- **DeepSpeed autotuner**, `deepspeed --autotuning`: tries ZeRO stages and micro-batch sizes; its
+  memory estimator is `estimate_zero3_model_states_mem_needs_all_live`.
+- **Megatron-LM** `--recompute-granularity selective|full`, `--sequence-parallel`,
+  `--num-layers-per-virtual-pipeline-stage` — the layouts `plan` ranks.
+- **Calculon**, **Galvatron**, **Alpa**: analytical and search-based planners for the same question.
+- PyTorch: `torch.cuda.max_memory_allocated` (what `backend.memory.peak` stands in for),
+  `torch.profiler` for the measured side, `torch.utils.flop_counter.FlopCounterMode` to count a
+  model's FLOPs by running it.
+''', r'''%md
 ## What changes on GPU nodes and at scale
 
 The same 175B layout priced with the A100, H100 and H200 profiles in the repository (data-sheet
@@ -406,17 +419,4 @@ one generation to the next — the reason newer systems raise NVLink domains pas
 overlap more. The one measurement of this repository on a GPU (README, "GPU clusters") is a single
 H200: a GPT-2-small-shaped step of minipar on CuPy took 150 ms against PyTorch eager's 152 ms; at small
 layers minipar's Python, not the GPU, set the pace — the profile's "Python overhead" row, on a GPU.
-
-## In PyTorch / DeepSpeed / Megatron this is …
-
-- **MFU / HFU** (PaLM, Megatron): model FLOPs utilisation counts $6N+12Lhs$ per token; hardware
-  FLOPs utilisation also counts recomputation.
-- **DeepSpeed autotuner**, `deepspeed --autotuning`: tries ZeRO stages and micro-batch sizes; its
-  memory estimator is `estimate_zero3_model_states_mem_needs_all_live`.
-- **Megatron-LM** `--recompute-granularity selective|full`, `--sequence-parallel`,
-  `--num-layers-per-virtual-pipeline-stage` — the layouts `plan` ranks.
-- **Calculon**, **Galvatron**, **Alpa**: analytical and search-based planners for the same question.
-- PyTorch: `torch.cuda.max_memory_allocated` (what `backend.memory.peak` stands in for),
-  `torch.profiler` for the measured side, `torch.utils.flop_counter.FlopCounterMode` to count a
-  model's FLOPs by running it.
 ''']
