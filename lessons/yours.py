@@ -42,8 +42,15 @@ def _run(check, prefix, stop):
     try:
         check()
     except AssertionError as err:
-        print(f"{prefix}{err}", file=sys.stderr, flush=True)
+        _say(f"{prefix}{err}")
         stop()
     except Exception:                       # the learner's code raised: show where
-        print(f"{prefix}your code raised\n{traceback.format_exc(limit=-3)}", file=sys.stderr, flush=True)
+        _say(f"{prefix}your code raised\n{traceback.format_exc(limit=-3)}")
         stop()
+
+
+def _say(text):
+    """One write per message: mpiexec merges the ranks' streams, and a separate write of
+    the newline would let another rank's line in before it."""
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()
