@@ -1,4 +1,4 @@
-"""Elementwise ops: arithmetic with broadcasting, pow, exp, log, tanh, relu, gelu, where, cast.
+"""Elementwise ops: arithmetic with broadcasting, pow, exp, log, tanh, relu, gelu, silu, where, cast.
 
 Broadcasting in the forward means summation in the backward: if ``a`` of shape
 (3, 1) was stretched to (3, 4), each of its entries fed 4 outputs, so its
@@ -239,6 +239,25 @@ class Gelu(Function):
 
         for_row_blocks(xf.size, block, xf.size)
         return d.reshape(g.shape)
+
+
+class Silu(Function):
+    """SiLU (swish): y = x·σ(x), σ(x) = 1/(1 + e^-x) = exp(-log(1 + e^-x)), the last form
+    (``logaddexp``) exact for any x, with no overflow.  dy/dx = σ·(1 + x·(1 - σ)).
+    Half-precision inputs are computed in float32 and rounded back."""
+
+    @staticmethod
+    def forward(ctx, x):
+        wide = x.astype(xp.float32) if is_half(x.dtype) else x
+        sigma = xp.exp(-xp.logaddexp(0.0, -wide))
+        ctx.save_for_backward(x, sigma)
+        return (wide * sigma).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, sigma = ctx.saved
+        wide = x.astype(sigma.dtype, copy=False)
+        return (g * (sigma * (1.0 + wide * (1.0 - sigma)))).astype(g.dtype, copy=False)
 
 
 class Where(Function):

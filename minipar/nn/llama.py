@@ -53,11 +53,6 @@ from minipar.nn.rope import RotaryEmbedding
 from minipar.backend import xp
 
 
-def silu(x):
-    """z·sigmoid(z), with sigmoid(z) = (1 + tanh(z/2))/2 (no exp to overflow)."""
-    return x * (ops.tanh(x * 0.5) * 0.5 + 0.5)
-
-
 class SwiGLU(Module):
     """down(silu(gate(x)) ∘ up(x)): a gated MLP, three bias-free matrices."""
 
@@ -71,7 +66,7 @@ class SwiGLU(Module):
     def forward(self, x):
         if self.enter is not None:
             x = self.enter(x)
-        return self.drop(self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x)))
+        return self.drop(self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x)))
 
 
 class GroupedQueryAttention(Module):
