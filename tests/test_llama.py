@@ -1,5 +1,5 @@
 """The llama block's pieces on one process: finite-difference gradients of RMSNorm,
-RoPE, SwiGLU and grouped-query attention; RoPE's relative-position property; GQA equal
+RoPE, SiLU, SwiGLU and grouped-query attention; half-precision RMSNorm against float32; RoPE's relative-position property; GQA equal
 to multi-head attention over repeated K/V; the config's refusals."""
 import numpy as np
 import pytest
@@ -8,7 +8,6 @@ from minipar import backend
 from minipar.autograd import Tensor, ops
 from minipar.nn import config_from_preset, make_model
 from minipar.nn.attention import naive_attention
-from minipar.nn.norms import rms_norm
 from minipar.nn.rope import RotaryEmbedding, rope_angles
 from tests.gradcheck import check_grad
 
@@ -25,17 +24,26 @@ RNG = np.random.default_rng(0)
 
 
 def test_rms_norm_gradient():
-    check_grad(lambda x, g: rms_norm(x, g), RNG.normal(size=(2, 3, 6)), RNG.normal(size=6))
+    check_grad(ops.rms_norm, RNG.normal(size=(2, 3, 6)), RNG.normal(size=6))
 
 
 def test_rms_norm_value():
     x, g = RNG.normal(size=(3, 8)), RNG.normal(size=8)
     expected = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g
-    np.testing.assert_allclose(rms_norm(Tensor(x), Tensor(g)).numpy(), expected, rtol=1e-13)
+    np.testing.assert_allclose(ops.rms_norm(Tensor(x), Tensor(g)).numpy(), expected, rtol=1e-13)
 
 
 def test_silu_gradient():
     check_grad(ops.silu, RNG.normal(scale=4.0, size=(3, 5)))
+
+
+def test_rms_norm_half_precision_normalises_in_float32():
+    x = (RNG.normal(size=(4, 64)) * 300).astype(np.float16)      # x² overflows fp16
+    g = np.ones(64, dtype=np.float16)
+    y = ops.rms_norm(Tensor(x), Tensor(g))
+    want = ops.rms_norm(Tensor(x.astype(np.float32)), Tensor(g.astype(np.float32))).numpy()
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.numpy().astype(np.float32), want, rtol=1e-3, atol=1e-3)
 
 
 def test_swiglu_gradient():

@@ -31,15 +31,10 @@ def rope_angles(positions, head_dim, base):
     return np.concatenate([angles, angles], axis=-1)
 
 
-def rotate_half(x):
-    """[a, b] -> [-b, a] over the last axis (a, b its two halves)."""
-    a, b = ops.split(x, 2, axis=-1)
-    return ops.concat([-b, a], axis=-1)
-
-
 def apply_rope(x, cos, sin):
-    """x · cos + rotate_half(x) · sin for x (..., n, d) and tables (n, d)."""
-    return x * cos + rotate_half(x) * sin
+    """x · cos + rotate_half(x) · sin for x (..., n, d) and tables (n, d): one op,
+    ``ops.rotary`` (its backward: ``autograd/ops_llama.py``)."""
+    return ops.rotary(x, cos, sin)
 
 
 class RotaryEmbedding:

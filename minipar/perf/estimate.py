@@ -40,7 +40,11 @@ def flops_per_token(cfg):
     tied or not) — counting the untied embedding too overstated MFU by up to a quarter
     for GPT-2 small (V = 50 257)."""
     h, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
-    n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
+    if cfg.arch == "llama":   # q, o; k, v of the KV heads; gate, up, down; RMSNorm gains
+        kv = cfg.kv_heads * (h // cfg.n_head)
+        n = L * (2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_width + 2 * h) + V * h + h
+    else:
+        n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
     return 6 * n + 12 * L * h * cfg.seq_len
 
 
