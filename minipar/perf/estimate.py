@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import memory as pmem
-from minipar.perf.compute import LayerShape, embed_time, head_time, layer_time
+from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
 from minipar.perf.profile import DTYPE_BYTES
 
@@ -80,8 +80,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     dtype = compute_dtype(config.precision)
     b, M = micro_rows(config)
     tp, pp, v, dp = config.tp, config.pp, config.chunks, config.dp
-    x = LayerShape(b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, tp,
-                   config.sequence_parallel, dtype, config.attention)
+    x = layer_shape(cfg, b, tp, config.sequence_parallel, dtype, config.attention)
     lt = layer_time(prof, x, config.recompute)
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
@@ -178,7 +177,8 @@ def minipar_activation_bytes(config, stage):
         b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
         config.tp, config.sequence_parallel, compute_dtype(config.precision),
         config.attention, config.recompute, first=stage == 0, last=stage == pp - 1,
-        in_flight=_in_flight(config, stage), pipeline=pipeline)
+        in_flight=_in_flight(config, stage), pipeline=pipeline,
+        block=act.llama_block(cfg, config.tp))
 
 
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
