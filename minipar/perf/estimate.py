@@ -86,6 +86,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     e = DTYPE_BYTES[dtype]
     act_bytes = b * cfg.seq_len * cfg.d_model * e
     tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel)
+    if cfg.arch == "llama":
+        tp_b += pcomm.kv_copies_seconds(prof, tp, cfg.kv_heads, cfg.d_model * x.kv_columns * e, rpn)
     redo_tp = tp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
                                                    config.sequence_parallel)
