@@ -36,6 +36,7 @@ ROWS = {
     "dp2": (2, ["--dp", "2"]),
     "tp2·cp2 sp zig-zag (MHA)": (4, ["--tp", "2", "--cp", "2", "--sequence-parallel",
                                      "--n-kv-head", "4"]),
+    "dp2·tp4 zero3 (KV heads copied)": (8, ["--dp", "2", "--tp", "4", "--zero", "3"]),
     "dp2·tp2·pp2": (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"]),
     "recompute selective": (1, ["--recompute", "selective"]),
     "recompute full": (1, ["--recompute", "full"]),

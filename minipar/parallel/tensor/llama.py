@@ -27,6 +27,8 @@ head h reads key/value head h // (H/Hkv).
   dx = dk_r·Wᵀ stays each rank's own share, summed by f as usual).  In the gradient
   norm each copy counts 1/(t/Hkv) (``ParamRules.norm_weight``); checkpoints read one
   copy (``Shard.join``).  (picotron, nanotron and torchtitan refuse t > Hkv instead.)
+  Under ZeRO-3 the identity's output keeps the gathered k/v weights alive from forward
+  to backward (the values are the same; 2·h·d per layer of memory is not freed early).
 """
 from __future__ import annotations
 
