@@ -9,7 +9,8 @@ kernel of ``minipar.kernels``, which never does.  ``core`` is the part selective
 recomputation re-runs in backward.
 
 The core is a module of its own, ``AttentionCore``: the one place where q, k, v
-become y.  The plain model, the tensor-parallel model (fewer heads per rank) and
+become y; k and v may have fewer heads than q (grouped-query attention, the llama
+block: ``naive_attention`` reads each group's key/value head in place).  The plain model, the tensor-parallel model (fewer heads per rank) and
 selective recomputation (which wraps the core, ``Recompute(attn.core)``) all call it.
 """
 from __future__ import annotations

@@ -12,6 +12,11 @@ is built in; ``GPT(cfg, seed, materialize=False)`` builds placeholders only, whi
 parallel layout cuts and then fills with just its own part.  With ``tie_weights`` the head reuses the
 token embedding (W_head = wteᵀ).  ``embed``, ``blocks`` and ``head`` are separate
 so a pipeline can place them on different stages.
+
+``GPTConfig`` describes both blocks minipar trains: ``arch="gpt2"`` (this file) and
+``arch="llama"`` (``nn/llama.py``: RMSNorm, rotary positions, SwiGLU, grouped-query
+attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``).  ``make_model(cfg)``
+builds whichever ``cfg.arch`` names; the llama model keeps this class's interface.
 """
 from __future__ import annotations
 
