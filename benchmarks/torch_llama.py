@@ -22,17 +22,18 @@ VOCAB = 256
 
 
 def build_torch_llama(layers, d_model, heads, kv_heads, seq, ffn, fused_attention=False,
-                      device="cpu", theta=10000.0):
-    """The llama as a ``torch.nn.Module`` whose ``forward(ids, targets)`` returns the loss."""
+                      device="cpu", theta=10000.0, dtype=None):
+    """The llama as a ``torch.nn.Module`` whose ``forward(ids, targets)`` returns the loss.
+    ``dtype``: of the rotary tables (default float32, the benchmark's; float64 to compare)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
     d, h, hk, n, dh = d_model, heads, kv_heads, seq, d_model // heads
     mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), 1)
-    inv_freq = theta ** (-torch.arange(0, dh, 2, dtype=torch.float32, device=device) / dh)
-    angles = torch.arange(n, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
+    inv_freq = theta ** (-torch.arange(0, dh, 2, dtype=torch.float64, device=device) / dh)
+    angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = (a.to(dtype or torch.float32) for a in (angles.cos(), angles.sin()))
 
     def rope(x):
         a, b = x.chunk(2, dim=-1)
