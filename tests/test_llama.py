@@ -143,3 +143,13 @@ def test_gpt2_refuses_llama_fields():
     with pytest.raises(ValueError, match="belongs to `arch` llama"):
         config_from_preset("tiny", n_kv_head=2)
     assert config_from_preset("tiny", arch="llama").kv_heads == 4
+
+
+def test_checkpoints_from_before_the_llama_fields_still_resume():
+    from minipar import checkpoint
+    gpt2 = config_from_preset("tiny").to_dict()
+    older = {"model": {k: v for k, v in gpt2.items()
+                       if k not in ("arch", "n_kv_head", "rope_theta", "d_ff")}}
+    checkpoint.check_compatible(older, gpt2)
+    with pytest.raises(ValueError, match="arch: checkpoint 'gpt2' vs run 'llama'"):
+        checkpoint.check_compatible(older, config_from_preset("tiny", arch="llama").to_dict())
