@@ -69,7 +69,15 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
                      help="array library (default: $MINIPAR_BACKEND or numpy)")
     model = p.add_argument_group("model")
-    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2")
+    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2, "
+                       "llama-tiny, llama-small, llama-medium")
+    model.add_argument("--arch", choices=["gpt2", "llama"],
+                       help="the block: gpt2 (LayerNorm, learned positions, GELU) or llama "
+                       "(RMSNorm, RoPE, SwiGLU, grouped-query attention); default: the preset's")
+    model.add_argument("--n-kv-head", type=int, help="llama: key/value heads (default n_head)")
+    model.add_argument("--rope-theta", type=float, help="llama: RoPE's base (default 10000)")
+    model.add_argument("--d-ff", type=int,
+                       help="llama: SwiGLU's hidden width (default 8/3·d_model to a multiple of 64)")
     model.add_argument("--n-layer", type=int)
     model.add_argument("--d-model", type=int)
     model.add_argument("--n-head", type=int)

@@ -12,7 +12,7 @@ import numpy as np
 from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.data import encode, decode
-from minipar.nn import GPT, GPTConfig
+from minipar.nn import GPTConfig, make_model
 from minipar.tokenizer import Tokenizer
 
 
@@ -30,7 +30,7 @@ def load_model(directory):
         raise SampleError(f"--resume {directory}: {err}") from None
     # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
     backend.set_default_dtype(backend.dtype_of("fp64" if meta.get("precision") == "fp64" else "fp32"))
-    model = GPT(cfg)
+    model = make_model(cfg)
     try:
         checkpoint.check_loadable(params, model, "fp64" if meta.get("precision") == "fp64" else "fp32")
     except ValueError as err:
