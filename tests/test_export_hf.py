@@ -65,9 +65,12 @@ def _hf_python():
     return os.environ.get("MINIPAR_HF_PYTHON")
 
 
-@pytest.mark.parametrize("flags", [["--model", "tiny"], ["--model", "tiny", "--tie-weights"]],
-                         ids=["gpt2-untied", "gpt2-tied"])
-def test_exported_gpt2_gives_minipar_logits_in_transformers(tmp_path, flags):
+@pytest.mark.parametrize("flags, architecture", [
+    (["--model", "tiny"], "GPT2LMHeadModel"),
+    (["--model", "tiny", "--tie-weights"], "GPT2LMHeadModel"),
+    (["--model", "llama-tiny", "--n-kv-head", "2", "--rope-theta", "500"], "LlamaForCausalLM")],
+    ids=["gpt2-untied", "gpt2-tied", "llama-gqa"])
+def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, architecture):
     run = tmp_path / "run"
     out = run_cli(["train", *flags, "--steps", "3", "--batch-size", "2", "--eval-batches", "0",
                    "--quiet", "--save", str(run)])
@@ -76,9 +79,10 @@ def test_exported_gpt2_gives_minipar_logits_in_transformers(tmp_path, flags):
     out = run_cli(["export", str(run), "--format", "hf", "--out", str(hf_dir)])
     assert out.returncode == 0, out.stderr
     config = json.loads((hf_dir / "config.json").read_text())
-    assert config["architectures"] == ["GPT2LMHeadModel"]
+    assert config["architectures"] == [architecture]
     names = set(safetensors_file.read(str(hf_dir / "model.safetensors")))
-    assert "transformer.h.0.attn.c_attn.weight" in names
+    assert ("transformer.h.0.attn.c_attn.weight" if architecture == "GPT2LMHeadModel"
+            else "model.layers.0.self_attn.k_proj.weight") in names
     assert ("lm_head.weight" in names) == ("--tie-weights" not in flags)
 
     from minipar.sample import load_model
@@ -99,3 +103,9 @@ def test_exported_gpt2_gives_minipar_logits_in_transformers(tmp_path, flags):
     relative = np.abs(theirs - mine).max() / np.abs(mine).max()
     print(f"max |transformers - minipar| / max |minipar| = {relative:.2e}")
     assert relative <= 1e-4, relative
+    if architecture == "LlamaForCausalLM":     # the check can see RoPE: another base misses by far more
+        model.rope.base, model.rope._cache = 10000.0, {}
+        other = backend.to_host(model(backend.to_device(ids)).data).astype(np.float64)
+        missed = np.abs(theirs - other).max() / np.abs(mine).max()
+        print(f"with RoPE base 10000 instead of 500: {missed:.2e}")
+        assert missed > 20 * max(relative, 1e-6), (missed, relative)
