@@ -56,6 +56,7 @@ class TrainConfig:
     dropout: Optional[float] = None
     tie_weights: Optional[bool] = None
     vocab_size: Optional[int] = None    # None: the data's (256 bytes, or the tokenizer's)
+    pad_vocab_to: Optional[int] = None  # None: 64 on the cupy backend, 1 on numpy (nn/gpt.py)
     # run
     steps: int = 1800                   # the defaults: ~2.5 min on 2 cores, val ~1.6 nats/byte
     stop_at: Optional[int] = None
@@ -96,7 +97,16 @@ class TrainConfig:
         return config_from_preset(self.model, n_layer=self.n_layer, d_model=self.d_model,
                                   n_head=self.n_head, seq_len=self.seq_len, dropout=self.dropout,
                                   tie_weights=self.tie_weights, attention=self.attention,
-                                  vocab_size=self.vocab_size)
+                                  vocab_size=self.vocab_size, pad_vocab_to=self.vocab_multiple())
+
+    def vocab_multiple(self):
+        """What the vocabulary is padded to a multiple of: ``pad_vocab_to``, else 64 where
+        the head's GEMM runs on a GPU (its tensor-core tiles; GPT-2's 50257 -> 50304) and
+        1 on NumPy, where padding would only add work and change nothing else."""
+        if self.pad_vocab_to is not None:
+            return self.pad_vocab_to
+        from minipar.backend import backend_name
+        return 64 if (self.backend or backend_name()) == "cupy" else 1
 
     def layout_name(self):
         """A short name of the layout, e.g. "dp2·tp2·pp2 zero1 sp" or "single"."""

@@ -12,6 +12,14 @@ is built in; ``GPT(cfg, seed, materialize=False)`` builds placeholders only, whi
 parallel layout cuts and then fills with just its own part.  With ``tie_weights`` the head reuses the
 token embedding (W_head = wteᵀ).  ``embed``, ``blocks`` and ``head`` are separate
 so a pipeline can place them on different stages.
+
+Vocabulary padding (``pad_vocab_to`` = m, Megatron's make-vocab-size-divisible-by): the
+embedding and the head hold Vp = m·ceil(V/m) rows, so the head's GEMM has an output width
+a multiple of 64 on a GPU (tensor-core tiles; GPT-2's 50257 -> 50304).  The padding rows
+start at zero (the real rows are drawn exactly as unpadded, so losses match the unpadded
+model), are stored in checkpoints (as Megatron does) and counted in the parameters; the
+head returns only the V real logits, so the padding is in no softmax denominator, no loss
+and no sample, and its rows never get a gradient: they stay zero.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ import numpy as np
 
 from minipar.backend import xp, to_device
 from minipar.autograd import ops
-from minipar.nn.init import drawer, init_specs, initialise
+from minipar.nn.init import ZeroPadded, drawer, init_specs, initialise
 from minipar.nn.module import Module
 from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
 from minipar.nn.attention import CausalSelfAttention
@@ -38,12 +46,18 @@ class GPTConfig:
     dropout: float = 0.0
     tie_weights: bool = False
     attention: str = "naive"
+    pad_vocab_to: int = 1          # the embedding/head rows: V rounded up to a multiple of this
+
+    @property
+    def padded_vocab_size(self):
+        """Vp = pad_vocab_to · ceil(V / pad_vocab_to): the rows the embedding and head hold."""
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     def to_dict(self):
         return asdict(self)
 
     def validate(self):
-        for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
+        for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head", "pad_vocab_to"):
             if getattr(self, field) < 1:
                 raise ValueError(f"`{field}` must be >= 1, got {getattr(self, field)}")
         if self.d_model % self.n_head:
@@ -91,12 +105,17 @@ class GPT(Module):
         self.seed = seed
         rng = None                 # placeholders; drawn by name below (nn/init.py)
         self.dropout_rng = xp.random.default_rng(seed + 1)
-        self.wte = Embedding(cfg.vocab_size, cfg.d_model, rng)
+        vocab, padded = cfg.vocab_size, cfg.padded_vocab_size
+        self.wte = Embedding(padded, cfg.d_model, rng)
         self.wpe = Embedding(cfg.seq_len, cfg.d_model, rng, std=0.01)
         self.drop = Dropout(cfg.dropout, self.dropout_rng)
         self.blocks = [Block(cfg, rng, self.dropout_rng) for _ in range(cfg.n_layer)]
         self.ln_f = LayerNorm(cfg.d_model)
-        self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng, bias=False)
+        self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, padded, rng, bias=False)
+        if padded != vocab:        # the real rows drawn as unpadded, the padding zero
+            self.wte.inits["weight"] = ZeroPadded(self.wte.inits["weight"], vocab, axis=0)
+            if self.lm_head is not None:
+                self.lm_head.inits["weight"] = ZeroPadded(self.lm_head.inits["weight"], vocab, axis=1)
         if materialize:
             initialise(self, drawer(seed, init_specs(self)))
 
@@ -121,10 +140,14 @@ class GPT(Module):
         return self.drop(self.wte(ids) + self.wpe(positions))
 
     def head(self, x):
+        """Logits (B, N, V): the GEMM over all Vp rows, the padding's columns cut off."""
         x = self.ln_f(x)
         if self.lm_head is None:
-            return ops.linear(x, ops.transpose(self.wte.weight))
-        return self.lm_head(x)
+            logits = ops.linear(x, ops.transpose(self.wte.weight))
+        else:
+            logits = self.lm_head(x)
+        vocab = self.config.vocab_size
+        return logits if logits.shape[-1] == vocab else ops.getitem(logits, (..., slice(0, vocab)))
 
     def loss(self, logits, targets):
         """Mean cross-entropy of the logits against the next tokens."""

@@ -32,9 +32,10 @@ def check_tensor_parallel(cfg, tp, sequence_parallel=False):
         if width % tp:
             raise ValueError(f"{what} = {width} is not divisible by `tp` {tp}; choose a "
                              f"`d_model` divisible by {tp}")
-    if cfg.vocab_size < tp:
-        raise ValueError(f"vocabulary of {cfg.vocab_size} ids cannot be split over `tp` {tp} "
-                         f"ranks (at least one id each); use `tp` <= {cfg.vocab_size}")
+    rows = cfg.padded_vocab_size
+    if rows < tp:
+        raise ValueError(f"vocabulary of {rows} rows cannot be split over `tp` {tp} "
+                         f"ranks (at least one each); use `tp` <= {rows}")
     if sequence_parallel:
         check_sequence_length(cfg.seq_len, tp)
 
