@@ -238,3 +238,43 @@ def test_unscale_check_unscales_and_flags_non_finite(poison):
     fused_cuda.unscale_check(g, 1.0 / 1024.0, flag, kernels=EmulatedKernels())
     np.testing.assert_array_equal(g, want)
     assert (flag[0] > 0) == (poison is not None)
+
+
+@pytest.mark.parametrize("poison,blocks", [(None, None), (np.inf, None), (None, 1), (np.nan, 1)])
+def test_unscale_check_norm_over_many_tensors(monkeypatch, poison, blocks):
+    """The multi-tensor pass (``fused_cuda.unscale_check_norm``): one launch over gradients
+    back to back — an empty one among them — unscales each element as the array code does,
+    flags a non-finite one, and sums Σ_t w_t ||g_t||² to fp32 accuracy.  With one block
+    every thread walks across all the tensors (the forward-only tensor index)."""
+    if blocks is not None:
+        monkeypatch.setattr(fused_cuda, "_stride_blocks", lambda n: blocks)
+    sizes, weights = [300, 1, 0, 517, 64], np.array([1.0, 0.5, 3.0, 0.25, 2.0], np.float32)
+    ends = np.cumsum(sizes).astype(np.int32)
+    flat = randn((int(ends[-1]),), "float32", 11, scale=1e3)
+    if poison is not None:
+        flat[400] = poison
+    want = flat.copy()
+    want *= 1.0 / 512.0
+    pieces = np.split(want.astype(np.float64), ends[:-1])
+    want_sq = sum(w * (p ** 2).sum() for w, p in zip(weights.astype(np.float64), pieces))
+    flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    fused_cuda.unscale_check_norm(flat, ends, weights, 1.0 / 512.0, flag, squares,
+                                  kernels=EmulatedKernels())
+    np.testing.assert_array_equal(flat, want)
+    assert (flag[0] > 0) == (poison is not None)
+    if poison is None:
+        np.testing.assert_allclose(squares[0], want_sq, rtol=1e-5)
+    else:
+        assert not np.isfinite(squares[0])
+
+
+def test_unscale_check_norm_leaves_the_values_when_the_scale_is_one():
+    """bf16 and fp32 steps have no loss scale: the pass only checks and squares."""
+    ends, weights = np.array([5, 9], np.int32), np.ones(2, np.float32)
+    flat = randn((9,), "float32", 3)
+    before = flat.copy()
+    flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    fused_cuda.unscale_check_norm(flat, ends, weights, 1.0, flag, squares, kernels=EmulatedKernels())
+    np.testing.assert_array_equal(flat, before)
+    np.testing.assert_allclose(squares[0], (before.astype(np.float64) ** 2).sum(), rtol=1e-6)
+    assert flag[0] == 0

@@ -58,14 +58,18 @@ class Run:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s
         t0 = time.perf_counter()
+        unread = None                         # the loss still on the device
         if engine is not None:
             local = pipeline_forward_backward(engine, opt, x, y)
         else:
             weight = self.balancer.weight     # 1 with even shares
-            local = weight * forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight)
+            unread = forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight,
+                                      on_device=True)
             straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
         t_opt = time.perf_counter()
-        norm = opt.step(c.grad_clip)
+        norm = opt.step(c.grad_clip, read_along=unread)      # the loss rides the step's one read
+        if unread is not None:
+            local = weight * float(opt.read_along[0])
         t_loss = time.perf_counter()
         loss = global_loss(grid, local)
         backend.sync()
