@@ -240,7 +240,7 @@ def test_unscale_check_unscales_and_flags_non_finite(poison):
     assert (flag[0] > 0) == (poison is not None)
 
 
-@pytest.mark.parametrize("poison,blocks", [(None, None), (np.inf, None), (None, 1), (np.nan, 1)])
+@pytest.mark.parametrize("poison,blocks", [(None, None), (np.nan, 1)])
 def test_unscale_check_norm_over_many_tensors(monkeypatch, poison, blocks):
     """The multi-tensor pass (``fused_cuda.unscale_check_norm``): one launch over gradients
     back to back — an empty one among them — unscales each element as the array code does,

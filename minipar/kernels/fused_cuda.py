@@ -29,11 +29,13 @@ same launch code on NumPy arrays, the .cu file executed by the CPU emulator
 
 Importing this module registers it with the autograd ops for the CuPy backend
 (``ops_math.use_fused_kernels``; ``import minipar.nn`` imports it): autograd may not
-import kernels, which are built on it.
+import kernels, which are built on it.  ``MINIPAR_CUDA_KERNELS=0`` in the environment
+leaves them unregistered (the array code runs).
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -253,4 +255,7 @@ def unscale_check_norm(flat, ends, weights, inv_scale, flag, squares, kernels=No
                  xp.float32(inv_scale), flag, squares))
 
 
-ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")
+# MINIPAR_CUDA_KERNELS=0 leaves CuPy's array code in their place: an ablation on a GPU, and
+# the CPU dry runs of the benchmarks, where each launch would be a CPU-emulator process
+if os.environ.get("MINIPAR_CUDA_KERNELS", "1") != "0":
+    ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")
