@@ -278,3 +278,22 @@ def test_unscale_check_norm_leaves_the_values_when_the_scale_is_one():
     np.testing.assert_array_equal(flat, before)
     np.testing.assert_allclose(squares[0], (before.astype(np.float64) ** 2).sum(), rtol=1e-6)
     assert flag[0] == 0
+
+
+def test_unscale_check_norm_has_no_data_race():
+    """ThreadSanitizer over three blocks in shuffled order: the block sum's shared memory is
+    ordered by its barriers, the flag and the squares are written only by atomics; the
+    unscaled values are the same bits, the squares the same to fp32 accuracy (the blocks'
+    atomics add in any order)."""
+    ends, weights = np.array([200, 200, 650], np.int32), np.array([1.0, 2.0, 0.5], np.float32)
+    results = []
+    for options in [dict(), dict(check="race", schedule="shuffled", seed=3)]:
+        flat = randn((650,), "float32", 5)
+        flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+        fused_cuda.unscale_check_norm(flat, ends, weights, 0.25, flag, squares,
+                                      kernels=EmulatedKernels(**options))
+        results.append((flat, flag[0], squares[0]))
+    (a, fa, sa), (b, fb, sb) = results
+    np.testing.assert_array_equal(a, b)
+    assert fa == fb == 0
+    np.testing.assert_allclose(sa, sb, rtol=1e-6)
