@@ -16,7 +16,8 @@
 #   SECTIONS="tests step" QUICK=1 bash benchmarks/gpu_checks.sh
 # QUICK=1: N = 1k, 4k only, fewer steps, and no nvcc compile checks (they run wherever nvcc is).
 # Each section has its own time limit (seconds): T_TESTS, T_ATTENTION, T_FUSED, T_STEP,
-# T_THROUGHPUT; THROUGHPUT_ARGS replaces the throughput section's shape and step flags (the
+# T_THROUGHPUT (and T_RUN for each of its minipar runs, so one slow precision leaves the
+# others' figures); THROUGHPUT_ARGS replaces the throughput section's shape and step flags (the
 # CPU dry run, tests/test_gpu_checks_dry_run.py, runs it on the fake CuPy with a tiny shape).
 # Needs CuPy (and, for the PyTorch columns, torch) already installed; installs nothing
 # beyond `pip install -e .` when minipar itself is not importable.  Output goes to
@@ -81,8 +82,8 @@ section_throughput() {
   local args="${THROUGHPUT_ARGS:---steps $((STEPS + 10)) --warmup 5}"
   # shellcheck disable=SC2086
   run "issue 36: train tokens/s, fp32 / fp16 / bf16, minipar vs PyTorch autocast" \
-      train_throughput.txt "${T_THROUGHPUT:-420}" python benchmarks/train_throughput.py \
-      --json "$OUT_DIR/train_throughput.json" $args
+      train_throughput.txt "${T_THROUGHPUT:-540}" python benchmarks/train_throughput.py \
+      --timeout "${T_RUN:-150}" --json "$OUT_DIR/train_throughput.json" $args
 }
 
 python -c "import minipar" 2>/dev/null || pip install --no-deps -e . >"$OUT_DIR/pip.txt" 2>&1
