@@ -48,7 +48,12 @@ def counts():
                                  text=True) for p in PRECISIONS}
     out = {}
     for p, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for other in procs.values():     # none left running after the test
+                other.kill()
+            raise
         assert proc.returncode == 0, stderr[-3000:]
         out[p] = json.loads(stdout.strip().splitlines()[-1])
     return out
