@@ -84,6 +84,9 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     model.add_argument("--seq-len", type=int)
     model.add_argument("--dropout", type=float)
     model.add_argument("--tie-weights", action="store_true", default=None)
+    model.add_argument("--pad-vocab-to", type=int, metavar="N",
+                       help="embedding/head rows padded to a multiple of N, the padding masked "
+                            "out of the loss (default: 64 on --backend cupy, 1 on numpy)")
     run = p.add_argument_group("run")
     run.add_argument("--steps", type=int, default=steps or D.steps, help=steps_help)
     run.add_argument("--stop-at", type=int, default=None,

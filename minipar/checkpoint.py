@@ -138,11 +138,20 @@ def load(directory):
 OLDER_DEFAULTS = {"arch": "gpt2", "n_kv_head": None, "rope_theta": 10000.0, "d_ff": None}
 
 
+def _vocab_rows(model_config):
+    """The embedding's rows: the vocabulary padded to its multiple (1 before padding existed)."""
+    vocab, multiple = model_config.get("vocab_size"), model_config.get("pad_vocab_to") or 1
+    return None if vocab is None else -(-vocab // multiple) * multiple
+
+
 def check_compatible(meta, model_config: dict):
     """Refuse a checkpoint made for another model configuration."""
     saved = dict(OLDER_DEFAULTS, **meta.get("model", {}))
     diff = {k: (saved.get(k), v) for k, v in model_config.items()
-            if k != "attention" and saved.get(k) != v}
+            if k not in ("attention", "pad_vocab_to") and saved.get(k) != v}
+    rows = [_vocab_rows(c) for c in (saved, model_config)]   # the padding's multiple may differ
+    if rows[0] != rows[1]:                                   # (cupy 64, numpy 1) if the rows agree
+        diff["vocabulary rows"] = tuple(rows)
     if diff:
         details = ", ".join(f"{k}: checkpoint {a!r} vs run {b!r}" for k, (a, b) in sorted(diff.items()))
         raise ValueError(f"checkpoint was written for another model ({details})")

@@ -60,6 +60,7 @@ class TrainConfig:
     rope_theta: Optional[float] = None  # llama: RoPE's base (10000)
     d_ff: Optional[int] = None          # llama: SwiGLU's hidden width
     vocab_size: Optional[int] = None    # None: the data's (256 bytes, or the tokenizer's)
+    pad_vocab_to: Optional[int] = None  # None: 64 on the cupy backend, 1 on numpy (nn/gpt.py)
     # run
     steps: int = 1800                   # the defaults: ~2.5 min on 2 cores, val ~1.6 nats/byte
     stop_at: Optional[int] = None
@@ -102,7 +103,16 @@ class TrainConfig:
                                   tie_weights=self.tie_weights, attention=self.attention,
                                   vocab_size=self.vocab_size, arch=self.arch,
                                   n_kv_head=self.n_kv_head, rope_theta=self.rope_theta,
-                                  d_ff=self.d_ff)
+                                  d_ff=self.d_ff, pad_vocab_to=self.vocab_multiple())
+
+    def vocab_multiple(self):
+        """What the vocabulary is padded to a multiple of: ``pad_vocab_to``, else 64 where
+        the head's GEMM runs on a GPU (its tensor-core tiles; GPT-2's 50257 -> 50304) and
+        1 on NumPy, where padding would only add work and change nothing else."""
+        if self.pad_vocab_to is not None:
+            return self.pad_vocab_to
+        from minipar.backend import backend_name
+        return 64 if (self.backend or backend_name()) == "cupy" else 1
 
     def layout_name(self):
         """A short name of the layout, e.g. "dp2·tp2·pp2 zero1 sp" or "single"."""

@@ -20,7 +20,8 @@ NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 BUILDS = list(itertools.product(sorted(KINDS.values()), ["sm_80", "sm_90"]))
 KERNELS = ["layernorm_forward", "layernorm_backward", "gelu_forward", "gelu_backward",
-           "softmax_forward", "softmax_backward", "adamw_update", "unscale_check"]
+           "softmax_forward", "softmax_backward", "adamw_update", "unscale_check",
+           "unscale_check_norm"]
 
 
 def nvcc_cubin(source_path, arch, out_path):

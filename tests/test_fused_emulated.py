@@ -238,3 +238,62 @@ def test_unscale_check_unscales_and_flags_non_finite(poison):
     fused_cuda.unscale_check(g, 1.0 / 1024.0, flag, kernels=EmulatedKernels())
     np.testing.assert_array_equal(g, want)
     assert (flag[0] > 0) == (poison is not None)
+
+
+@pytest.mark.parametrize("poison,blocks", [(None, None), (np.nan, 1)])
+def test_unscale_check_norm_over_many_tensors(monkeypatch, poison, blocks):
+    """The multi-tensor pass (``fused_cuda.unscale_check_norm``): one launch over gradients
+    back to back — an empty one among them — unscales each element as the array code does,
+    flags a non-finite one, and sums Σ_t w_t ||g_t||² to fp32 accuracy.  With one block
+    every thread walks across all the tensors (the forward-only tensor index)."""
+    if blocks is not None:
+        monkeypatch.setattr(fused_cuda, "_stride_blocks", lambda n: blocks)
+    sizes, weights = [300, 1, 0, 517, 64], np.array([1.0, 0.5, 3.0, 0.25, 2.0], np.float32)
+    ends = np.cumsum(sizes).astype(np.int32)
+    flat = randn((int(ends[-1]),), "float32", 11, scale=1e3)
+    if poison is not None:
+        flat[400] = poison
+    want = flat.copy()
+    want *= 1.0 / 512.0
+    pieces = np.split(want.astype(np.float64), ends[:-1])
+    want_sq = sum(w * (p ** 2).sum() for w, p in zip(weights.astype(np.float64), pieces))
+    flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    fused_cuda.unscale_check_norm(flat, ends, weights, 1.0 / 512.0, flag, squares,
+                                  kernels=EmulatedKernels())
+    np.testing.assert_array_equal(flat, want)
+    assert (flag[0] > 0) == (poison is not None)
+    if poison is None:
+        np.testing.assert_allclose(squares[0], want_sq, rtol=1e-5)
+    else:
+        assert not np.isfinite(squares[0])
+
+
+def test_unscale_check_norm_leaves_the_values_when_the_scale_is_one():
+    """bf16 and fp32 steps have no loss scale: the pass only checks and squares."""
+    ends, weights = np.array([5, 9], np.int32), np.ones(2, np.float32)
+    flat = randn((9,), "float32", 3)
+    before = flat.copy()
+    flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    fused_cuda.unscale_check_norm(flat, ends, weights, 1.0, flag, squares, kernels=EmulatedKernels())
+    np.testing.assert_array_equal(flat, before)
+    np.testing.assert_allclose(squares[0], (before.astype(np.float64) ** 2).sum(), rtol=1e-6)
+    assert flag[0] == 0
+
+
+def test_unscale_check_norm_has_no_data_race():
+    """ThreadSanitizer over three blocks in shuffled order: the block sum's shared memory is
+    ordered by its barriers, the flag and the squares are written only by atomics; the
+    unscaled values are the same bits, the squares the same to fp32 accuracy (the blocks'
+    atomics add in any order)."""
+    ends, weights = np.array([200, 200, 650], np.int32), np.array([1.0, 2.0, 0.5], np.float32)
+    results = []
+    for options in [dict(), dict(check="race", schedule="shuffled", seed=3)]:
+        flat = randn((650,), "float32", 5)
+        flag, squares = np.zeros(1, np.float32), np.zeros(1, np.float32)
+        fused_cuda.unscale_check_norm(flat, ends, weights, 0.25, flag, squares,
+                                      kernels=EmulatedKernels(**options))
+        results.append((flat, flag[0], squares[0]))
+    (a, fa, sa), (b, fb, sb) = results
+    np.testing.assert_array_equal(a, b)
+    assert fa == fb == 0
+    np.testing.assert_allclose(sa, sb, rtol=1e-6)

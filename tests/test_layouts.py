@@ -88,6 +88,7 @@ BAD = [  # (world size, flags, what the message must say)
     (2, ["--zero", "3", "--bucket-mb", "1"], "--bucket-mb does not apply to --zero 3"),
     (1, ["--initial-loss-scale", "1024"], "--initial-loss-scale needs --precision fp16"),
     (1, ["--save-every", "5"], "--save-every needs --save"),
+    (1, ["--pad-vocab-to", "0"], "--pad-vocab-to must be >= 1"),
 ]
 
 

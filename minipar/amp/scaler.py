@@ -82,6 +82,10 @@ class DynamicLossScaler:
         for g in grads:
             if g is not None:
                 flag = xp.maximum(flag, xp.logical_not(xp.isfinite(g)).any())
+        return self.agree(flag)
+
+    def agree(self, flag):
+        """The flag [f] made the same on every rank of ``comm`` (max), on the device."""
         if self.comm is not None and self.comm.size > 1:
             from minipar.comm import all_reduce
             all_reduce(self.comm, flag, op="max")

@@ -12,6 +12,8 @@ each returns what the NumPy math returns, so forward and backward keep one contr
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
     adamw_update(p, g, m, v, lr, β1, β2, eps, wd, ŝ1, ŝ2)   p, m, v in place; wd a number or like p
     unscale_check(g, inv_scale, flag)    g *= inv_scale in place; flag[0] > 0 if g has inf/NaN
+    unscale_check_norm(flat, ends, weights, inv_scale, flag, squares)   the same over many
+                                         tensors back to back, one launch, squares[0] += Σ w·g²
 
 The source is compiled once per storage type by ``cupy.RawModule`` (NVRTC; CuPy caches
 the binary on disk), the type chosen by a ``#define`` line put before the file, so the
@@ -27,11 +29,13 @@ same launch code on NumPy arrays, the .cu file executed by the CPU emulator
 
 Importing this module registers it with the autograd ops for the CuPy backend
 (``ops_math.use_fused_kernels``; ``import minipar.nn`` imports it): autograd may not
-import kernels, which are built on it.
+import kernels, which are built on it.  ``MINIPAR_CUDA_KERNELS=0`` in the environment
+leaves them unregistered (the array code runs).
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +45,7 @@ from minipar.kernels import emulator
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "fused_elementwise.cu"
-OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "unscale_check")
+OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "unscale_check", "unscale_check_norm")
 KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> build
 MAX_THREADS = 256            # = MAX_THREADS of the .cu file (its __launch_bounds__)
 REDUCE_SHARED_BYTES = 32 * 4  # warp_partials: one float per warp, up to 32 warps
@@ -235,4 +239,23 @@ def unscale_check(g, inv_scale, flag, kernels=None):
                 (g.reshape(-1), flag, xp.int32(g.size), xp.float32(inv_scale)), shared=0)
 
 
-ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")
+def unscale_check_norm(flat, ends, weights, inv_scale, flag, squares, kernels=None):
+    """``unscale_check`` over many tensors in one launch, the global norm's squares with it.
+
+    ``flat``: the tensors back to back (one contiguous buffer; ``amp.MixedPrecision``'s
+    master gradients); ``ends`` (int32): where each ends; ``weights`` (float32): each one's
+    w in ||g||² = Σ w·g².  flat *= inv_scale in place, ``flag[0]`` > 0 if any element is
+    inf or NaN, ``squares[0]`` += Σ w·g² of the unscaled values (fp32, summed over blocks by
+    atomics: the order, hence the last bits, may vary from run to run).  Nothing is read back."""
+    kernels = kernels or CupyKernels()
+    xp = kernels.xp
+    if flat.size:
+        _launch(kernels, "unscale_check_norm", flat.dtype, _stride_blocks(flat.size), STRIDE_THREADS,
+                (flat.reshape(-1), ends, weights, xp.int32(len(ends)), xp.int32(flat.size),
+                 xp.float32(inv_scale), flag, squares))
+
+
+# MINIPAR_CUDA_KERNELS=0 leaves CuPy's array code in their place: an ablation on a GPU, and
+# the CPU dry runs of the benchmarks, where each launch would be a CPU-emulator process
+if os.environ.get("MINIPAR_CUDA_KERNELS", "1") != "0":
+    ops_math.use_fused_kernels(sys.modules[__name__], backend="cupy")

@@ -197,6 +197,33 @@ unscale_check(storage_t* __restrict__ g, float* __restrict__ flag, int n, float 
     if (bad) atomicAdd(flag, 1.f);
 }
 
+// ---- unscale, check and square many tensors in one launch --------------------------------
+// The multi-tensor form of the pass above (PyTorch's _amp_foreach_non_finite_check_and_unscale_
+// with the norm's squares folded in): g holds many gradients back to back (the fp32 master
+// gradients of amp.MixedPrecision), tensor t ending before ends[t], with norm weight
+// weights[t].  g *= inv_scale in place (no write when inv_scale = 1), flag[0] > 0 iff some
+// element is non-finite, squares[0] += Σ_t weights[t] Σ_{i in t} g_i² (fp32, one atomic per
+// block).  The ends only grow and so does i, so a thread's tensor index only moves forward.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
+unscale_check_norm(storage_t* __restrict__ g, const int* __restrict__ ends,
+                   const float* __restrict__ weights, int n_tensors, int n, float inv_scale,
+                   float* __restrict__ flag, float* __restrict__ squares) {
+    const index_t stride = (index_t)gridDim.x * blockDim.x;
+    bool bad = false;
+    float sum = 0.f;
+    int t = 0;
+    for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        while (t < n_tensors - 1 && i >= ends[t]) ++t;
+        const float v = to_float(g[i]) * inv_scale;
+        if (inv_scale != 1.f) g[i] = from_float(v);
+        bad |= (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
+        sum += weights[t] * v * v;
+    }
+    if (bad) atomicAdd(flag, 1.f);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) atomicAdd(squares, sum);
+}
+
 // ---- attention softmax (one block per row: one query of one (batch, head)) ---------------
 // P = softmax(scale·S + M) over the keys; with causal, M = -inf where key j > query i +
 // (Nk - Nq), so row i sees keys 0 .. i + Nk - Nq.  A row that sees no key gets P = 0

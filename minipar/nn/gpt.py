@@ -17,6 +17,14 @@ so a pipeline can place them on different stages.
 ``arch="llama"`` (``nn/llama.py``: RMSNorm, rotary positions, SwiGLU, grouped-query
 attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``).  ``make_model(cfg)``
 builds whichever ``cfg.arch`` names; the llama model keeps this class's interface.
+
+Vocabulary padding (``pad_vocab_to`` = m, Megatron's make-vocab-size-divisible-by): the
+embedding and the head hold Vp = m·ceil(V/m) rows, so the head's GEMM has an output width
+a multiple of 64 on a GPU (tensor-core tiles; GPT-2's 50257 -> 50304).  The padding rows
+start at zero (the real rows are drawn exactly as unpadded, so losses match the unpadded
+model), are stored in checkpoints (as Megatron does) and counted in the parameters; the
+head returns only the V real logits, so the padding is in no softmax denominator, no loss
+and no sample, and its rows never get a gradient: they stay zero.
 """
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ import numpy as np
 
 from minipar.backend import xp, to_device
 from minipar.autograd import ops
-from minipar.nn.init import drawer, init_specs, initialise
+from minipar.nn.init import ZeroPadded, drawer, init_specs, initialise
 from minipar.nn.module import Module
 from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
 from minipar.nn.attention import CausalSelfAttention
@@ -48,6 +56,12 @@ class GPTConfig:
     n_kv_head: Optional[int] = None   # llama: key/value heads (GQA); None: n_head
     rope_theta: float = 10000.0    # llama: RoPE's base
     d_ff: Optional[int] = None     # llama: SwiGLU's hidden width; None: 8/3·d to a multiple of 64
+    pad_vocab_to: int = 1          # the embedding/head rows: V rounded up to a multiple of this
+
+    @property
+    def padded_vocab_size(self):
+        """Vp = pad_vocab_to · ceil(V / pad_vocab_to): the rows the embedding and head hold."""
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     def to_dict(self):
         return asdict(self)
@@ -65,7 +79,7 @@ class GPTConfig:
         return self.d_ff or 64 * math.ceil(8 * self.d_model / 3 / 64)
 
     def validate(self):
-        for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
+        for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head", "pad_vocab_to"):
             if getattr(self, field) < 1:
                 raise ValueError(f"`{field}` must be >= 1, got {getattr(self, field)}")
         if self.d_model % self.n_head:
@@ -148,14 +162,27 @@ class GPT(Module):
         self.seed = seed
         rng = None                 # placeholders; drawn by name below (nn/init.py)
         self.dropout_rng = xp.random.default_rng(seed + 1)
-        self.wte = Embedding(cfg.vocab_size, cfg.d_model, rng)
+        self.wte, lm_head = self.vocabulary_layers(cfg, rng)
         self.wpe = Embedding(cfg.seq_len, cfg.d_model, rng, std=0.01)
         self.drop = Dropout(cfg.dropout, self.dropout_rng)
         self.blocks = [Block(cfg, rng, self.dropout_rng) for _ in range(cfg.n_layer)]
         self.ln_f = LayerNorm(cfg.d_model)
-        self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng, bias=False)
+        self.lm_head = lm_head     # after the blocks: parameters in the order they are used
         if materialize:
             initialise(self, drawer(seed, init_specs(self)))
+
+    @staticmethod
+    def vocabulary_layers(cfg, rng):
+        """(wte, lm_head or None when tied) with Vp rows: the real rows drawn as unpadded,
+        the padding zero."""
+        vocab, padded = cfg.vocab_size, cfg.padded_vocab_size
+        wte = Embedding(padded, cfg.d_model, rng)
+        lm_head = None if cfg.tie_weights else Linear(cfg.d_model, padded, rng, bias=False)
+        if padded != vocab:
+            wte.inits["weight"] = ZeroPadded(wte.inits["weight"], vocab, axis=0)
+            if lm_head is not None:
+                lm_head.inits["weight"] = ZeroPadded(lm_head.inits["weight"], vocab, axis=1)
+        return wte, lm_head
 
     # The positions of the tokens this model sees: 0..n-1 (None), unless context
     # parallelism gave this rank other positions of the sequence (parallel/context).
@@ -189,10 +216,14 @@ class GPT(Module):
         return self.drop(self.wte(ids) + self.wpe(positions))
 
     def head(self, x):
+        """Logits (B, N, V): the GEMM over all Vp rows, the padding's columns cut off."""
         x = self.ln_f(x)
         if self.lm_head is None:
-            return ops.linear(x, ops.transpose(self.wte.weight))
-        return self.lm_head(x)
+            logits = ops.linear(x, ops.transpose(self.wte.weight))
+        else:
+            logits = self.lm_head(x)
+        vocab = self.config.vocab_size
+        return logits if logits.shape[-1] == vocab else ops.getitem(logits, (..., slice(0, vocab)))
 
     def loss(self, logits, targets):
         """Mean cross-entropy of the logits against the next tokens."""

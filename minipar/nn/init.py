@@ -50,6 +50,24 @@ class Constant:
         return np.full(shape, self.value, dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class ZeroPadded:
+    """``spec`` drawn over the first ``size`` entries along ``axis``, zeros after (a
+    padded vocabulary: the real rows are exactly the unpadded model's, same generator)."""
+    spec: object
+    size: int
+    axis: int = 0
+
+    def draw(self, rng, shape):
+        real = list(shape)
+        real[self.axis] = self.size
+        value = np.zeros(shape, dtype=np.float64)
+        index = [slice(None)] * len(shape)
+        index[self.axis] = slice(0, self.size)
+        value[tuple(index)] = self.spec.draw(rng, tuple(real))
+        return value
+
+
 def name_key(seed, name):
     """The generator key of one parameter: the seed and 128 bits of sha256(name)."""
     digest = hashlib.sha256(name.encode("utf-8")).digest()

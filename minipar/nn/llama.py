@@ -46,7 +46,7 @@ from minipar.autograd import ops
 from minipar.nn.attention import AttentionCore
 from minipar.nn.gpt import GPT
 from minipar.nn.init import drawer, init_specs, initialise
-from minipar.nn.layers import Dropout, Embedding, Linear
+from minipar.nn.layers import Dropout, Linear
 from minipar.nn.module import Module
 from minipar.nn.norms import RMSNorm
 from minipar.nn.rope import RotaryEmbedding
@@ -127,14 +127,13 @@ class Llama(GPT):
         rng = None                 # placeholders; drawn by name below (nn/init.py)
         self.dropout_rng = xp.random.default_rng(seed + 1)
         self.rope = RotaryEmbedding(cfg.d_model // cfg.n_head, cfg.rope_theta)
-        self.wte = Embedding(cfg.vocab_size, cfg.d_model, rng)
+        self.wte, lm_head = self.vocabulary_layers(cfg, rng)   # Vp rows (nn/gpt.py)
         self.wpe = None
         self.drop = Dropout(cfg.dropout, self.dropout_rng)
         self.blocks = [LlamaBlock(cfg, self.rope, rng, self.dropout_rng)
                        for _ in range(cfg.n_layer)]
         self.ln_f = RMSNorm(cfg.d_model)
-        self.lm_head = None if cfg.tie_weights else Linear(cfg.d_model, cfg.vocab_size, rng,
-                                                           bias=False)
+        self.lm_head = lm_head     # after the blocks: parameters in the order they are used
         if materialize:
             initialise(self, drawer(seed, init_specs(self)))
 

@@ -7,7 +7,10 @@
     found_inf, agreed by every rank       any non-finite g anywhere -> every rank skips
     ||g|| = sqrt(Σ_groups Σ w·g²)         each element counted once over dp, tp and pp
                                           (the flag and ||g||² stay on the device and are
-                                          read together: one device->host wait per step)
+                                          read together, with the loss for the log: one
+                                          device->host wait per step; on a GPU with every
+                                          master gradient in one buffer, unscale, flag
+                                          and squares are one kernel launch)
     clip: g *= max_norm / ||g||           when ||g|| > max_norm
     AdamW on each slot                    ``optim.adamw_update``, m and v held here
     sync.publish()                        the model's weights from the updated masters
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from minipar.autograd.ops_math import fused_kernels
 from minipar.backend import xp, to_host
 from minipar.comm import all_reduce
 from minipar.optim import adamw_update
@@ -67,6 +71,7 @@ class Optimizer:
         self.decay = [_decay_of(s, weight_decay) for s in sync.slots]
         self.last_scale = scaler.scale if scaler else 1.0
         self.last_skipped = False
+        self.read_along = None       # the host values of ``step(read_along=...)``
 
     def scale_loss(self, loss):
         return self.scaler.scale_loss(loss) if self.scaler else loss
@@ -78,24 +83,27 @@ class Optimizer:
     def no_sync(self):
         return self.sync.no_sync()
 
-    def step(self, max_norm=None):
+    def step(self, max_norm=None, read_along=None):
+        """``read_along``: a device array (e.g. the step's loss) to bring to the host in the
+        step's one device->host read; its values are then ``self.read_along``."""
         slots = self.sync.finish()
         sum_partial_over_tp(slots, self.tp_comm)
-        if self.scaler is not None and self.scaler.enabled:
+        scaling = self.scaler is not None and self.scaler.enabled
+        if scaling:
             self.last_scale = self.scaler.scale
-            grads = [s.grad for s in slots]
-            flag = self.scaler.unscale_and_check(grads)   # on the device, agreed by all ranks
-            squares = self.norm.squares_of_slots(slots)   # on the device, summed over groups
-            # the step's one device->host read: the skip decision and the norm together
-            found, sq = to_host(xp.concatenate([flag.astype(xp.float64), squares]))
-            self.last_skipped = bool(found > 0)
+        flag, squares = self._check_and_square(slots, scaling)  # on the device, agreed by all ranks
+        # the step's one device->host read: the skip decision, ||g||² and what rides along
+        parts = [flag.astype(xp.float64), squares] + ([] if read_along is None else
+                                                     [xp.asarray(read_along, dtype=xp.float64).reshape(-1)])
+        host = to_host(xp.concatenate(parts))
+        self.read_along = None if read_along is None else host[2:]
+        self.last_skipped = bool(host[0] > 0)
+        if scaling:
             self.scaler.update(self.last_skipped)
             if self.last_skipped:
                 self.sync.zero_grad()
                 return None
-            norm = math.sqrt(float(sq))
-        else:
-            norm = self.norm.of_slots(slots)
+        norm = math.sqrt(float(host[1]))
         if not math.isfinite(norm):     # the same on every rank: all stop, nothing updated
             self.sync.zero_grad()
             raise FloatingPointError(f"the gradient norm is {norm}")
@@ -111,6 +119,26 @@ class Optimizer:
         self.sync.publish()
         self.sync.zero_grad()
         return norm
+
+    def _check_and_square(self, slots, scaling):
+        """([overflow flag], [||g||²]) as device arrays, unscaled first when ``scaling``
+        (the flag is then 0).  Where the synchroniser holds every gradient in one buffer and
+        a kernel takes it, one launch does all three (``kernels/fused_cuda.unscale_check_norm``);
+        else a pass per gradient, the squares summed in float64."""
+        flat = getattr(self.sync, "flat_grads", lambda: None)()
+        fused = fused_kernels("unscale_check_norm", flat[0]) if flat is not None else None
+        if fused is not None:
+            buffer, ends, weights = flat
+            flag, squares = xp.zeros(1, dtype=xp.float32), xp.zeros(1, dtype=xp.float32)
+            fused.unscale_check_norm(buffer, ends, weights, 1.0 / self.scaler.scale if scaling else 1.0,
+                                     flag, squares)
+            flag = self.scaler.agree(flag) if scaling else xp.zeros(1, dtype=xp.float32)
+            return flag, self.norm.summed(squares)
+        if scaling:
+            flag = self.scaler.unscale_and_check([s.grad for s in slots])
+        else:
+            flag = xp.zeros(1, dtype=xp.float32)
+        return flag, self.norm.squares_of_slots(slots)
 
     def zero_grad(self):
         self.sync.zero_grad()

@@ -63,7 +63,7 @@ def _llama_block(cfg, t):
 def units(cfg, tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
     """This rank's parameters as ZeRO-3's units: [[(name, numel), ...], ...] —
     embeddings (first stage), one unit per block, final norm + head (last stage)."""
-    h, V = cfg.d_model, cfg.vocab_size
+    h, V = cfg.d_model, cfg.padded_vocab_size
     vb = chunk_bounds(V, tp)
     v_mine = vb[tp_rank + 1] - vb[tp_rank]
     S, per = pp * chunks, cfg.n_layer // (pp * chunks)

@@ -76,7 +76,7 @@ def largest_array_bytes(config):
     s, t = cfg.seq_len // config.cp, config.tp
     scores = b * (cfg.n_head // t) * s * s if config.attention == "naive" else 0
     hidden = b * s * 4 * cfg.d_model // t
-    logits = b * s * -(-cfg.vocab_size // t)
+    logits = b * s * -(-cfg.padded_vocab_size // t)
     return max(scores, hidden, logits) * DTYPE_BYTES[compute_dtype(config.precision)]
 
 

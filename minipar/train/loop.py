@@ -58,14 +58,24 @@ class Run:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s
         t0 = time.perf_counter()
+        unread = None     # the loss, left on the device to ride the optimizer step's one read
         if engine is not None:
             local = pipeline_forward_backward(engine, opt, x, y)
         else:
             weight = self.balancer.weight     # 1 with even shares
-            local = weight * forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight)
+            # --balance times this rank's forward and backward: read the loss here, so that
+            # the time is the finished computation's and not only its launches'
+            local = forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight,
+                                     on_device=not c.balance)
+            if not c.balance:
+                unread, local = local, None
             straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
         t_opt = time.perf_counter()
-        norm = opt.step(c.grad_clip)
+        norm = opt.step(c.grad_clip, read_along=unread)
+        if unread is not None:
+            local = float(opt.read_along[0])
+        if engine is None:
+            local *= weight
         t_loss = time.perf_counter()
         loss = global_loss(grid, local)
         backend.sync()

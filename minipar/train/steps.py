@@ -20,12 +20,15 @@ def _no_phase(name):
     return contextlib.nullcontext()
 
 
-def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_phase):
+def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_phase,
+                     on_device=False):
     """K micro-batches of this replica's rows; returns the mean local loss.  ``weight``
     multiplies what is back-propagated (load balancing's w_i = dp·n_i/N, ``balance.py``).
-    ``phase(name)``: a context manager around each "forward" and "backward" (the profiler's)."""
+    ``phase(name)``: a context manager around each "forward" and "backward" (the profiler's).
+    ``on_device``: the mean as a float64 array of the backend, not read (on a GPU each
+    ``item()`` waits for the device; the trainer reads it with the optimizer's flag and norm)."""
     rows = x.shape[0] // grad_accum
-    loss_sum = 0.0
+    loss_sum = backend.xp.zeros((), dtype=backend.xp.float64) if on_device else 0.0
     for i in range(grad_accum):
         last = i == grad_accum - 1
         with (contextlib.nullcontext() if last else optimizer.no_sync()):
@@ -35,7 +38,7 @@ def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_p
                 scaled = optimizer.scale_loss(loss) * (weight / grad_accum)
             with phase("backward"):
                 scaled.backward()
-        loss_sum += loss.item()
+        loss_sum += loss.data.astype(backend.xp.float64) if on_device else loss.item()
     return loss_sum / grad_accum
 
 

@@ -8,10 +8,12 @@ counters (``tests/fake_cupy/cupy/_counters.py``) over three spans: ``forward_bac
 ``optimizer`` (``Optimizer.step``: unscale, overflow check, norm, clip, AdamW, publish) and
 ``step`` (the whole ``Run.step``, the loss for the log included).  Prints one JSON object:
 {"precision", "min_upcast_size", "steps": [{span: summary}]}.  Only APIs that main had
-before issue 36 are used, so the same script measures the code before and after.
+before issue 36 are used (but ``--fused-kernels optimizer``), so the same script measures
+the code before and after.
 """
 import argparse
 import json
+import types
 
 from cupy import _counts   # the fake's counters; a real CuPy has none
 
@@ -24,22 +26,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("precision", choices=["fp16", "bf16", "fp32"])
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--fused-kernels", choices=["on", "off"], default="on",
+    ap.add_argument("--fused-kernels", choices=["on", "off", "optimizer"], default="on",
                     help="off: the array code instead of the CUDA kernels LayerNorm, GELU, softmax "
                          "and AdamW launch (on the fake each launch is a CPU-emulator process, "
-                         "seconds; the counts of syncs and GEMMs do not depend on it)")
+                         "seconds; the counts of syncs and GEMMs do not depend on it); optimizer: "
+                         "only the optimizer step's one-launch unscale, check and norm")
     ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--d-model", type=int, default=None, help="default: the tiny preset's 64")
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=4)
     args = ap.parse_args()
     backend.set_backend("cupy")
-    if args.fused_kernels == "off":
+    if args.fused_kernels != "on":
         import minipar.nn  # noqa: F401  (importing registers the kernels: unregister after)
         from minipar.autograd.ops_math import use_fused_kernels
-        use_fused_kernels(None, "cupy")
+        from minipar.kernels import fused_cuda
+        only = types.SimpleNamespace(OPS=("unscale_check_norm",), supports=fused_cuda.supports,
+                                     unscale_check_norm=fused_cuda.unscale_check_norm)
+        use_fused_kernels(only if args.fused_kernels == "optimizer" else None, "cupy")
     scale = {"initial_loss_scale": 2.0 ** 10} if args.precision == "fp16" else {}  # no overflow:
     config = TrainConfig(model="tiny", precision=args.precision, steps=args.steps,  # clean steps
                          batch_size=args.batch_size, seq_len=args.seq_len, n_layer=args.n_layer,
+                         d_model=args.d_model,
                          quiet=True, eval_batches=0, backend="cupy", warmup=1, **scale)
     run = setup(config)
     run.warmup = 1

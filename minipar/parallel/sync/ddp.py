@@ -28,6 +28,8 @@ import contextlib
 import sys
 import time
 
+import numpy
+
 from minipar.nn.init import initialise, is_placeholder
 from minipar.parallel.buckets import make_buckets
 from minipar.parallel.sync.flat import FlatStorage
@@ -75,6 +77,7 @@ class DDPSync:
             self.slots = [Slot(m.data, None, 1.0 if r.decays(n, p) else 0.0, r.norm_weight(n),
                                r.partial_over_tp(n))
                           for n, p, m in zip(self.names, self.params, self.amp.masters)]
+        self._grad_table = None      # (ends, norm weights) on the device, for flat_grads
         self.sync = True
         self.exposed_comm_s = 0.0    # time spent waiting for communication in the last step
         self.events = []             # (bucket index, submitted, started, finished) of the last sync
@@ -158,6 +161,19 @@ class DDPSync:
             sys.setswitchinterval(self._saved_switch)
             self._saved_switch = None
         self.exposed_comm_s = time.perf_counter() - start
+
+    def flat_grads(self):
+        """Mixed precision: (buffer, ends, norm weights) — every fp32 master gradient back to
+        back in one device array, where each ends (int32) and its w in ||g||² (float32) — for
+        the optimizer step's one-launch unscale, check and norm; None otherwise."""
+        flat = self.amp.flat_grads() if self.amp is not None else None
+        if flat is None or flat[0].size > 2**31 - 1:
+            return None
+        if self._grad_table is None:              # the same every step: moved to the device once
+            from minipar.backend import to_device
+            weights = numpy.array([float(s.norm_weight) for s in self.slots], dtype=numpy.float32)
+            self._grad_table = (to_device(flat[1].astype(numpy.int32)), to_device(weights))
+        return (flat[0], *self._grad_table)
 
     def publish(self):
         if self.amp is not None:

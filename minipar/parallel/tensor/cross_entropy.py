@@ -13,7 +13,9 @@ local — the softmax of my columns is exp(z_r - m)/S, and only the owner of y s
 
     dz_r = (exp(z_r - m)/S - onehot_r(y)) · dloss / count
 
-Rows whose target is ``ignore_index`` count for nothing (as ``ops.cross_entropy``).
+Rows whose target is ``ignore_index`` count for nothing (as ``ops.cross_entropy``).  A padded
+vocabulary (``nn/gpt.py``): my columns of ids >= V are set to -inf first, so they are in
+no max, no S and no gradient; a rank may hold padding only.
 """
 from __future__ import annotations
 
@@ -25,11 +27,15 @@ from minipar.parallel.tensor.regions import all_reduce_inplace
 
 class VocabParallelCrossEntropy(Function):
     @staticmethod
-    def forward(ctx, logits, targets, comm=None, vocab_start=0, ignore_index=-100):
+    def forward(ctx, logits, targets, comm=None, vocab_start=0, ignore_index=-100,
+                vocab_size=None):
         n_local = logits.shape[-1]
         z = logits.reshape(-1, n_local)
         if z.dtype.itemsize < 4:   # statistics of half-precision logits in float32
             z = z.astype(xp.float32)
+        real = n_local if vocab_size is None else min(max(vocab_size - vocab_start, 0), n_local)
+        if real < n_local:         # a padded vocabulary's rows: in no max, no sum, no gradient
+            z = xp.where(xp.arange(n_local) < real, z, -xp.inf)
         t = targets.reshape(-1)
         keep = t != ignore_index
         local_t = t - vocab_start
@@ -61,8 +67,11 @@ class VocabParallelCrossEntropy(Function):
         return grad.reshape(shape).astype(dtype), None
 
 
-def vocab_parallel_cross_entropy(logits, targets, comm, vocab_start, ignore_index=-100):
+def vocab_parallel_cross_entropy(logits, targets, comm, vocab_start, ignore_index=-100,
+                                 vocab_size=None):
     """Mean cross-entropy of vocabulary-sharded ``logits`` (B, N, V_r); the same scalar
-    on every tp rank.  ``vocab_start``: the first vocabulary id of my shard."""
+    on every tp rank.  ``vocab_start``: the first vocabulary id of my shard;
+    ``vocab_size``: the real V of a padded vocabulary (ids >= V are masked out)."""
     return VocabParallelCrossEntropy.apply(logits, to_device(ops.raw(targets)), comm=comm,
-                                           vocab_start=vocab_start, ignore_index=ignore_index)
+                                           vocab_start=vocab_start, ignore_index=ignore_index,
+                                           vocab_size=vocab_size)

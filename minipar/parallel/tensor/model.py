@@ -81,7 +81,7 @@ class TensorParallelGPT(Module):
             ColumnParallelLinear.from_linear(model.lm_head, comm, sp)
         self.config, self.comm, self.sequence_parallel = cfg, comm, sp
         self.dropout_rng = model.dropout_rng
-        self.vocab_bounds = chunk_bounds(cfg.vocab_size, comm.size)
+        self.vocab_bounds = chunk_bounds(cfg.padded_vocab_size, comm.size)   # padding: the last ranks
         self.full_shapes = full_shapes
         self.shard_specs = shard_table(self)   # tied head: reuses wte's vocabulary slice
         self._flops_per_token = flops
@@ -116,7 +116,8 @@ class TensorParallelGPT(Module):
         """The full-model mean cross-entropy from my vocabulary shard of the logits (the
         same value on every tp rank, equal to the single-process loss)."""
         start = self.vocab_bounds[self.comm.rank]
-        return vocab_parallel_cross_entropy(logits, targets, self.comm, start)
+        return vocab_parallel_cross_entropy(logits, targets, self.comm, start,
+                                            vocab_size=self.config.vocab_size)
 
     # embed -> blocks -> head -> loss, exactly as the plain model (logits: my shard)
     forward = GPT.forward
@@ -125,7 +126,9 @@ class TensorParallelGPT(Module):
 
     def gather_logits(self, logits):
         """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""
-        return gather_from_tp_region(logits, self.comm, self.config.vocab_size)
+        full = gather_from_tp_region(logits, self.comm, self.config.padded_vocab_size)
+        vocab = self.config.vocab_size
+        return full if full.shape[-1] == vocab else ops.getitem(full, (..., slice(0, vocab)))
 
     # ------------------------------------------------------------------ training helpers
     def reduce_replicated_grads(self):

@@ -41,9 +41,10 @@ def check_tensor_parallel(cfg, tp, sequence_parallel=False):
         raise ValueError(f"`n_kv_head` {kv} and `tp` {tp}: one must divide the other (each rank "
                          f"holds n_kv_head/tp key/value heads, or each head is copied on "
                          f"tp/n_kv_head ranks); use `tp` in {_divisors(kv)} or a multiple of {kv}")
-    if cfg.vocab_size < tp:
-        raise ValueError(f"vocabulary of {cfg.vocab_size} ids cannot be split over `tp` {tp} "
-                         f"ranks (at least one id each); use `tp` <= {cfg.vocab_size}")
+    rows = cfg.padded_vocab_size
+    if rows < tp:
+        raise ValueError(f"vocabulary of {rows} rows cannot be split over `tp` {tp} "
+                         f"ranks (at least one each); use `tp` <= {rows}")
     if sequence_parallel:
         check_sequence_length(cfg.seq_len, tp)
 

@@ -9,6 +9,7 @@ can count them exactly even though it cannot time them:
   ``h2d`` the host→device copies, which do not block);
 - ``launches``: kernels — an array operation that writes memory (a new array, ``out=``, an
   in-place operator, ``a[i] = v``), a ``RawKernel`` call, a cuBLAS call; views are free;
+  ``raw_kernels`` names the ``RawKernel`` calls ({name: count});
 - ``gemms``: (entry, operand ranks, operand dtypes) per matrix product.  ``matmul`` with a
   half operand of three or more dimensions is CuPy 14.2's batched path, which casts both
   operands to fp32 and runs without tensor cores (CuPy PR 10317): ``batched_half_matmuls``;
@@ -48,7 +49,7 @@ class Counts:
 
     def reset(self):
         self.syncs = self.d2h = self.h2d = self.launches = 0
-        self.gemms, self.upcasts = [], []
+        self.gemms, self.upcasts, self.raw = [], [], []
 
     # ------------------------------------------------------------ recording
     def read(self):
@@ -57,6 +58,10 @@ class Counts:
 
     def synchronize(self):
         self.syncs += 1
+
+    def raw_kernel(self, name):
+        self.launches += 1
+        self.raw.append(name)
 
     def gemm(self, entry, operands):
         self.gemms.append((entry, tuple(len(o.shape) for o in operands),
@@ -82,10 +87,11 @@ class Counts:
     # ------------------------------------------------------------ reading
     def mark(self):
         """Where the counts stand now: ``summary(since=mark)`` counts from here on."""
-        return (self.syncs, self.d2h, self.h2d, self.launches, len(self.gemms), len(self.upcasts))
+        return (self.syncs, self.d2h, self.h2d, self.launches, len(self.gemms), len(self.upcasts),
+                len(self.raw))
 
-    def summary(self, min_size=0, since=(0, 0, 0, 0, 0, 0)):
-        syncs, d2h, h2d, launches, gemms, upcasts = since
+    def summary(self, min_size=0, since=(0, 0, 0, 0, 0, 0, 0)):
+        syncs, d2h, h2d, launches, gemms, upcasts, raw = since
         gemms = self.gemms[gemms:]
         batched = [g for g in gemms
                    if g[0] == "matmul" and max(g[1]) >= 3 and any(is_half(d) for d in g[2])]
@@ -94,6 +100,7 @@ class Counts:
                 "launches": self.launches - launches, "gemms": len(gemms),
                 "cublas_gemms": sum(g[0].startswith("gemm") for g in gemms),
                 "batched_half_matmuls": len(batched), "upcasts": len(big),
+                "raw_kernels": {k: self.raw[raw:].count(k) for k in sorted(set(self.raw[raw:]))},
                 "upcast_examples": [" ".join(map(str, u)) for u in big[:4]]}
 
 

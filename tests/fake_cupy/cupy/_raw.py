@@ -61,4 +61,4 @@ class RawKernel:
                 arg = arg._a
             host_args.append(arg)
         self._kernel(grid, block, host_args, shared_mem=shared_mem)
-        _counts.launches += 1
+        _counts.raw_kernel(self.name)
