@@ -127,7 +127,7 @@ def test_launch_bounds_are_enforced():
     q = np.zeros((1, 1, 64, 64), np.float16)
     kernel = EmulatedKernels().get("flash_forward_f16", 64)
     args = (q, q, q, q.copy(), np.zeros((1, 1, 64), np.float32), np.int32(64), np.int32(64), np.int32(1),
-            np.float32(0.125))
+            np.float32(0.125), np.int32(1))
     with pytest.raises(EmulatorError, match=r"256 threads exceed __launch_bounds__\(128\)"):
         kernel((1, 1), (256,), args, shared_mem=flash_cuda.shared_memory_bytes("flash_forward_f16", 64))
 
@@ -140,7 +140,7 @@ def broken(old, new):
     return {"f16": source.replace(old, new)}
 
 
-MISSING_BARRIER = broken("        __syncthreads();  // ds_tile complete\n", "")
+MISSING_BARRIER = broken("            __syncthreads();  // ds_tile complete\n", "")
 MISSING_ATOMIC = broken("atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);",
                         "dq[(index_t)query * HEAD_DIM + col] += dq_part[nd][e] * scale;")
 DIVERGENT_LANE = broken("    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {\n",

@@ -12,6 +12,11 @@
 // one A fragment: P and dS go from one product into the next without touching memory.
 // Shared-memory rows are HEAD_DIM + 8 halves long: 16-byte aligned for ldmatrix, and the
 // 8 rows one ldmatrix (or the 8 g's of a fragment load) touches fall in distinct banks.
+//
+// Grouped-query attention (`group` = G = H / Hkv query heads per KV head), as in
+// flash_attention.cu: forward blocks of flat query head h read KV head h / G; backward
+// blocks own one KV head's key tile and walk its G query heads in turn, keeping dK, dV
+// in registers across the group (no atomics on dK/dV, one fp16 store at the end).
 
 #include "flash_mma.cuh"
 
@@ -21,13 +26,13 @@
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
                   const half_bits* __restrict__ v, half_bits* __restrict__ out,
-                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale) {
+                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     half_bits* k_tile = (half_bits*)smem_tc;
     half_bits* v_tile = k_tile + TC_BLOCK_K * ROW;
-    const index_t head = blockIdx.y;
+    const index_t head = blockIdx.y, kv_head = head / group;  // query head h reads KV head h / G
     q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
-    k += head * n_keys * HEAD_DIM;     v += head * n_keys * HEAD_DIM;
+    k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BLOCK_Q, offset = n_keys - n_queries;
     const int query[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};  // this thread's two rows
@@ -127,18 +132,18 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                    const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
                    const float* __restrict__ lse, const float* __restrict__ delta,
                    float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
-                   int n_queries, int n_keys, int causal, float scale) {
+                   int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BLOCK_K * ROW;
     half_bits *q_tile = v_tile + TC_BLOCK_K * ROW, *do_tile = q_tile + TC_BWD_BLOCK_Q * ROW;
     half_bits* ds_tile = do_tile + TC_BWD_BLOCK_Q * ROW;
     float* lse_tile = (float*)(ds_tile + TC_BWD_BLOCK_Q * DS_ROW);
     float* delta_tile = lse_tile + TC_BWD_BLOCK_Q;
-    const index_t head = blockIdx.y;
+    const index_t kv_head = blockIdx.y, head = kv_head * group;  // the group's first query head
     q += head * n_queries * HEAD_DIM;  grad_out += head * n_queries * HEAD_DIM;  dq += head * n_queries * HEAD_DIM;
     lse += head * n_queries;  delta += head * n_queries;
-    k += head * n_keys * HEAD_DIM;  v += head * n_keys * HEAD_DIM;
-    dk += head * n_keys * HEAD_DIM;  dv += head * n_keys * HEAD_DIM;
+    k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
+    dk += kv_head * n_keys * HEAD_DIM;  dv += kv_head * n_keys * HEAD_DIM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int k0 = blockIdx.x * TC_BLOCK_K, offset = n_keys - n_queries;
     const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's two key rows
@@ -150,88 +155,93 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     const int first_q = causal ? max(0, k0 - offset) / TC_BWD_BLOCK_Q * TC_BWD_BLOCK_Q : 0;
     // Two barriers per query tile.  The one after the loads also guards this tile's loads:
     // the previous tile's q/dO/L/D were last read before its dS barrier, and its dS tile
-    // (read after that barrier) is rewritten only after this tile's load barrier.
-    for (int q0 = first_q; q0 < n_queries; q0 += TC_BWD_BLOCK_Q) {
-        load_tile(q_tile, q, q0, TC_BWD_BLOCK_Q, n_queries);
-        load_tile(do_tile, grad_out, q0, TC_BWD_BLOCK_Q, n_queries);
-        for (int i = threadIdx.x; i < TC_BWD_BLOCK_Q; i += blockDim.x) {
-            bool inside = q0 + i < n_queries;
-            float l = inside ? lse[q0 + i] : 0.f;
-            lse_tile[i] = l == NEG_INF ? 0.f : l * LOG2E;  // such rows are fully hidden anyway
-            delta_tile[i] = inside ? delta[q0 + i] : 0.f;
-        }
-        __syncthreads();
+    // (read after that barrier) is rewritten only after this tile's load barrier — also
+    // when the previous tile belonged to the previous query head of the group.
+    for (int member = 0; member < group; ++member) {  // the G query heads of this KV head
+        for (int q0 = first_q; q0 < n_queries; q0 += TC_BWD_BLOCK_Q) {
+            load_tile(q_tile, q, q0, TC_BWD_BLOCK_Q, n_queries);
+            load_tile(do_tile, grad_out, q0, TC_BWD_BLOCK_Q, n_queries);
+            for (int i = threadIdx.x; i < TC_BWD_BLOCK_Q; i += blockDim.x) {
+                bool inside = q0 + i < n_queries;
+                float l = inside ? lse[q0 + i] : 0.f;
+                lse_tile[i] = l == NEG_INF ? 0.f : l * LOG2E;  // such rows are fully hidden anyway
+                delta_tile[i] = inside ? delta[q0 + i] : 0.f;
+            }
+            __syncthreads();
 
-        float s[TC_BWD_BLOCK_Q / 8][4] = {}, dp[TC_BWD_BLOCK_Q / 8][4] = {};  // Sᵀ, dPᵀ
-#pragma unroll
-        for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
-            unsigned k_frag[4], v_frag[4];
-            load_a(k_frag, k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
-            load_a(v_frag, v_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
-#pragma unroll
+            float s[TC_BWD_BLOCK_Q / 8][4] = {}, dp[TC_BWD_BLOCK_Q / 8][4] = {};  // Sᵀ, dPᵀ
+    #pragma unroll
+            for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
+                unsigned k_frag[4], v_frag[4];
+                load_a(k_frag, k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+                load_a(v_frag, v_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+    #pragma unroll
+                for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
+                    unsigned b[2];
+                    load_b_transposed(b, q_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                    mma_16x8x16(s[nq], k_frag, b);
+                    load_b_transposed(b, do_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                    mma_16x8x16(dp[nq], v_frag, b);
+                }
+            }
+            const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BLOCK_K > n_keys ||
+                                    (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
+    #pragma unroll
             for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
-                unsigned b[2];
-                load_b_transposed(b, q_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
-                mma_16x8x16(s[nq], k_frag, b);
-                load_b_transposed(b, do_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
-                mma_16x8x16(dp[nq], v_frag, b);
+    #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int col = nq * 8 + 2 * t + (e & 1), query = q0 + col, row_key = key[e / 2];
+                    bool hidden = needs_mask && (query >= n_queries || row_key >= n_keys ||
+                                                 (causal && row_key > query + offset));
+                    float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
+                    s[nq][e] = p;
+                    dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
+                    ds_tile[col * DS_ROW + warp * 16 + g + (e / 2) * 8] = float_to_half(dp[nq][e]);
+                }
             }
-        }
-        const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BLOCK_K > n_keys ||
-                                (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
-#pragma unroll
-        for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int col = nq * 8 + 2 * t + (e & 1), query = q0 + col, row_key = key[e / 2];
-                bool hidden = needs_mask && (query >= n_queries || row_key >= n_keys ||
-                                             (causal && row_key > query + offset));
-                float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
-                s[nq][e] = p;
-                dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
-                ds_tile[col * DS_ROW + warp * 16 + g + (e / 2) * 8] = float_to_half(dp[nq][e]);
+    #pragma unroll
+            for (int kq = 0; kq < TC_BWD_BLOCK_Q / 16; ++kq) {  // dV += Pᵀ dO, dK += dSᵀ Q
+                unsigned p_frag[4], ds_frag[4];
+                c_pair_to_a(p_frag, s[2 * kq], s[2 * kq + 1]);
+                c_pair_to_a(ds_frag, dp[2 * kq], dp[2 * kq + 1]);
+    #pragma unroll
+                for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
+                    unsigned b[4];
+                    load_b_pair(b, do_tile + kq * 16 * ROW + nd * 8, lane);
+                    mma_16x8x16(dv_acc[nd], p_frag, b);
+                    mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
+                    load_b_pair(b, q_tile + kq * 16 * ROW + nd * 8, lane);
+                    mma_16x8x16(dk_acc[nd], ds_frag, b);
+                    mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
+                }
             }
-        }
-#pragma unroll
-        for (int kq = 0; kq < TC_BWD_BLOCK_Q / 16; ++kq) {  // dV += Pᵀ dO, dK += dSᵀ Q
-            unsigned p_frag[4], ds_frag[4];
-            c_pair_to_a(p_frag, s[2 * kq], s[2 * kq + 1]);
-            c_pair_to_a(ds_frag, dp[2 * kq], dp[2 * kq + 1]);
-#pragma unroll
-            for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
-                unsigned b[4];
-                load_b_pair(b, do_tile + kq * 16 * ROW + nd * 8, lane);
-                mma_16x8x16(dv_acc[nd], p_frag, b);
-                mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
-                load_b_pair(b, q_tile + kq * 16 * ROW + nd * 8, lane);
-                mma_16x8x16(dk_acc[nd], ds_frag, b);
-                mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
-            }
-        }
-        __syncthreads();  // ds_tile complete
+            __syncthreads();  // ds_tile complete
 
-        const int dq_row0 = (warp % 2) * 16, dq_col0 = (warp / 2) * (HEAD_DIM / 2);
-        float dq_part[HEAD_DIM / 16][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
-            unsigned ds_frag[4];
-            load_a(ds_frag, ds_tile + dq_row0 * DS_ROW + kk * 16, DS_ROW, g, t);
-#pragma unroll
-            for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
-                unsigned b[4];
-                load_b_pair(b, k_tile + kk * 16 * ROW + dq_col0 + nd * 8, lane);
-                mma_16x8x16(dq_part[nd], ds_frag, b);
-                mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
+            const int dq_row0 = (warp % 2) * 16, dq_col0 = (warp / 2) * (HEAD_DIM / 2);
+            float dq_part[HEAD_DIM / 16][4] = {};
+    #pragma unroll
+            for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
+                unsigned ds_frag[4];
+                load_a(ds_frag, ds_tile + dq_row0 * DS_ROW + kk * 16, DS_ROW, g, t);
+    #pragma unroll
+                for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
+                    unsigned b[4];
+                    load_b_pair(b, k_tile + kk * 16 * ROW + dq_col0 + nd * 8, lane);
+                    mma_16x8x16(dq_part[nd], ds_frag, b);
+                    mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
+                }
+            }
+    #pragma unroll
+            for (int nd = 0; nd < HEAD_DIM / 16; ++nd) {
+    #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int query = q0 + dq_row0 + g + (e / 2) * 8, col = dq_col0 + nd * 8 + 2 * t + (e & 1);
+                    if (query < n_queries) atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);
+                }
             }
         }
-#pragma unroll
-        for (int nd = 0; nd < HEAD_DIM / 16; ++nd) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int query = q0 + dq_row0 + g + (e / 2) * 8, col = dq_col0 + nd * 8 + 2 * t + (e & 1);
-                if (query < n_queries) atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);
-            }
-        }
+        q += n_queries * HEAD_DIM;  grad_out += n_queries * HEAD_DIM;  dq += n_queries * HEAD_DIM;  // next head
+        lse += n_queries;  delta += n_queries;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
