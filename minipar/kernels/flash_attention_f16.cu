@@ -10,8 +10,9 @@
 // So a thread owns rows g and g+8 of every tile; row statistics are reduced over the
 // four lanes of a quad (shuffles by 1 and 2), and two C tiles side by side are exactly
 // one A fragment: P and dS go from one product into the next without touching memory.
-// Shared-memory rows are HEAD_DIM + 8 halves long: 16-byte aligned for ldmatrix, and the
-// 8 rows one ldmatrix (or the 8 g's of a fragment load) touches fall in distinct banks.
+// Shared-memory tiles are XOR-swizzled (flash_mma.cuh, `swizzle`): the 8 rows one ldmatrix
+// or fragment load touches fall in distinct banks, with no padding.  Softmax runs in base
+// 2 with log2(e) folded into the score scale, so each exponential is one exp2.
 //
 // Grouped-query attention (`group` = G = H / Hkv query heads per KV head), as in
 // flash_attention.cu: forward blocks of flat query head h read KV head h / G; backward
@@ -22,14 +23,17 @@
 
 // Forward.  Block = TC_BLOCK_Q queries, warp w owns rows 16w..16w+15; Q stays in registers
 // as A fragments.  Scores are kept in log2 units (S·scale·log2 e) so that exp is one exp2.
-// Shared memory (halves): k_tile, v_tile [TC_BLOCK_K][ROW]; k_tile first stages Q.
+// K/V are double-buffered: while the warps compute on the tile in one stage, cp.async
+// copies the next tile into the other, so global-memory latency hides behind the MMAs.
+// Shared memory (halves): 2 stages × {k_tile, v_tile} [TC_BLOCK_K][ROW]; stage 1's k_tile
+// first stages Q.
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
                   const half_bits* __restrict__ v, half_bits* __restrict__ out,
                   float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
-    half_bits* k_tile = (half_bits*)smem_tc;
-    half_bits* v_tile = k_tile + TC_BLOCK_K * ROW;
+    half_bits* const stages = (half_bits*)smem_tc;  // stage s: k_tile at 2s·KV_TILE, v_tile after it
+    const int KV_TILE = TC_BLOCK_K * ROW;
     const index_t head = blockIdx.y, kv_head = head / group;  // query head h reads KV head h / G
     q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
     k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
@@ -38,21 +42,29 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
     const int query[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};  // this thread's two rows
     const float scale_log2 = scale * LOG2E;
 
-    load_tile(k_tile, q, q0, TC_BLOCK_Q, n_queries);
+    load_tile(stages + 2 * KV_TILE, q, q0, TC_BLOCK_Q, n_queries);
     __syncthreads();
     unsigned q_frag[HEAD_DIM / 16][4];
 #pragma unroll
-    for (int kd = 0; kd < HEAD_DIM / 16; ++kd) load_a(q_frag[kd], k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+    for (int kd = 0; kd < HEAD_DIM / 16; ++kd) load_a(q_frag[kd], stages + 2 * KV_TILE, ROW, warp * 16, kd * 16, g, t);
 
     float acc[HEAD_DIM / 8][4] = {};
     float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns only
     const int q1 = min(q0 + TC_BLOCK_Q, n_queries);
     const int key_end = causal ? min(n_keys, q1 + offset) : n_keys;
-    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {
-        __syncthreads();  // nobody still reads the previous tile (or the Q staging)
-        load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
-        load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
-        __syncthreads();
+    if (key_end > 0) {  // the first K/V tile into stage 0
+        load_tile_async(stages, k, 0, TC_BLOCK_K, n_keys);
+        load_tile_async(stages + KV_TILE, v, 0, TC_BLOCK_K, n_keys);
+    }
+    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {
+        cp_async_wait_all();  // this thread's copies of tile k0 have landed...
+        __syncthreads();      // ...and everyone's; nobody still reads the other stage (last tile, or Q)
+        if (k0 + TC_BLOCK_K < key_end) {  // the next tile into the other stage, during this one's MMAs
+            load_tile_async(stages + 2 * (stage ^ 1) * KV_TILE, k, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
+            load_tile_async(stages + (2 * (stage ^ 1) + 1) * KV_TILE, v, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
+        }
+        const half_bits* k_tile = stages + 2 * stage * KV_TILE;
+        const half_bits* v_tile = k_tile + KV_TILE;
 
         float s[TC_BLOCK_K / 8][4] = {};  // S = Q Kᵀ: 16 rows × 64 keys, 8 keys per C tile
 #pragma unroll
@@ -60,7 +72,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
             for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
                 unsigned b[2];
-                load_b_transposed(b, k_tile + nk * 8 * ROW + kd * 16, ROW, g, t);
+                load_b_transposed(b, k_tile, ROW, nk * 8, kd * 16, g, t);
                 mma_16x8x16(s[nk], q_frag[kd], b);
             }
         }
@@ -100,7 +112,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                 unsigned b[4];
-                load_b_pair(b, v_tile + kk * 16 * ROW + nd * 8, lane);
+                load_b_pair(b, v_tile, ROW, kk * 16, nd * 8, lane);
                 mma_16x8x16(acc[nd], p_frag, b);
                 mma_16x8x16(acc[nd + 1], p_frag, b + 2);
             }
@@ -173,14 +185,14 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     #pragma unroll
             for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
                 unsigned k_frag[4], v_frag[4];
-                load_a(k_frag, k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
-                load_a(v_frag, v_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+                load_a(k_frag, k_tile, ROW, warp * 16, kd * 16, g, t);
+                load_a(v_frag, v_tile, ROW, warp * 16, kd * 16, g, t);
     #pragma unroll
                 for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
                     unsigned b[2];
-                    load_b_transposed(b, q_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                    load_b_transposed(b, q_tile, ROW, nq * 8, kd * 16, g, t);
                     mma_16x8x16(s[nq], k_frag, b);
-                    load_b_transposed(b, do_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                    load_b_transposed(b, do_tile, ROW, nq * 8, kd * 16, g, t);
                     mma_16x8x16(dp[nq], v_frag, b);
                 }
             }
@@ -196,7 +208,7 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                     float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
                     s[nq][e] = p;
                     dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
-                    ds_tile[col * DS_ROW + warp * 16 + g + (e / 2) * 8] = float_to_half(dp[nq][e]);
+                    ds_tile[swizzle(col, warp * 16 + g + (e / 2) * 8, DS_ROW)] = float_to_half(dp[nq][e]);
                 }
             }
     #pragma unroll
@@ -207,10 +219,10 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     #pragma unroll
                 for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                     unsigned b[4];
-                    load_b_pair(b, do_tile + kq * 16 * ROW + nd * 8, lane);
+                    load_b_pair(b, do_tile, ROW, kq * 16, nd * 8, lane);
                     mma_16x8x16(dv_acc[nd], p_frag, b);
                     mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
-                    load_b_pair(b, q_tile + kq * 16 * ROW + nd * 8, lane);
+                    load_b_pair(b, q_tile, ROW, kq * 16, nd * 8, lane);
                     mma_16x8x16(dk_acc[nd], ds_frag, b);
                     mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
                 }
@@ -222,11 +234,11 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     #pragma unroll
             for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
                 unsigned ds_frag[4];
-                load_a(ds_frag, ds_tile + dq_row0 * DS_ROW + kk * 16, DS_ROW, g, t);
+                load_a(ds_frag, ds_tile, DS_ROW, dq_row0, kk * 16, g, t);
     #pragma unroll
                 for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
                     unsigned b[4];
-                    load_b_pair(b, k_tile + kk * 16 * ROW + dq_col0 + nd * 8, lane);
+                    load_b_pair(b, k_tile, ROW, kk * 16, dq_col0 + nd * 8, lane);
                     mma_16x8x16(dq_part[nd], ds_frag, b);
                     mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
                 }

@@ -49,11 +49,11 @@ def shared_memory_bytes(kernel, head_dim):
     if kernel == "flash_backward_f32":
         b = F32_BWD_BLOCK
         return 4 * (4 * b * (d + 1) + 2 * b * d + b * (b + 1) + 2 * b)
-    row = d + 8  # halves per shared-memory row
+    # fp16 tiles: swizzled rows of d halves, no padding (flash_mma.cuh)
     if kernel == "flash_forward_f16":
-        return 2 * (2 * TC_BLOCK_K * row)
+        return 2 * (2 * 2 * TC_BLOCK_K * d)  # 2 stages (double buffering) × {K, V}
     if kernel == "flash_backward_f16":
-        halves = (2 * TC_BLOCK_K + 2 * TC_BWD_BLOCK_Q) * row + TC_BWD_BLOCK_Q * (TC_BLOCK_K + 8)
+        halves = (2 * TC_BLOCK_K + 2 * TC_BWD_BLOCK_Q) * d + TC_BWD_BLOCK_Q * TC_BLOCK_K
         return 2 * halves + 4 * 2 * TC_BWD_BLOCK_Q
     raise ValueError(kernel)
 
