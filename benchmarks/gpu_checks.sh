@@ -2,7 +2,10 @@
 # Every check that needs a GPU, in one go (the CPU tests run anywhere):
 #   1. the CUDA compile checks (nvcc, if present) and the kernels vs the float64 reference
 #      (tests/test_flash_gpu.py, tests/test_fused_gpu.py, CuPy backend);
-#   2. the attention benchmark: flash kernels vs naive CuPy vs PyTorch flash SDPA;
+#   2. the attention benchmark: flash kernels vs naive CuPy vs PyTorch flash SDPA, fp16,
+#      d = 64 and 128, N = 1k..8k (issue 36's targets: forward >= 0.9x, backward >= 0.8x
+#      of SDPA's), then grouped-query attention (4 query heads per KV head, causal) against
+#      SDPA with enable_gqa;
 #   3. the fused elementwise ops: CUDA kernels vs CuPy array code vs PyTorch;
 #   4. a GPT training step, minipar on CuPy vs PyTorch on CUDA (step_time.py --device cuda);
 #   5. `minipar train --backend cupy`, a short run of the GPT-2-small shape, fp32 and fp16.
@@ -13,7 +16,8 @@
 #   bash benchmarks/gpu_checks.sh            # full benchmark
 #   QUICK=1 bash benchmarks/gpu_checks.sh    # N = 1k, 4k only, fewer steps, and no nvcc
 #                                            # compile checks (they run wherever nvcc is)
-# Each part has its own time limit (seconds): T_TESTS, T_ATTENTION, T_FUSED, T_STEP, T_TRAIN.
+# Each part has its own time limit (seconds): T_TESTS, T_ATTENTION, T_ATTENTION_GQA, T_FUSED, T_STEP,
+# T_TRAIN.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-$PWD/runs/gpu_checks}"
@@ -40,6 +44,11 @@ SIZES=1024,2048,4096,8192
 [ -n "${QUICK:-}" ] && SIZES=1024,4096
 echo "== benchmark: attention (sizes $SIZES)" | tee "$OUT_DIR/bench_attention.txt"
 timeout "${T_ATTENTION:-420}" python benchmarks/attention.py --sizes "$SIZES" 2>&1 | tee -a "$OUT_DIR/bench_attention.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "== benchmark: grouped-query attention, 4 query heads per KV head (sizes 1024,4096)" \
+    | tee "$OUT_DIR/bench_attention_gqa.txt"
+timeout "${T_ATTENTION_GQA:-150}" python benchmarks/attention.py --sizes 1024,4096 --causal yes --kv-group 4 2>&1 \
+    | tee -a "$OUT_DIR/bench_attention_gqa.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== benchmark: fused elementwise ops (LayerNorm, GELU, attention softmax)" | tee "$OUT_DIR/bench_fused_ops.txt"

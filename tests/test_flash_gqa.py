@@ -6,6 +6,8 @@ gradients back over each group (the chain rule through the copy).  The flash cod
 give the same numbers without ever making that copy; finite differences check the
 autograd Function independently of both.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,31 @@ def test_head_counts_that_do_not_group_are_refused():
         flash_attention(Tensor(q), Tensor(k), Tensor(v))
     with pytest.raises(ValueError, match="whole multiple"):
         flash_forward_reference(q, k, v)
+
+
+def test_bench_refuses_a_group_that_does_not_divide_the_heads():
+    from minipar.cli_checks import CommandError
+    from minipar.kernels.bench import parse_args
+    with pytest.raises(CommandError, match="--kv-group 3 does not divide the 32 heads of --head-dims 64"):
+        parse_args(["--kv-group", "3"])
+
+
+def test_bench_grouped_query_column_dry_runs_on_the_fake_cupy():
+    """The GPU benchmark's grouped-query path (benchmarks/gpu_checks.sh runs it on a GPU),
+    on tests/fake_cupy: the kernels emulated, a tiny shape; it must print both rows."""
+    import os
+    import subprocess
+    import sys
+    from minipar.kernels import emulator
+    if emulator.compiler() is None:
+        pytest.skip("the CPU emulator needs a C++ compiler")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(repo, "tests", "fake_cupy"), repo]))
+    env.pop("MINIPAR_BACKEND", None)
+    proc = subprocess.run([sys.executable, "benchmarks/attention.py", "--sizes", "16", "--head-dims", "32",
+                           "--kv-group", "2", "--repeats", "1", "--tokens", "16", "--width", "64",
+                           "--causal", "yes"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 query heads per KV head" in proc.stdout
+    for impl in ("flash", "naive"):
+        assert re.search(rf"^\s+32\s+16\s+True\s+{impl}\s+\d", proc.stdout, re.M), proc.stdout
