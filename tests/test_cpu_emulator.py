@@ -183,9 +183,9 @@ def broken(*edits):
     return {"f16": source}
 
 
-MISSING_BARRIER = broken("            __syncthreads();  // ds_tile complete\n", "")
-MISSING_ATOMIC = broken("atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);",
-                        "dq[(index_t)query * HEAD_DIM + col] += dq_part[nd][e] * scale;")
+MISSING_BARRIER = broken("        __syncthreads();  // ds_tile complete\n", "")
+MISSING_ATOMIC = broken("atomicAdd(dq + (tile.head_row + query) * HEAD_DIM + col, dq_part[nd][e] * scale);",
+                        "dq[(tile.head_row + query) * HEAD_DIM + col] += dq_part[nd][e] * scale;")
 LOOP = "    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {\n"
 DIVERGENT_LANE = broken(LOOP, "    if (lane == 5) return;\n" + LOOP)
 MISALIGNED_ROWS = broken("#define ROW HEAD_DIM ", "#define ROW (HEAD_DIM + 1) ")

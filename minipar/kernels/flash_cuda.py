@@ -53,8 +53,8 @@ def shared_memory_bytes(kernel, head_dim):
     if kernel == "flash_forward_f16":
         return 2 * (2 * 2 * TC_BLOCK_K * d)  # 2 stages (double buffering) × {K, V}
     if kernel == "flash_backward_f16":
-        halves = (2 * TC_BLOCK_K + 2 * TC_BWD_BLOCK_Q) * d + TC_BWD_BLOCK_Q * TC_BLOCK_K
-        return 2 * halves + 4 * 2 * TC_BWD_BLOCK_Q
+        halves = (2 * TC_BLOCK_K + 2 * 2 * TC_BWD_BLOCK_Q) * d + TC_BWD_BLOCK_Q * TC_BLOCK_K  # K, V, 2 × {Q, dO}, dS
+        return 2 * halves + 4 * 2 * 2 * TC_BWD_BLOCK_Q  # 2 stages × {L, D}
     raise ValueError(kernel)
 
 
