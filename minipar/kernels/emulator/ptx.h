@@ -14,15 +14,13 @@
 //   C, D (16x8 f32): register i    ->  C[g + 8(i>>1)][2t + (i&1)]
 // ldmatrix.m8n8.x4.trans: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j;
 // lane 4g + t receives M_j[2t..2t+1][g] in register j.
-// cp.async.cg.shared.global [dst], [src], 16, n: the 16 destination bytes are undefined
-// from the issue until a cp.async.wait_group that covers the copy, so the emulator writes
-// the launch's fill byte (0xff: NaN) there at the issue — a write ThreadSanitizer sees, so
-// a copy issued while another warp still reads the buffer is a reported race — and the
-// real bytes (n from src, zeros after) only at that wait: a read before it sees NaN.
+// cp.async (commit_group, wait_group): async_copy.h.
 // In the race build the interpreter's bookkeeping is hidden from ThreadSanitizer; only
 // ldmatrix's read of shared memory is the kernel's own access, and is checked.
 #pragma once
 #include <deque>
+
+#include "async_copy.h"
 
 namespace emu {
 
@@ -232,45 +230,6 @@ inline Program parse(const std::string& text, size_t n_operands) {
     if (!trim(body.substr(start)).empty()) fail("asm text does not end with ';': '" + body + "'");
     program.slots = n_operands + temps.size();
     return program;
-}
-
-// cp.async's data movement, outside the emulator's unchecked code: ASan checks the read
-// of global memory, TSan sees the write of shared memory as this thread's.
-__attribute__((noinline)) inline void copy_bytes(unsigned char* dst, const unsigned char* src, unsigned bytes,
-                                                 unsigned fill_to, int fill) {
-    for (unsigned i = 0; i < bytes; ++i) dst[i] = src[i];
-    for (unsigned i = bytes; i < fill_to; ++i) dst[i] = (unsigned char)fill;
-}
-
-EMU_UNCHECKED inline void cp_async_issue(uint64_t shared_offset, uint64_t src, uint64_t copy_size, uint64_t bytes) {
-    if (copy_size != 16) fail("cp.async: only 16-byte copies (.cg) are modelled");
-    if (bytes > 16) fail("cp.async: source size " + std::to_string(bytes) + " exceeds the 16 bytes copied");
-    if (shared_offset % 16 != 0 || shared_offset + 16 > the_launch.shared_bytes)
-        fail("cp.async: shared address " + std::to_string(shared_offset) + " is not 16-byte aligned inside " +
-             std::to_string(the_launch.shared_bytes) + " bytes of shared memory");
-    if (src % 16 != 0) fail("cp.async: global address not 16-byte aligned");
-    EMU_RACE(__tsan_ignore_thread_end());
-    copy_bytes(the_launch.shared + shared_offset, nullptr, 0, 16, (int)the_launch.fill);  // undefined until the wait
-    EMU_RACE(__tsan_ignore_thread_begin());
-    me().async_open.push_back({shared_offset, (const unsigned char*)(uintptr_t)src, (unsigned)bytes});
-}
-
-EMU_UNCHECKED inline void cp_async_commit() {
-    me().async_groups.push_back(std::move(me().async_open));
-    me().async_open.clear();
-}
-
-// Complete this thread's committed groups until at most `pending` are outstanding.
-EMU_UNCHECKED inline void cp_async_wait(uint64_t pending) {
-    auto& groups = me().async_groups;
-    while (groups.size() > pending) {
-        for (const AsyncCopy& c : groups.front()) {
-            EMU_RACE(__tsan_ignore_thread_end());
-            copy_bytes(the_launch.shared + c.shared_offset, c.src, c.bytes, 16, 0);
-            EMU_RACE(__tsan_ignore_thread_begin());
-        }
-        groups.erase(groups.begin());
-    }
 }
 
 inline void execute(const Statement& s, uint64_t* r) {
