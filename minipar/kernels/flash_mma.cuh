@@ -9,8 +9,10 @@
 // and ldmatrix read the same chunk column of 8 consecutive rows; unswizzled, rows of 128
 // or 256 bytes put those 8 reads in the same 4 banks (8-way conflict), swizzled they cover
 // all 32 banks — the job the old "+8 halves" row padding did, without the padding's
-// shared memory, and with every 16-byte chunk still aligned for ldmatrix and cp.async.  flash_cuda.kernel_source pastes this file where
-// the .cu file includes it, before NVRTC sees the source; nvcc reads it directly.
+// shared memory, and with every 16-byte chunk still aligned for ldmatrix and cp.async.
+//
+// flash_cuda.kernel_source pastes this file where the .cu file includes it, before NVRTC
+// sees the source; nvcc reads it directly.
 #ifndef MINIPAR_FLASH_MMA_CUH
 #define MINIPAR_FLASH_MMA_CUH
 
