@@ -3,19 +3,21 @@
 # measurement so that a section can be added or run alone:
 #   tests       the CUDA compile checks (nvcc, if present) and the kernels vs the float64
 #               reference (tests/test_flash_gpu.py, tests/test_fused_gpu.py, CuPy backend);
-#   attention   flash kernels vs naive CuPy vs PyTorch flash SDPA;
+#   attention   flash kernels vs naive CuPy vs PyTorch flash SDPA, fp16, d = 64 and 128, N = 1k..8k
+#               (issue 36: forward >= 0.9x, backward >= 0.8x of SDPA's), then grouped-query
+#               attention (4 query heads per KV head, causal) against SDPA with enable_gqa;
 #   fused       the fused elementwise ops: CUDA kernels vs CuPy array code vs PyTorch;
 #   step        a GPT training step, minipar on CuPy vs PyTorch on CUDA (step_time.py);
 #   throughput  issue 36: `minipar train --backend cupy` tokens/s on the GPT-2-small shape in
 #               fp32, fp16 and bf16 against PyTorch eager with autocast on the same model, in
 #               the same run, with the ratios (benchmarks/train_throughput.py).
-# SECTIONS picks them (default: issue36, the sections answering issue 36's must-shows, under
+# SECTIONS picks them (default: issue36 = attention + throughput, issue 36's must-shows, under
 # ten minutes on one H200; `all` for every section):
 #   bash benchmarks/gpu_checks.sh                       # issue 36's measurements
 #   SECTIONS=all bash benchmarks/gpu_checks.sh          # everything
 #   SECTIONS="tests step" QUICK=1 bash benchmarks/gpu_checks.sh
 # QUICK=1: N = 1k, 4k only, fewer steps, and no nvcc compile checks (they run wherever nvcc is).
-# Each section has its own time limit (seconds): T_TESTS, T_ATTENTION, T_FUSED, T_STEP,
+# Each section has its own time limit (seconds): T_TESTS, T_ATTENTION, T_ATTENTION_GQA, T_FUSED, T_STEP,
 # T_THROUGHPUT (and T_RUN for each of its minipar runs, so one slow precision leaves the
 # others' figures); THROUGHPUT_ARGS replaces the throughput section's shape and step flags (the
 # CPU dry run, tests/test_gpu_checks_dry_run.py, runs it on the fake CuPy with a tiny shape).
@@ -56,6 +58,9 @@ section_attention() {
   [ -n "${QUICK:-}" ] && sizes=1024,4096
   run "benchmark: attention (sizes $sizes)" bench_attention.txt "${T_ATTENTION:-420}" \
       python benchmarks/attention.py --sizes "$sizes"
+  run "benchmark: grouped-query attention, 4 query heads per KV head (sizes 1024,4096)" \
+      bench_attention_gqa.txt "${T_ATTENTION_GQA:-150}" \
+      python benchmarks/attention.py --sizes 1024,4096 --causal yes --kv-group 4
 }
 
 section_fused() {
@@ -94,7 +99,7 @@ python -c "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0" \
     >"$OUT_DIR/environment.txt" 2>&1
 
 SECTIONS="${SECTIONS:-issue36}"
-SECTIONS="${SECTIONS//issue36/throughput}"               # issue 36's must-shows
+SECTIONS="${SECTIONS//issue36/attention throughput}"     # issue 36's must-shows
 SECTIONS="${SECTIONS//all/tests attention fused step throughput}"
 for section in $SECTIONS; do
   if declare -F "section_$section" >/dev/null; then

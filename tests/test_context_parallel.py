@@ -4,13 +4,18 @@ fp64 parity (losses, final weights and Adam moments to 1e-9 relative — of each
 largest entry, since an element whose gradient cancels to near zero carries the absolute
 noise of a different summation order) for cp2, cp4 and cp2 composed with dp, tp and pp,
 with naive and flash attention, zig-zag and contiguous splits; the split itself; the
-work balance the zig-zag split buys; bad layouts refused before any message."""
+work balance the zig-zag split buys; bad layouts refused before any message.  Ring
+attention with grouped-query K/V at op level (tests/scripts/ring_gqa.py): fp64 parity
+with one process, and the bytes sent — K/V travel with their Hkv heads only."""
+import re
+
 import numpy as np
 import pytest
 
 from minipar.config import ConfigError, TrainConfig
 from minipar.parallel.context.split import chunks_of, positions_of, work_units
 from tests.cli import train
+from tests.mpirun import run_mpi
 
 MODEL = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "16"]
 
@@ -83,3 +88,17 @@ def test_bad_context_layouts_are_refused(fields, message):
     config = TrainConfig(model="tiny", **fields)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         config.resolve(world_size=2)
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_ring_attention_with_grouped_kv_heads(cp):
+    """Every (Hkv, naive|flash, zig-zag|contiguous) within 1e-12 of one process on every
+    rank; bytes sent equal (3C-2)·2·B·Hkv·(S/C)·d·8 exactly, so Hkv = H/4 moves a quarter."""
+    output = run_mpi(cp, ["tests/scripts/ring_gqa.py"], timeout=240).stdout
+    parity = re.findall(r"^parity Hkv=(\d+) kind=(\w+) split=(\w+) max_rel=(\S+)$", output, re.M)
+    assert len(parity) == 12, output
+    assert all(float(error) <= 1e-12 for *_, error in parity), output
+    sent = {int(h): (int(counted), int(formula)) for h, counted, formula in
+            re.findall(r"^bytes cp=\d+ H=8 Hkv=(\d+) counted=\[(\d+)\] formula=(\d+)$", output, re.M)}
+    assert set(sent) == {8, 2, 1} and all(c == f for c, f in sent.values()), output
+    assert sent[8][0] == 4 * sent[2][0] == 8 * sent[1][0]   # n_kv_head = n_head/4: a quarter

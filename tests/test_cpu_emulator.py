@@ -32,19 +32,34 @@ extern "C" __global__ void probe_mma(const unsigned* a, const unsigned* b, const
     mma_16x8x16(acc, af, bf);
     for (int i = 0; i < 4; ++i) d[4 * lane + i] = acc[i];
 }
-// A 16 x ROW tile of halves through shared memory, read back by the kernels' fragment loaders.
+// A 16 x ROW tile of halves into swizzled shared memory, read back by the kernels' fragment
+// loaders at three different places: A at columns 16..31, Bᵀ at rows 8..15 and columns
+// 32..47, the ldmatrix pair at columns 48..63 (so the XOR of every chunk is exercised).
 extern "C" __global__ void probe_fragments(const half_bits* tile, unsigned* a, unsigned* b_t, unsigned* b_pair) {
     extern __shared__ uint4 smem[];
     half_bits* s = (half_bits*)smem;
-    for (int i = threadIdx.x; i < 16 * ROW; i += blockDim.x) s[i] = tile[i];
+    for (int i = threadIdx.x; i < 16 * ROW; i += blockDim.x) s[swizzle(i / ROW, i % ROW, ROW)] = tile[i];
     __syncthreads();
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     unsigned fa[4], fb[2], fp[4];
-    load_a(fa, s, ROW, g, t);
-    load_b_transposed(fb, s, ROW, g, t);
-    load_b_pair(fp, s, lane);
+    load_a(fa, s, ROW, 0, 16, g, t);
+    load_b_transposed(fb, s, ROW, 8, 32, g, t);
+    load_b_pair(fp, s, ROW, 0, 48, lane);
     for (int i = 0; i < 4; ++i) { a[4 * lane + i] = fa[i]; b_pair[4 * lane + i] = fp[i]; }
     for (int i = 0; i < 2; ++i) b_t[2 * lane + i] = fb[i];
+}
+// Rows [row0, row0 + 16) of a (n_rows, 64) matrix by cp.async into a swizzled tile, then out
+// to `tile` unswizzled.  `early` gets the first 16 bytes of this thread's first destination
+// as they are before the wait: undefined on a GPU, the fill byte on the emulator.
+extern "C" __global__ void probe_cp_async(const half_bits* src, half_bits* tile, uint4* early, int row0, int n_rows) {
+    extern __shared__ uint4 smem[];
+    half_bits* s = (half_bits*)smem;
+    load_tile_async(s, src, row0, 16, n_rows);
+    const int r = threadIdx.x / (HEAD_DIM / 8), c = threadIdx.x % (HEAD_DIM / 8) * 8;
+    early[threadIdx.x] = *(const uint4*)(s + swizzle(r, c, ROW));
+    cp_async_wait_all();
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * ROW; i += blockDim.x) tile[i] = s[swizzle(i / ROW, i % ROW, ROW)];
 }
 extern "C" __global__ void probe_convert(const float* x, unsigned* packed, half_bits* single, float* sums, float* maxes) {
     const int lane = threadIdx.x;
@@ -54,7 +69,7 @@ extern "C" __global__ void probe_convert(const float* x, unsigned* packed, half_
     maxes[lane] = quad_max(x[lane]);
 }
 '''
-ROW = 64 + 8  # flash_mma.cuh's ROW at HEAD_DIM 64
+ROW = 64  # flash_mma.cuh's ROW at HEAD_DIM 64
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +99,35 @@ def test_fragment_loaders_give_the_documented_fragments(probes):
     tile = np.random.default_rng(1).standard_normal((16, ROW)).astype(np.float16)
     a, b_t, b_pair = np.zeros((32, 4), np.uint32), np.zeros((32, 2), np.uint32), np.zeros((32, 4), np.uint32)
     probes("probe_fragments")((1,), (32,), (tile, a, b_t, b_pair), shared_mem=tile.nbytes)
-    np.testing.assert_array_equal(a, oracle.pack_a(tile[:16, :16]))            # A = tile[0:16, 0:16]
-    np.testing.assert_array_equal(b_t, oracle.pack_b(tile[:8, :16].T))         # B = tile[0:8, 0:16]ᵀ
-    np.testing.assert_array_equal(b_pair[:, :2], oracle.pack_b(tile[:16, :8]))  # ldmatrix.trans pair
-    np.testing.assert_array_equal(b_pair[:, 2:], oracle.pack_b(tile[:16, 8:16]))
+    np.testing.assert_array_equal(a, oracle.pack_a(tile[:16, 16:32]))              # A = tile[0:16, 16:32]
+    np.testing.assert_array_equal(b_t, oracle.pack_b(tile[8:16, 32:48].T))         # B = tile[8:16, 32:48]ᵀ
+    np.testing.assert_array_equal(b_pair[:, :2], oracle.pack_b(tile[:16, 48:56]))  # ldmatrix.trans pair
+    np.testing.assert_array_equal(b_pair[:, 2:], oracle.pack_b(tile[:16, 56:64]))
+
+
+def test_swizzle_is_a_permutation_of_whole_chunks_within_each_row():
+    """flash_mma.cuh's swizzle, rewritten here: chunk c of row r at chunk c ^ (r & mask)."""
+    for row_len in (32, 64, 96, 128):
+        mask = 7 if (row_len // 8) % 8 == 0 else 3
+        rows = np.arange(16)[:, None]
+        chunks = np.arange(row_len // 8)[None, :]
+        placed = chunks ^ (rows & mask)
+        assert (np.sort(placed, axis=1) == chunks).all(), row_len   # each row: a permutation
+        if row_len in (64, 128):    # 8 consecutive rows, one chunk column: 8 distinct 128-byte offsets
+            offsets = (rows[:8] * row_len * 2 + placed[:8] * 16) % 128
+            assert all(len(set(offsets[:, c])) == 8 for c in range(row_len // 8))
+
+
+def test_cp_async_copies_at_the_wait_and_zero_fills(probes):
+    src = np.random.default_rng(4).standard_normal((20, ROW)).astype(np.float16)
+    for row0, n_rows in ((0, 20), (8, 20)):       # the second: rows 12..15 lie past the matrix
+        tile, early = np.zeros((16, ROW), np.float16), np.zeros((128, 4), np.uint32)
+        probes("probe_cp_async")((1,), (128,), (src, tile, early, np.int32(row0), np.int32(n_rows)),
+                                 shared_mem=tile.nbytes)
+        want = np.zeros_like(tile)
+        want[:n_rows - row0] = src[row0:row0 + 16]
+        np.testing.assert_array_equal(tile, want)
+        assert (early == 0xFFFFFFFF).all()        # nothing had landed before the wait
 
 
 def test_conversions_and_quad_reductions(probes):
@@ -127,28 +167,39 @@ def test_launch_bounds_are_enforced():
     q = np.zeros((1, 1, 64, 64), np.float16)
     kernel = EmulatedKernels().get("flash_forward_f16", 64)
     args = (q, q, q, q.copy(), np.zeros((1, 1, 64), np.float32), np.int32(64), np.int32(64), np.int32(1),
-            np.float32(0.125))
+            np.float32(0.125), np.int32(1))
     with pytest.raises(EmulatorError, match=r"256 threads exceed __launch_bounds__\(128\)"):
         kernel((1, 1), (256,), args, shared_mem=flash_cuda.shared_memory_bytes("flash_forward_f16", 64))
 
 
 # ---- broken on purpose: the emulator must notice ------------------------------------------
 
-def broken(old, new):
+def broken(*edits):
+    """The f16 source with each (old, new) edit made; each old text must occur once."""
     source = flash_cuda.kernel_source("f16")
-    assert source.count(old) == 1, old
-    return {"f16": source.replace(old, new)}
+    for old, new in zip(edits[::2], edits[1::2]):
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return {"f16": source}
 
 
 MISSING_BARRIER = broken("        __syncthreads();  // ds_tile complete\n", "")
-MISSING_ATOMIC = broken("atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);",
-                        "dq[(index_t)query * HEAD_DIM + col] += dq_part[nd][e] * scale;")
-DIVERGENT_LANE = broken("    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {\n",
-                        "    if (lane == 5) return;\n    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {\n")
-MISALIGNED_ROWS = broken("#define ROW (HEAD_DIM + 8)", "#define ROW (HEAD_DIM + 9)")
+MISSING_ATOMIC = broken("atomicAdd(dq + (tile.head_row + query) * HEAD_DIM + col, dq_part[nd][e] * scale);",
+                        "dq[(tile.head_row + query) * HEAD_DIM + col] += dq_part[nd][e] * scale;")
+LOOP = "    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {\n"
+DIVERGENT_LANE = broken(LOOP, "    if (lane == 5) return;\n" + LOOP)
+MISALIGNED_ROWS = broken("#define ROW HEAD_DIM ", "#define ROW (HEAD_DIM + 1) ")
+# cp.async: tile k0 read without waiting for its copies; the next tile's copies issued
+# before the barrier that ends every warp's reads of the stage they overwrite.
+MISSING_WAIT = broken("        cp_async_wait_all();  // this thread's copies of tile k0 have landed...\n", "")
+EARLY_PREFETCH = broken(
+    "        __syncthreads();      // ...and everyone's; nobody still reads the other stage (last tile, or Q)\n", "",
+    "        const half_bits* k_tile = stages + 2 * stage * KV_TILE;\n",
+    "        __syncthreads();\n        const half_bits* k_tile = stages + 2 * stage * KV_TILE;\n")
 SWAPPED_HALVES = broken('"f"(hi), "f"(lo)', '"f"(lo), "f"(hi)')
 BUILDS = [(MISSING_BARRIER, "memory"), (MISSING_BARRIER, "race"), (MISSING_ATOMIC, "race"),
-          (DIVERGENT_LANE, "memory"), (MISALIGNED_ROWS, "memory"), (SWAPPED_HALVES, "memory")]
+          (DIVERGENT_LANE, "memory"), (MISALIGNED_ROWS, "memory"), (SWAPPED_HALVES, "memory"),
+          (MISSING_WAIT, "memory"), (EARLY_PREFETCH, "race")]
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +216,8 @@ def inputs(n_queries, n_keys, seed=0):
 @pytest.mark.parametrize("sources,where", [
     (MISSING_BARRIER, r"flash_mma\.cuh.*flash_attention_f16\.cu"),  # the read (load_a), the write of dS
     (MISSING_ATOMIC, r"flash_attention_f16\.cu"),                   # two blocks' += on one dq element
-], ids=["missing __syncthreads", "+= instead of atomicAdd"])
+    (EARLY_PREFETCH, r"flash_mma\.cuh.*flash_attention_f16\.cu"),   # cp.async's write, a warp's read
+], ids=["missing __syncthreads", "+= instead of atomicAdd", "cp.async before the barrier"])
 def test_unordered_accesses_are_reported_races(broken_builds, sources, where):
     q, k, v, grad_out = inputs(150, 150)
     with pytest.raises(EmulatorError, match=r"(?s)data race.*" + where):
@@ -196,3 +248,10 @@ def test_wrong_operand_order_gives_wrong_results(broken_builds):
     out, _ = flash_cuda.forward(q, k, v, True, kernels=EmulatedKernels(sources=SWAPPED_HALVES))
     want = reference(q, k, v, grad_out, True)[0]
     assert np.abs(out - want).max() > 0.1
+
+
+def test_reading_a_tile_before_its_cp_async_wait_gives_wrong_results(broken_builds):
+    q, k, v, _ = inputs(70, 150)
+    out, _ = flash_cuda.forward(q, k, v, False, kernels=EmulatedKernels(sources=MISSING_WAIT))
+    want = reference(q, k, v, q, False)[0]
+    assert not np.abs(out - want).max() <= 0.1          # NaN (the fill) or wrong

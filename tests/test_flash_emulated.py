@@ -9,7 +9,9 @@ GPU run executes.  Three properties, each for fp32 and the fp16 tensor-core kern
   largest value; fp16 forward 2e-3 absolute, gradients 4e-3 of the largest gradient —
   under AddressSanitizer and UBSan (no access outside a buffer, none misaligned);
 - no data race under ThreadSanitizer, with only the ordering CUDA guarantees;
-- the same bits under every schedule and whatever fresh shared memory holds.
+- the same bits under every schedule and whatever fresh shared memory holds;
+- grouped-query attention (k, v with Hkv < H heads, read in place) against a reference
+  that repeats K/V explicitly and sums the repeated heads' gradients.
 Skipped where no C++ compiler is installed.
 """
 from concurrent.futures import ThreadPoolExecutor
@@ -24,23 +26,29 @@ from tests.tolerance import assert_close_normwise
 
 pytestmark = pytest.mark.skipif(emulator.compiler() is None, reason="no C++ compiler")
 
-CASES = [  # (dtype, B, H, Nq, Nk, d)
-    ("float32", 2, 1, 77, 77, 64),     # odd N: partial tiles
-    ("float32", 1, 1, 1, 1, 64),
-    ("float32", 1, 2, 100, 37, 40),    # causal rows 0..62 see nothing; d not a power of two
-    ("float32", 1, 1, 200, 37, 64),    # causal: a whole block of queries sees no key
-    ("float32", 1, 1, 37, 150, 40),    # fewer queries than keys
-    ("float32", 1, 2, 128, 128, 128),  # whole tiles; the largest shared memory (opt-in above 48 KiB)
-    ("float16", 1, 2, 77, 77, 64),
-    ("float16", 1, 1, 1, 1, 64),
-    ("float16", 1, 2, 100, 37, 64),
-    ("float16", 1, 1, 200, 37, 64),
-    ("float16", 1, 1, 37, 150, 64),
-    ("float16", 1, 1, 130, 130, 32),
-    ("float16", 1, 1, 70, 70, 96),
-    ("float16", 1, 1, 256, 256, 128),  # whole tiles, several blocks per head
+CASES = [  # (dtype, B, H, Hkv, Nq, Nk, d)
+    ("float32", 2, 1, 1, 77, 77, 64),     # odd N: partial tiles
+    ("float32", 1, 1, 1, 1, 1, 64),
+    ("float32", 1, 2, 2, 100, 37, 40),    # causal rows 0..62 see nothing; d not a power of two
+    ("float32", 1, 1, 1, 200, 37, 64),    # causal: a whole block of queries sees no key
+    ("float32", 1, 1, 1, 37, 150, 40),    # fewer queries than keys
+    ("float32", 1, 2, 2, 128, 128, 128),  # whole tiles; the largest shared memory (opt-in above 48 KiB)
+    ("float32", 2, 4, 2, 70, 70, 64),     # grouped-query: 2 query heads per KV head
+    ("float32", 1, 4, 1, 40, 90, 40),     # multi-query: all 4 heads on one KV head
+    ("float16", 1, 2, 2, 77, 77, 64),
+    ("float16", 1, 1, 1, 1, 1, 64),
+    ("float16", 1, 2, 2, 100, 37, 64),
+    ("float16", 1, 1, 1, 200, 37, 64),
+    ("float16", 1, 1, 1, 37, 150, 64),
+    ("float16", 1, 1, 1, 130, 130, 32),
+    ("float16", 1, 1, 1, 70, 70, 96),
+    ("float16", 1, 1, 1, 256, 256, 128),  # whole tiles, several blocks per head
+    ("float16", 1, 4, 2, 70, 70, 64),     # grouped-query
+    ("float16", 1, 3, 1, 40, 70, 64),     # multi-query, fewer queries than keys
 ]
-RACE_CASES = [c for c in CASES if c[-1] in (64, 128) and c[3] > 1]
+# races: d 64/128 with more than one query; multi-query adds nothing to grouped-query's walk
+RACE_CASES = [c for c in CASES if c[-1] in (64, 128) and c[4] > 1 and not (c[3] == 1 and c[2] > 1)]
+CASE_ID = "%s-B%d-H%d-Hkv%d-Nq%d-Nk%d-d%d"
 
 
 def kind(dtype):
@@ -55,10 +63,10 @@ def built_kernels():
         list(pool.map(lambda j: build(flash_cuda.kernel_source(j[0]), j[1], f"flash_{j[0]}", j[2]), jobs))
 
 
-def inputs(dtype, batch, heads, n_queries, n_keys, head_dim, seed=0):
+def inputs(dtype, batch, heads, kv_heads, n_queries, n_keys, head_dim, seed=0):
     rng = np.random.default_rng(seed)
-    shapes = [(batch, heads, n_queries, head_dim), (batch, heads, n_keys, head_dim),
-              (batch, heads, n_keys, head_dim), (batch, heads, n_queries, head_dim)]
+    shapes = [(batch, heads, n_queries, head_dim), (batch, kv_heads, n_keys, head_dim),
+              (batch, kv_heads, n_keys, head_dim), (batch, heads, n_queries, head_dim)]
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
@@ -66,6 +74,7 @@ def check_against_reference(got, want, dtype):
     out, lse, *grads = got
     want_out, want_lse, *want_grads = want
     assert out.dtype == dtype and lse.dtype == np.float32 and all(g.dtype == dtype for g in grads)
+    assert [a.shape for a in got] == [a.shape for a in want]
     assert all(np.isfinite(a).all() for a in [out, *grads])
     assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
     seen = np.isfinite(want_lse)
@@ -78,7 +87,7 @@ def check_against_reference(got, want, dtype):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "%s-B%d-H%d-Nq%d-Nk%d-d%d" % c)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: CASE_ID % c)
 def test_kernels_match_reference(case, causal):
     dtype, *shape = case
     q, k, v, grad_out = inputs(dtype, *shape)
@@ -86,7 +95,7 @@ def test_kernels_match_reference(case, causal):
                             dtype)
 
 
-@pytest.mark.parametrize("case", RACE_CASES, ids=lambda c: "%s-B%d-H%d-Nq%d-Nk%d-d%d" % c)
+@pytest.mark.parametrize("case", RACE_CASES, ids=lambda c: CASE_ID % c)
 def test_kernels_have_no_data_race(case):
     """ThreadSanitizer stops the run at the first race; the results must still be right."""
     dtype, *shape = case
@@ -97,7 +106,7 @@ def test_kernels_have_no_data_race(case):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_results_do_not_depend_on_schedule_or_shared_memory_contents(dtype):
-    q, k, v, grad_out = inputs(dtype, 1, 1, 150, 150, 64, seed=3)
+    q, k, v, grad_out = inputs(dtype, 1, 2, 1, 120, 120, 64, seed=3)  # grouped: barriers across a group
     first = run(q, k, v, grad_out, True, EmulatedKernels())
     for options in [dict(schedule="greedy"), dict(schedule="shuffled", seed=1), dict(schedule="shuffled", seed=2),
                     dict(fill=0x3C)]:

@@ -108,3 +108,23 @@ def test_array_reference_runs_on_the_gpu_too(monkeypatch):
     out, _ = module.flash_forward(q, k, v, True, implementation="reference")
     assert_close(out, module.dense_attention(q.astype("float64"), k.astype("float64"),
                                              v.astype("float64"), True), 1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_grouped_kv_heads_match_a_reference_that_repeats_them(dtype):
+    """4 query heads on 2 KV heads, read in place by the kernels; the reference repeats K/V
+    to 4 heads and sums the repeated heads' dK, dV over each group."""
+    import cupy
+    from minipar.kernels import flash_cuda
+    q, grad_out = inputs(1, 4, 70, 70, 64, dtype)[::3]
+    k, v = inputs(1, 2, 70, 70, 64, dtype, seed=1)[1:3]
+    want_out, _, want_dq, dk_rep, dv_rep = reference(q, cupy.repeat(k, 2, axis=1), cupy.repeat(v, 2, axis=1),
+                                                     grad_out, True)
+    out, lse = flash_cuda.forward(q, k, v, True)
+    dq, dk, dv = flash_cuda.backward(q, k, v, out, lse, grad_out, True)
+    assert dk.shape == dv.shape == k.shape
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    assert_close(out, want_out, tol)
+    for got, want in ((dq, want_dq), (dk, dk_rep.reshape(1, 2, 2, 70, 64).sum(axis=2)),
+                      (dv, dv_rep.reshape(1, 2, 2, 70, 64).sum(axis=2))):
+        assert_close(got, want, 2 * tol)

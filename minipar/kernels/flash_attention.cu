@@ -3,8 +3,14 @@
 // fp32, line for line the NumPy reference (flash_reference.py) — the kernels to read
 // first.  flash_attention_f16.cu holds the same algorithm on tensor cores.
 //
-// Layout: q, out, dq are (B·H, Nq, HEAD_DIM); k, v, dk, dv are (B·H, Nk, HEAD_DIM), all
-// contiguous; lse and delta are (B·H, Nq) fp32.  gridDim.y = B·H.  Causal masking is
+// Layout: q, out, dq are (B·H, Nq, HEAD_DIM); k, v, dk, dv are (B·Hkv, Nk, HEAD_DIM), all
+// contiguous; lse and delta are (B·H, Nq) fp32.  Grouped-query attention: `group` = G =
+// H / Hkv query heads share one KV head, and flat query head h (= b·H + h') reads flat KV
+// head h / G (= b·Hkv + h'/G) in place.  Forward: gridDim.y = B·H.  Backward: gridDim.y =
+// B·Hkv, and each block walks the G query heads of its KV head one after another,
+// accumulating dK, dV over all of them before one plain store — a per-group loop rather
+// than atomics into an fp32 copy of dK/dV: deterministic, no extra buffer or cast, and
+// G = 1 runs exactly the multi-head kernel.  Causal masking is
 // bottom-right aligned: query i sees key j iff j <= i + (Nk - Nq).  A row that sees no key
 // gets output 0 and lse -inf.  Forward:  m' = max(m, rowmax S), l' = e^(m-m') l + rowsum P,
 // acc' = e^(m-m') acc + P V, O = acc / l, L = m + log l.  Backward (one block per key tile,
@@ -30,15 +36,15 @@ __device__ __forceinline__ bool key_hidden(int key, int query, int n_keys, int c
 extern "C" __global__ void __launch_bounds__(F32_BLOCK_Q)
 flash_forward_f32(const float* __restrict__ q, const float* __restrict__ k,
                   const float* __restrict__ v, float* __restrict__ out, float* __restrict__ lse,
-                  int n_queries, int n_keys, int causal, float scale) {
+                  int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ float smem_f32[];
     float* q_tile = smem_f32;
     float* k_tile = q_tile + F32_BLOCK_Q * (HEAD_DIM + 1);
     float* v_tile = k_tile + F32_BLOCK_K * HEAD_DIM;
     float* score_tile = v_tile + F32_BLOCK_K * HEAD_DIM;
-    const index_t head = blockIdx.y;
+    const index_t head = blockIdx.y, kv_head = head / group;  // query head h reads KV head h / G
     q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
-    k += head * n_keys * HEAD_DIM;     v += head * n_keys * HEAD_DIM;
+    k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
     const int q0 = blockIdx.x * F32_BLOCK_Q, row = threadIdx.x, query = q0 + row;
     const int q1 = min(q0 + F32_BLOCK_Q, n_queries), offset = n_keys - n_queries;
 
@@ -101,17 +107,17 @@ flash_backward_f32(const float* __restrict__ q, const float* __restrict__ k,
                    const float* __restrict__ v, const float* __restrict__ grad_out,
                    const float* __restrict__ lse, const float* __restrict__ delta,
                    float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv,
-                   int n_queries, int n_keys, int causal, float scale) {
+                   int n_queries, int n_keys, int causal, float scale, int group) {
     const int B = F32_BWD_BLOCK, P = HEAD_DIM + 1;
     extern __shared__ float smem_f32[];
     float *k_tile = smem_f32, *v_tile = k_tile + B * P, *dk_acc = v_tile + B * P, *dv_acc = dk_acc + B * P;
     float *q_tile = dv_acc + B * P, *do_tile = q_tile + B * HEAD_DIM, *ds_tile = do_tile + B * HEAD_DIM;
     float *lse_tile = ds_tile + B * (B + 1), *delta_tile = lse_tile + B;
-    const index_t head = blockIdx.y;
+    const index_t kv_head = blockIdx.y, head = kv_head * group;  // the group's first query head
     q += head * n_queries * HEAD_DIM;  grad_out += head * n_queries * HEAD_DIM;  dq += head * n_queries * HEAD_DIM;
     lse += head * n_queries;  delta += head * n_queries;
-    k += head * n_keys * HEAD_DIM;  v += head * n_keys * HEAD_DIM;
-    dk += head * n_keys * HEAD_DIM;  dv += head * n_keys * HEAD_DIM;
+    k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
+    dk += kv_head * n_keys * HEAD_DIM;  dv += kv_head * n_keys * HEAD_DIM;
     const int k0 = blockIdx.x * B, row = threadIdx.x, key = k0 + row, offset = n_keys - n_queries;
 
     for (int i = threadIdx.x; i < B * HEAD_DIM; i += blockDim.x) {
@@ -126,41 +132,46 @@ flash_backward_f32(const float* __restrict__ q, const float* __restrict__ k,
     const int first_q = causal ? max(0, k0 - offset) / B * B : 0;
     // Two barriers per query tile.  The one after the loads also guards this tile's loads:
     // the previous tile's q/dO/L/D were last read before its dS barrier, and its dS tile
-    // (read after that barrier) is rewritten only after this tile's load barrier.
-    for (int q0 = first_q; q0 < n_queries; q0 += B) {
-        for (int i = threadIdx.x; i < B * HEAD_DIM; i += blockDim.x) {
-            bool inside = q0 + i / HEAD_DIM < n_queries;
-            q_tile[i] = inside ? q[(index_t)q0 * HEAD_DIM + i] : 0.f;
-            do_tile[i] = inside ? grad_out[(index_t)q0 * HEAD_DIM + i] : 0.f;
-        }
-        if (row < B) {
-            bool inside = q0 + row < n_queries;
-            float l = inside ? lse[q0 + row] : 0.f;
-            lse_tile[row] = l == NEG_INF ? 0.f : l;  // such rows are fully hidden anyway
-            delta_tile[row] = inside ? delta[q0 + row] : 0.f;
-        }
-        __syncthreads();
-        for (int i = 0; i < B; ++i) {  // this thread: key row `row`, every query of the tile
-            const int query = q0 + i;
-            float s = 0.f, dp = 0.f;
-            for (int c = 0; c < HEAD_DIM; ++c) s += q_tile[i * HEAD_DIM + c] * k_tile[row * P + c];
-            bool hidden = query >= n_queries || key_hidden(key, query, n_keys, causal, offset);
-            float p = hidden ? 0.f : expf(s * scale - lse_tile[i]);         // P = exp(S - L)
-            for (int c = 0; c < HEAD_DIM; ++c) dv_acc[row * P + c] += p * do_tile[i * HEAD_DIM + c];  // dV += Pᵀ dO
-            for (int c = 0; c < HEAD_DIM; ++c) dp += do_tile[i * HEAD_DIM + c] * v_tile[row * P + c];  // dP = dO Vᵀ
-            float ds = p * (dp - delta_tile[i]);                               // dS = P∘(dP - D)
-            ds_tile[i * (B + 1) + row] = ds;
-            for (int c = 0; c < HEAD_DIM; ++c) dk_acc[row * P + c] += ds * q_tile[i * HEAD_DIM + c] * scale;
-        }
-        __syncthreads();  // the dS tile is complete
-        // dQ_i += dS_ij K_j · scale: now thread `row` owns query q0 + row.
-        if (q0 + row < n_queries) {
-            for (int c = 0; c < HEAD_DIM; ++c) {
-                float sum = 0.f;
-                for (int j = 0; j < B; ++j) sum += ds_tile[row * (B + 1) + j] * k_tile[j * P + c];
-                atomicAdd(&dq[(index_t)(q0 + row) * HEAD_DIM + c], sum * scale);
+    // (read after that barrier) is rewritten only after this tile's load barrier — also
+    // when the previous tile belonged to the previous query head of the group.
+    for (int member = 0; member < group; ++member) {  // the G query heads of this KV head
+        for (int q0 = first_q; q0 < n_queries; q0 += B) {
+            for (int i = threadIdx.x; i < B * HEAD_DIM; i += blockDim.x) {
+                bool inside = q0 + i / HEAD_DIM < n_queries;
+                q_tile[i] = inside ? q[(index_t)q0 * HEAD_DIM + i] : 0.f;
+                do_tile[i] = inside ? grad_out[(index_t)q0 * HEAD_DIM + i] : 0.f;
+            }
+            if (row < B) {
+                bool inside = q0 + row < n_queries;
+                float l = inside ? lse[q0 + row] : 0.f;
+                lse_tile[row] = l == NEG_INF ? 0.f : l;  // such rows are fully hidden anyway
+                delta_tile[row] = inside ? delta[q0 + row] : 0.f;
+            }
+            __syncthreads();
+            for (int i = 0; i < B; ++i) {  // this thread: key row `row`, every query of the tile
+                const int query = q0 + i;
+                float s = 0.f, dp = 0.f;
+                for (int c = 0; c < HEAD_DIM; ++c) s += q_tile[i * HEAD_DIM + c] * k_tile[row * P + c];
+                bool hidden = query >= n_queries || key_hidden(key, query, n_keys, causal, offset);
+                float p = hidden ? 0.f : expf(s * scale - lse_tile[i]);         // P = exp(S - L)
+                for (int c = 0; c < HEAD_DIM; ++c) dv_acc[row * P + c] += p * do_tile[i * HEAD_DIM + c];  // dV += Pᵀ dO
+                for (int c = 0; c < HEAD_DIM; ++c) dp += do_tile[i * HEAD_DIM + c] * v_tile[row * P + c];  // dP = dO Vᵀ
+                float ds = p * (dp - delta_tile[i]);                               // dS = P∘(dP - D)
+                ds_tile[i * (B + 1) + row] = ds;
+                for (int c = 0; c < HEAD_DIM; ++c) dk_acc[row * P + c] += ds * q_tile[i * HEAD_DIM + c] * scale;
+            }
+            __syncthreads();  // the dS tile is complete
+            // dQ_i += dS_ij K_j · scale: now thread `row` owns query q0 + row.
+            if (q0 + row < n_queries) {
+                for (int c = 0; c < HEAD_DIM; ++c) {
+                    float sum = 0.f;
+                    for (int j = 0; j < B; ++j) sum += ds_tile[row * (B + 1) + j] * k_tile[j * P + c];
+                    atomicAdd(&dq[(index_t)(q0 + row) * HEAD_DIM + c], sum * scale);
+                }
             }
         }
+        q += n_queries * HEAD_DIM;  grad_out += n_queries * HEAD_DIM;  dq += n_queries * HEAD_DIM;  // next head
+        lse += n_queries;  delta += n_queries;
     }
     // dK, dV rows were last accumulated before the last dS barrier (or only zeroed, by
     // the same thread that now writes them out): no barrier needed.

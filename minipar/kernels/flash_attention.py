@@ -1,8 +1,13 @@
 """``flash_attention(q, k, v, causal=True)``: attention as one autograd Function.
 
     from minipar.kernels.flash_attention import flash_attention
-    out = flash_attention(q, k, v, causal=True)     # Tensors (B, H, N, d) -> Tensor (B, H, N, d)
+    out = flash_attention(q, k, v, causal=True)     # q (B, H, N, d), k, v (B, Hkv, N, d) -> (B, H, N, d)
     out.backward(grad)                               # dq, dk, dv from the saved log-sum-exp
+
+Grouped-query attention: k and v may have Hkv heads with H a multiple of Hkv; query
+head h reads KV head h // (H/Hkv) in place (no repeated K/V anywhere), and the
+gradient of a KV head is the sum over its group's query heads.  Hkv == H is ordinary
+multi-head attention.
 
 Forward saves only q, k, v, the output and the log-sum-exp L (B·H·N numbers), never
 the N×N probabilities: backward rebuilds each tile as P = exp(S - L).  Which code
@@ -48,9 +53,12 @@ def _cuda_kernels(q, implementation=None):
 def _check_shapes(q, k, v):
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"flash_attention wants (B, H, N, d) arrays, got {q.shape}, {k.shape}, {v.shape}")
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: batch, heads and head dim must "
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: batch and head dim must "
                          "agree and k, v must have the same shape")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads and k, v {k.shape[1]}: the query heads must be "
+                         "a whole multiple of the key/value heads")
 
 
 def flash_forward(q, k, v, causal=True, implementation=None):
@@ -90,7 +98,7 @@ class FlashAttention(Function):
 
 
 def flash_attention(q, k, v, causal=True, implementation=None):
-    """Tensors (B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d) -> Tensor (B, H, Nq, d).
+    """Tensors (B, H, Nq, d), (B, Hkv, Nk, d), (B, Hkv, Nk, d) -> Tensor (B, H, Nq, d), H % Hkv == 0.
 
     Causal masking is bottom-right aligned (query i sees key j iff j <= i + Nk - Nq);
     rows that see no key give 0.  ``implementation``: see the module doc.

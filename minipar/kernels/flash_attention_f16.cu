@@ -10,44 +10,61 @@
 // So a thread owns rows g and g+8 of every tile; row statistics are reduced over the
 // four lanes of a quad (shuffles by 1 and 2), and two C tiles side by side are exactly
 // one A fragment: P and dS go from one product into the next without touching memory.
-// Shared-memory rows are HEAD_DIM + 8 halves long: 16-byte aligned for ldmatrix, and the
-// 8 rows one ldmatrix (or the 8 g's of a fragment load) touches fall in distinct banks.
+// Shared-memory tiles are XOR-swizzled (flash_mma.cuh, `swizzle`): the 8 rows one ldmatrix
+// or fragment load touches fall in distinct banks, with no padding.  Softmax runs in base
+// 2 with log2(e) folded into the score scale, so each exponential is one exp2.
+//
+// Grouped-query attention (`group` = G = H / Hkv query heads per KV head), as in
+// flash_attention.cu: forward blocks of flat query head h read KV head h / G; backward
+// blocks own one KV head's key tile and walk its G query heads in turn, keeping dK, dV
+// in registers across the group (no atomics on dK/dV, one fp16 store at the end).
 
 #include "flash_mma.cuh"
 
 // Forward.  Block = TC_BLOCK_Q queries, warp w owns rows 16w..16w+15; Q stays in registers
 // as A fragments.  Scores are kept in log2 units (S·scale·log2 e) so that exp is one exp2.
-// Shared memory (halves): k_tile, v_tile [TC_BLOCK_K][ROW]; k_tile first stages Q.
+// K/V are double-buffered: while the warps compute on the tile in one stage, cp.async
+// copies the next tile into the other, so global-memory latency hides behind the MMAs.
+// Shared memory (halves): 2 stages × {k_tile, v_tile} [TC_BLOCK_K][ROW]; stage 1's k_tile
+// first stages Q.
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
                   const half_bits* __restrict__ v, half_bits* __restrict__ out,
-                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale) {
+                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
-    half_bits* k_tile = (half_bits*)smem_tc;
-    half_bits* v_tile = k_tile + TC_BLOCK_K * ROW;
-    const index_t head = blockIdx.y;
+    half_bits* const stages = (half_bits*)smem_tc;  // stage s: k_tile at 2s·KV_TILE, v_tile after it
+    const int KV_TILE = TC_BLOCK_K * ROW;
+    const index_t head = blockIdx.y, kv_head = head / group;  // query head h reads KV head h / G
     q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
-    k += head * n_keys * HEAD_DIM;     v += head * n_keys * HEAD_DIM;
+    k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BLOCK_Q, offset = n_keys - n_queries;
     const int query[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};  // this thread's two rows
     const float scale_log2 = scale * LOG2E;
 
-    load_tile(k_tile, q, q0, TC_BLOCK_Q, n_queries);
+    load_tile(stages + 2 * KV_TILE, q, q0, TC_BLOCK_Q, n_queries);
     __syncthreads();
     unsigned q_frag[HEAD_DIM / 16][4];
 #pragma unroll
-    for (int kd = 0; kd < HEAD_DIM / 16; ++kd) load_a(q_frag[kd], k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+    for (int kd = 0; kd < HEAD_DIM / 16; ++kd) load_a(q_frag[kd], stages + 2 * KV_TILE, ROW, warp * 16, kd * 16, g, t);
 
     float acc[HEAD_DIM / 8][4] = {};
     float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns only
     const int q1 = min(q0 + TC_BLOCK_Q, n_queries);
     const int key_end = causal ? min(n_keys, q1 + offset) : n_keys;
-    for (int k0 = 0; k0 < key_end; k0 += TC_BLOCK_K) {
-        __syncthreads();  // nobody still reads the previous tile (or the Q staging)
-        load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
-        load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
-        __syncthreads();
+    if (key_end > 0) {  // the first K/V tile into stage 0
+        load_tile_async(stages, k, 0, TC_BLOCK_K, n_keys);
+        load_tile_async(stages + KV_TILE, v, 0, TC_BLOCK_K, n_keys);
+    }
+    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {
+        cp_async_wait_all();  // this thread's copies of tile k0 have landed...
+        __syncthreads();      // ...and everyone's; nobody still reads the other stage (last tile, or Q)
+        if (k0 + TC_BLOCK_K < key_end) {  // the next tile into the other stage, during this one's MMAs
+            load_tile_async(stages + 2 * (stage ^ 1) * KV_TILE, k, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
+            load_tile_async(stages + (2 * (stage ^ 1) + 1) * KV_TILE, v, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
+        }
+        const half_bits* k_tile = stages + 2 * stage * KV_TILE;
+        const half_bits* v_tile = k_tile + KV_TILE;
 
         float s[TC_BLOCK_K / 8][4] = {};  // S = Q Kᵀ: 16 rows × 64 keys, 8 keys per C tile
 #pragma unroll
@@ -55,7 +72,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
             for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
                 unsigned b[2];
-                load_b_transposed(b, k_tile + nk * 8 * ROW + kd * 16, ROW, g, t);
+                load_b_transposed(b, k_tile, ROW, nk * 8, kd * 16, g, t);
                 mma_16x8x16(s[nk], q_frag[kd], b);
             }
         }
@@ -95,7 +112,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                 unsigned b[4];
-                load_b_pair(b, v_tile + kk * 16 * ROW + nd * 8, lane);
+                load_b_pair(b, v_tile, ROW, kk * 16, nd * 8, lane);
                 mma_16x8x16(acc[nd], p_frag, b);
                 mma_16x8x16(acc[nd + 1], p_frag, b + 2);
             }
@@ -120,25 +137,37 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 // Pᵀ and dSᵀ come out as A fragments for dV += Pᵀ dO and dK += dSᵀ Q.  dS is written to
 // shared memory once, and dQ += dS K · scale is a block-wide product added to the fp32 dq
 // buffer with atomics (warp w: queries 16(w%2).., head-dim half w/2).
-// Shared memory: k_tile, v_tile [TC_BLOCK_K][ROW], q_tile, do_tile [TC_BWD_BLOCK_Q][ROW],
-// ds_tile [TC_BWD_BLOCK_Q][DS_ROW] (halves); lse_tile (log2 units), delta_tile [TC_BWD_BLOCK_Q] (floats).
+// The query tiles stream through two stages: while the warps work on tile i, cp.async
+// copies Q and dO of tile i+1 into the other stage, and its L and D wait in registers
+// until tile i is done.  With grouped-query attention the tiles of the G query heads of
+// this block's KV head come one head after another (`query_tile`).
+// Shared memory: k_tile, v_tile [TC_BLOCK_K][ROW]; 2 stages × {q_tile, do_tile}
+// [TC_BWD_BLOCK_Q][ROW]; ds_tile [TC_BWD_BLOCK_Q][DS_ROW] (halves); 2 stages × {lse_tile
+// (log2 units), delta_tile} [TC_BWD_BLOCK_Q] (floats).
+struct QueryTile { index_t head_row; int q0; };  // first row of its head in (B·H·Nq) rows; its first query
+
+// Tile i of the block's walk: T = tiles_per_head tiles (from first_q on) of each query head
+// of KV head kv_head's group in turn.
+__device__ __forceinline__ QueryTile query_tile(int i, int kv_head, int group, int tiles_per_head, int first_q,
+                                                int n_queries) {
+    return {(index_t)(kv_head * group + i / tiles_per_head) * n_queries, first_q + (i % tiles_per_head) * TC_BWD_BLOCK_Q};
+}
+
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
                    const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
                    const float* __restrict__ lse, const float* __restrict__ delta,
                    float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
-                   int n_queries, int n_keys, int causal, float scale) {
+                   int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
+    const int Q_TILE = TC_BWD_BLOCK_Q * ROW, STATS = TC_BWD_BLOCK_Q;
     half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BLOCK_K * ROW;
-    half_bits *q_tile = v_tile + TC_BLOCK_K * ROW, *do_tile = q_tile + TC_BWD_BLOCK_Q * ROW;
-    half_bits* ds_tile = do_tile + TC_BWD_BLOCK_Q * ROW;
-    float* lse_tile = (float*)(ds_tile + TC_BWD_BLOCK_Q * DS_ROW);
-    float* delta_tile = lse_tile + TC_BWD_BLOCK_Q;
-    const index_t head = blockIdx.y;
-    q += head * n_queries * HEAD_DIM;  grad_out += head * n_queries * HEAD_DIM;  dq += head * n_queries * HEAD_DIM;
-    lse += head * n_queries;  delta += head * n_queries;
-    k += head * n_keys * HEAD_DIM;  v += head * n_keys * HEAD_DIM;
-    dk += head * n_keys * HEAD_DIM;  dv += head * n_keys * HEAD_DIM;
+    half_bits* const qdo_stages = v_tile + TC_BLOCK_K * ROW;  // stage s: q_tile at 2s·Q_TILE, do_tile after it
+    half_bits* const ds_tile = qdo_stages + 4 * Q_TILE;
+    float* const stat_stages = (float*)(ds_tile + TC_BWD_BLOCK_Q * DS_ROW);  // stage s: lse at 2s·STATS, delta after
+    const int kv_head = blockIdx.y;
+    k += (index_t)kv_head * n_keys * HEAD_DIM;  v += (index_t)kv_head * n_keys * HEAD_DIM;
+    dk += (index_t)kv_head * n_keys * HEAD_DIM;  dv += (index_t)kv_head * n_keys * HEAD_DIM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int k0 = blockIdx.x * TC_BLOCK_K, offset = n_keys - n_queries;
     const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's two key rows
@@ -147,33 +176,62 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
     load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
     load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
     float dk_acc[HEAD_DIM / 8][4] = {}, dv_acc[HEAD_DIM / 8][4] = {};
+    // The first query that sees key k0 is k0 - offset; earlier query tiles are skipped.
     const int first_q = causal ? max(0, k0 - offset) / TC_BWD_BLOCK_Q * TC_BWD_BLOCK_Q : 0;
-    // Two barriers per query tile.  The one after the loads also guards this tile's loads:
-    // the previous tile's q/dO/L/D were last read before its dS barrier, and its dS tile
-    // (read after that barrier) is rewritten only after this tile's load barrier.
-    for (int q0 = first_q; q0 < n_queries; q0 += TC_BWD_BLOCK_Q) {
-        load_tile(q_tile, q, q0, TC_BWD_BLOCK_Q, n_queries);
-        load_tile(do_tile, grad_out, q0, TC_BWD_BLOCK_Q, n_queries);
-        for (int i = threadIdx.x; i < TC_BWD_BLOCK_Q; i += blockDim.x) {
-            bool inside = q0 + i < n_queries;
-            float l = inside ? lse[q0 + i] : 0.f;
-            lse_tile[i] = l == NEG_INF ? 0.f : l * LOG2E;  // such rows are fully hidden anyway
-            delta_tile[i] = inside ? delta[q0 + i] : 0.f;
+    const int tiles_per_head = (max(0, n_queries - first_q) + TC_BWD_BLOCK_Q - 1) / TC_BWD_BLOCK_Q;
+    const int n_tiles = group * tiles_per_head;
+    // Threads r < TC_BWD_BLOCK_Q carry row r's L and D into shared memory, in log2 units
+    // (L = -inf, a row that sees nothing, becomes 0: its keys are all hidden anyway).
+    const int r = threadIdx.x;
+    float next_lse = 0.f, next_delta = 0.f;  // the next tile's, held while this one computes
+    if (n_tiles > 0) {
+        const QueryTile first = query_tile(0, kv_head, group, tiles_per_head, first_q, n_queries);
+        load_tile_async(qdo_stages, q + first.head_row * HEAD_DIM, first.q0, TC_BWD_BLOCK_Q, n_queries);
+        load_tile_async(qdo_stages + Q_TILE, grad_out + first.head_row * HEAD_DIM, first.q0, TC_BWD_BLOCK_Q, n_queries);
+        if (r < STATS) {
+            const bool inside = first.q0 + r < n_queries;
+            const float l = inside ? lse[first.head_row + first.q0 + r] : 0.f;
+            stat_stages[r] = l == NEG_INF ? 0.f : l * LOG2E;
+            stat_stages[STATS + r] = inside ? delta[first.head_row + first.q0 + r] : 0.f;
         }
-        __syncthreads();
+    }
+    // Two barriers per tile.  The first (after the wait) makes tile i's copies visible and
+    // frees the other stage: tile i-1's Q/dO/L/D were last read before its dS barrier, so
+    // the next tile's copies may start; ds_tile, read after tile i-1's dS barrier, is
+    // rewritten only after this one.
+    for (int i = 0; i < n_tiles; ++i) {
+        const int stage = i & 1;
+        const QueryTile tile = query_tile(i, kv_head, group, tiles_per_head, first_q, n_queries);
+        const int q0 = tile.q0;
+        const half_bits *q_tile = qdo_stages + 2 * stage * Q_TILE, *do_tile = q_tile + Q_TILE;
+        const float *lse_tile = stat_stages + 2 * stage * STATS, *delta_tile = lse_tile + STATS;
+        cp_async_wait_all();  // this thread's copies of tile i have landed...
+        __syncthreads();      // ...and everyone's
+        const bool has_next = i + 1 < n_tiles;
+        if (has_next) {  // tile i+1 into the other stage, during this tile's MMAs
+            const QueryTile next = query_tile(i + 1, kv_head, group, tiles_per_head, first_q, n_queries);
+            half_bits* next_q = qdo_stages + 2 * (stage ^ 1) * Q_TILE;
+            load_tile_async(next_q, q + next.head_row * HEAD_DIM, next.q0, TC_BWD_BLOCK_Q, n_queries);
+            load_tile_async(next_q + Q_TILE, grad_out + next.head_row * HEAD_DIM, next.q0, TC_BWD_BLOCK_Q, n_queries);
+            if (r < STATS) {  // into registers now, to shared memory after this tile
+                const bool inside = next.q0 + r < n_queries;
+                next_lse = inside ? lse[next.head_row + next.q0 + r] : 0.f;
+                next_delta = inside ? delta[next.head_row + next.q0 + r] : 0.f;
+            }
+        }
 
         float s[TC_BWD_BLOCK_Q / 8][4] = {}, dp[TC_BWD_BLOCK_Q / 8][4] = {};  // Sᵀ, dPᵀ
 #pragma unroll
         for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
             unsigned k_frag[4], v_frag[4];
-            load_a(k_frag, k_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
-            load_a(v_frag, v_tile + warp * 16 * ROW + kd * 16, ROW, g, t);
+            load_a(k_frag, k_tile, ROW, warp * 16, kd * 16, g, t);
+            load_a(v_frag, v_tile, ROW, warp * 16, kd * 16, g, t);
 #pragma unroll
             for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
                 unsigned b[2];
-                load_b_transposed(b, q_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                load_b_transposed(b, q_tile, ROW, nq * 8, kd * 16, g, t);
                 mma_16x8x16(s[nq], k_frag, b);
-                load_b_transposed(b, do_tile + nq * 8 * ROW + kd * 16, ROW, g, t);
+                load_b_transposed(b, do_tile, ROW, nq * 8, kd * 16, g, t);
                 mma_16x8x16(dp[nq], v_frag, b);
             }
         }
@@ -189,7 +247,7 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                 float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
                 s[nq][e] = p;
                 dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
-                ds_tile[col * DS_ROW + warp * 16 + g + (e / 2) * 8] = float_to_half(dp[nq][e]);
+                ds_tile[swizzle(col, warp * 16 + g + (e / 2) * 8, DS_ROW)] = float_to_half(dp[nq][e]);
             }
         }
 #pragma unroll
@@ -200,10 +258,10 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                 unsigned b[4];
-                load_b_pair(b, do_tile + kq * 16 * ROW + nd * 8, lane);
+                load_b_pair(b, do_tile, ROW, kq * 16, nd * 8, lane);
                 mma_16x8x16(dv_acc[nd], p_frag, b);
                 mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
-                load_b_pair(b, q_tile + kq * 16 * ROW + nd * 8, lane);
+                load_b_pair(b, q_tile, ROW, kq * 16, nd * 8, lane);
                 mma_16x8x16(dk_acc[nd], ds_frag, b);
                 mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
             }
@@ -215,11 +273,11 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
 #pragma unroll
         for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
             unsigned ds_frag[4];
-            load_a(ds_frag, ds_tile + dq_row0 * DS_ROW + kk * 16, DS_ROW, g, t);
+            load_a(ds_frag, ds_tile, DS_ROW, dq_row0, kk * 16, g, t);
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
                 unsigned b[4];
-                load_b_pair(b, k_tile + kk * 16 * ROW + dq_col0 + nd * 8, lane);
+                load_b_pair(b, k_tile, ROW, kk * 16, dq_col0 + nd * 8, lane);
                 mma_16x8x16(dq_part[nd], ds_frag, b);
                 mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
             }
@@ -229,8 +287,13 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 int query = q0 + dq_row0 + g + (e / 2) * 8, col = dq_col0 + nd * 8 + 2 * t + (e & 1);
-                if (query < n_queries) atomicAdd(dq + (index_t)query * HEAD_DIM + col, dq_part[nd][e] * scale);
+                if (query < n_queries)
+                    atomicAdd(dq + (tile.head_row + query) * HEAD_DIM + col, dq_part[nd][e] * scale);
             }
+        }
+        if (has_next && r < STATS) {  // the other stage's L and D were last read before tile i-1's dS barrier
+            stat_stages[2 * (stage ^ 1) * STATS + r] = next_lse == NEG_INF ? 0.f : next_lse * LOG2E;
+            stat_stages[(2 * (stage ^ 1) + 1) * STATS + r] = next_delta;
         }
     }
 #pragma unroll

@@ -8,6 +8,8 @@ Each is compiled once per head dimension by ``cupy.RawModule`` with ``-DHEAD_DIM
 kernel, computes the grid and the dynamic shared memory, and launches:
 
     grid  = (ceil(N / rows per block), B·H),  one block per tile of rows of one head
+            (backward: B·Hkv, one block per key tile of one KV head, looping over its
+             G = H/Hkv query heads: grouped-query attention with K/V read in place)
     dq    = fp32 zeros, accumulated by atomics from every key block, cast at the end
     D     = rowsum(dO ∘ O), computed here with array ops before the backward kernel
 
@@ -47,12 +49,12 @@ def shared_memory_bytes(kernel, head_dim):
     if kernel == "flash_backward_f32":
         b = F32_BWD_BLOCK
         return 4 * (4 * b * (d + 1) + 2 * b * d + b * (b + 1) + 2 * b)
-    row = d + 8  # halves per shared-memory row
+    # fp16 tiles: swizzled rows of d halves, no padding (flash_mma.cuh)
     if kernel == "flash_forward_f16":
-        return 2 * (2 * TC_BLOCK_K * row)
+        return 2 * (2 * 2 * TC_BLOCK_K * d)  # 2 stages (double buffering) × {K, V}
     if kernel == "flash_backward_f16":
-        halves = (2 * TC_BLOCK_K + 2 * TC_BWD_BLOCK_Q) * row + TC_BWD_BLOCK_Q * (TC_BLOCK_K + 8)
-        return 2 * halves + 4 * 2 * TC_BWD_BLOCK_Q
+        halves = (2 * TC_BLOCK_K + 2 * 2 * TC_BWD_BLOCK_Q) * d + TC_BWD_BLOCK_Q * TC_BLOCK_K  # K, V, 2 × {Q, dO}, dS
+        return 2 * halves + 4 * 2 * 2 * TC_BWD_BLOCK_Q  # 2 stages × {L, D}
     raise ValueError(kernel)
 
 
@@ -108,12 +110,13 @@ class CupyKernels:
         return array.data.ptr
 
 
-def _launch(kernels, name, head_dim, grid, threads, arrays, n_queries, n_keys, causal):
-    """Every kernel takes (arrays..., n_queries, n_keys, causal, scale) as int32/fp32 scalars.
+def _launch(kernels, name, head_dim, grid, threads, arrays, n_queries, n_keys, causal, group):
+    """Every kernel takes (arrays..., n_queries, n_keys, causal, scale, group) as int32/fp32
+    scalars; ``group`` = query heads per KV head.
     Above 48 KiB of dynamic shared memory a kernel must opt in (sm_70 and later)."""
     xp = kernels.xp
     scalars = (xp.int32(n_queries), xp.int32(n_keys), xp.int32(bool(causal)),
-               xp.float32(1.0 / math.sqrt(head_dim)))
+               xp.float32(1.0 / math.sqrt(head_dim)), xp.int32(group))
     kernel, shared = kernels.get(name, head_dim), shared_memory_bytes(name, head_dim)
     if shared > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared:
         kernel.max_dynamic_shared_size_bytes = shared
@@ -131,12 +134,13 @@ def _suffix(dtype):
 
 
 def forward(q, k, v, causal=True, kernels=None):
-    """(out, lse): out like q, lse (B, H, Nq) fp32.  ``kernels``: default ``CupyKernels()``."""
+    """(out, lse): out like q, lse (B, H, Nq) fp32; k, v may have H/G heads (grouped-query).
+    ``kernels``: default ``CupyKernels()``."""
     kernels = kernels or CupyKernels()
     xp = kernels.xp
     q, k, v = (_prepared(kernels, a) for a in (q, k, v))
     batch, heads, n_queries, head_dim = q.shape
-    n_keys = k.shape[2]
+    kv_heads, n_keys = k.shape[1], k.shape[2]
     out = xp.zeros_like(q)
     lse = xp.full((batch, heads, n_queries), -xp.inf, dtype=xp.float32)
     if out.size == 0 or n_keys == 0:
@@ -144,18 +148,20 @@ def forward(q, k, v, causal=True, kernels=None):
     name = "flash_forward_" + _suffix(q.dtype)
     rows, threads = (TC_BLOCK_Q, TC_THREADS) if name.endswith("f16") else (F32_BLOCK_Q, F32_BLOCK_Q)
     grid = ((n_queries + rows - 1) // rows, batch * heads)
-    _launch(kernels, name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal)
+    _launch(kernels, name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal,
+            heads // kv_heads)
     return out, lse
 
 
 def backward(q, k, v, out, lse, grad_out, causal=True, kernels=None):
-    """(dq, dk, dv) in q's dtype; dq goes through an fp32 buffer of atomic adds."""
+    """(dq, dk, dv) in q's dtype, dk and dv shaped like k; dq goes through an fp32 buffer of
+    atomic adds, dk and dv are each written once by the block that owns their KV head."""
     kernels = kernels or CupyKernels()
     xp = kernels.xp
     q, k, v, out, grad_out = (_prepared(kernels, a) for a in (q, k, v, out, grad_out))
     lse = _prepared(kernels, lse.astype(xp.float32, copy=False))
     batch, heads, n_queries, head_dim = q.shape
-    n_keys = k.shape[2]
+    kv_heads, n_keys = k.shape[1], k.shape[2]
     delta = (grad_out.astype(xp.float32) * out.astype(xp.float32)).sum(axis=-1)
     dq = xp.zeros(q.shape, dtype=xp.float32)
     dk, dv = xp.zeros_like(k), xp.zeros_like(v)
@@ -163,7 +169,7 @@ def backward(q, k, v, out, lse, grad_out, causal=True, kernels=None):
         return dq.astype(q.dtype), dk, dv
     name = "flash_backward_" + _suffix(q.dtype)
     keys, threads = (TC_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
-    grid = ((n_keys + keys - 1) // keys, batch * heads)
+    grid = ((n_keys + keys - 1) // keys, batch * kv_heads)
     _launch(kernels, name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
-            n_queries, n_keys, causal)
+            n_queries, n_keys, causal, heads // kv_heads)
     return dq.astype(q.dtype, copy=False), dk, dv

@@ -1,7 +1,18 @@
 // Helpers shared by the tensor-core kernels of flash_attention_f16.cu: fp16 conversion,
 // the warp-wide mma.sync.m16n8k16 product and loads of its operand fragments from shared
-// memory, tile copies and quad reductions.  flash_cuda.kernel_source pastes this file where
-// the .cu file includes it, before NVRTC sees the source; nvcc reads it directly.
+// memory, tile copies (plain, and cp.async straight from global to shared memory) and quad
+// reductions.
+//
+// Shared-memory tiles are XOR-swizzled: a row of `row_len` halves is cut into 16-byte
+// chunks, and chunk c of row r is stored at chunk position c ^ (r & mask) of that row
+// (mask 7, or 3 when the chunk count is not a multiple of 8: d = 32, 96).  Fragment loads
+// and ldmatrix read the same chunk column of 8 consecutive rows; unswizzled, rows of 128
+// or 256 bytes put those 8 reads in the same 4 banks (8-way conflict), swizzled they cover
+// all 32 banks — the job the old "+8 halves" row padding did, without the padding's
+// shared memory, and with every 16-byte chunk still aligned for ldmatrix and cp.async.
+//
+// flash_cuda.kernel_source pastes this file where the .cu file includes it, before NVRTC
+// sees the source; nvcc reads it directly.
 #ifndef MINIPAR_FLASH_MMA_CUH
 #define MINIPAR_FLASH_MMA_CUH
 
@@ -11,10 +22,11 @@
 #define TC_BLOCK_Q 64           // forward: query rows per block, 16 per warp
 #define TC_BLOCK_K 64           // keys per tile (forward) / per block, 16 per warp (backward)
 #define TC_BWD_BLOCK_Q 32       // backward: queries per inner tile
-#define ROW (HEAD_DIM + 8)      // shared-memory row length, halves
-#define DS_ROW (TC_BLOCK_K + 8)
+#define ROW HEAD_DIM            // shared-memory row length, halves (swizzled, no padding)
+#define DS_ROW TC_BLOCK_K
 // B fragments come in pairs of 8 columns, and the dQ pass splits the head dim in two.
 static_assert(HEAD_DIM % 32 == 0 && HEAD_DIM <= 128, "HEAD_DIM must be 32, 64, 96 or 128");
+static_assert(TC_BLOCK_Q <= TC_BLOCK_K, "the forward stages Q in a K tile");
 
 __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     unsigned r;  // cvt.f16x2 puts its first source in the upper half
@@ -26,6 +38,12 @@ __device__ __forceinline__ half_bits float_to_half(float f) {
     half_bits h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
+}
+
+// Where element (row, col) of a swizzled tile with rows of `row_len` halves lives.
+__device__ __forceinline__ int swizzle(int row, int col, int row_len) {
+    const int mask = (row_len / 8) % 8 == 0 ? 7 : 3;
+    return row * row_len + (((col >> 3) ^ (row & mask)) << 3) + (col & 7);
 }
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
@@ -50,39 +68,69 @@ __device__ __forceinline__ void c_pair_to_a(unsigned a[4], const float left[4], 
     a[3] = pack_half2(right[2], right[3]);
 }
 
-// A fragment of the 16×16 block at `tile` (row-major, `row_len` halves per row).
-__device__ __forceinline__ void load_a(unsigned a[4], const half_bits* tile, int row_len, int g, int t) {
-    const half_bits* p = tile + g * row_len + 2 * t;
-    a[0] = *(const unsigned*)(p);
-    a[1] = *(const unsigned*)(p + 8 * row_len);
-    a[2] = *(const unsigned*)(p + 8);
-    a[3] = *(const unsigned*)(p + 8 * row_len + 8);
+// The two halves at (row, col), (row, col + 1) of a swizzled tile, as one register.
+__device__ __forceinline__ unsigned pair_at(const half_bits* tile, int row, int col, int row_len) {
+    return *(const unsigned*)(tile + swizzle(row, col, row_len));
 }
 
-// B fragment of Mᵀ where M (8 rows × 16, row-major) is at `tile`: B[k][n] = M[n][k].
-__device__ __forceinline__ void load_b_transposed(unsigned b[2], const half_bits* tile, int row_len, int g, int t) {
-    const half_bits* p = tile + g * row_len + 2 * t;
-    b[0] = *(const unsigned*)(p);
-    b[1] = *(const unsigned*)(p + 8);
+// A fragment of the 16×16 block at (row0, col0) of a swizzled tile.
+__device__ __forceinline__ void load_a(unsigned a[4], const half_bits* tile, int row_len, int row0, int col0,
+                                       int g, int t) {
+    a[0] = pair_at(tile, row0 + g, col0 + 2 * t, row_len);
+    a[1] = pair_at(tile, row0 + g + 8, col0 + 2 * t, row_len);
+    a[2] = pair_at(tile, row0 + g, col0 + 2 * t + 8, row_len);
+    a[3] = pair_at(tile, row0 + g + 8, col0 + 2 * t + 8, row_len);
 }
 
-// B fragments of two 16×8 blocks of M (row-major, k = row) side by side: columns 0..7 in
-// b[0..1], columns 8..15 in b[2..3].  ldmatrix.trans hands each lane M[2t..2t+1][g].
-__device__ __forceinline__ void load_b_pair(unsigned b[4], const half_bits* tile, int lane) {
-    const half_bits* p = tile + ((lane >> 3) & 1) * 8 * ROW + (lane & 7) * ROW + (lane >> 4) * 8;
+// B fragment of Mᵀ where M is the 8 × 16 block at (row0, col0) of a swizzled tile: B[k][n] = M[n][k].
+__device__ __forceinline__ void load_b_transposed(unsigned b[2], const half_bits* tile, int row_len, int row0,
+                                                  int col0, int g, int t) {
+    b[0] = pair_at(tile, row0 + g, col0 + 2 * t, row_len);
+    b[1] = pair_at(tile, row0 + g, col0 + 2 * t + 8, row_len);
+}
+
+// B fragments of two 16×8 blocks of M (k = row) side by side, M the 16 × 16 block at
+// (row0, col0) of a swizzled tile: columns 0..7 in b[0..1], columns 8..15 in b[2..3].
+// Lanes 8j..8j+7 address the 8 rows of matrix j; ldmatrix.trans hands each lane M[2t..2t+1][g].
+__device__ __forceinline__ void load_b_pair(unsigned b[4], const half_bits* tile, int row_len, int row0, int col0,
+                                            int lane) {
+    const half_bits* p = tile + swizzle(row0 + ((lane >> 3) & 1) * 8 + (lane & 7), col0 + (lane >> 4) * 8, row_len);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(shared_address(p)));
 }
 
-// rows [row0, row0 + rows) of a (n_rows, HEAD_DIM) matrix into shared memory, zero past n_rows.
+// rows [row0, row0 + rows) of a (n_rows, HEAD_DIM) matrix into a swizzled tile, zero past n_rows.
 __device__ __forceinline__ void load_tile(half_bits* tile, const half_bits* src, int row0, int rows, int n_rows) {
     const int chunks = HEAD_DIM / 8;  // 16-byte pieces per row
     for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
         int r = i / chunks, c = (i % chunks) * 8;
         uint4 piece = make_uint4(0, 0, 0, 0);
         if (row0 + r < n_rows) piece = *(const uint4*)(src + (index_t)(row0 + r) * HEAD_DIM + c);
-        *(uint4*)(tile + r * ROW + c) = piece;
+        *(uint4*)(tile + swizzle(r, c, ROW)) = piece;
     }
+}
+
+// cp.async (sm_80+): 16 bytes from global to shared memory without passing through
+// registers, so the copy runs while the thread computes.  `bytes` < 16 fills the rest with
+// zeros.  Copies issued before a commit form one group; wait_all blocks until every group
+// of this thread has landed (other threads then need a __syncthreads to see the data).
+__device__ __forceinline__ void cp_async_16(half_bits* shared_dst, const half_bits* global_src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(shared_address(shared_dst)), "l"(global_src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// load_tile by cp.async: issues the copies and commits them as one group (no wait).  Rows
+// past n_rows are zero-filled (source size 0, from a row that exists: n_rows >= 1).
+__device__ __forceinline__ void load_tile_async(half_bits* tile, const half_bits* src, int row0, int rows, int n_rows) {
+    const int chunks = HEAD_DIM / 8;
+    for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
+        int r = i / chunks, c = (i % chunks) * 8;
+        bool inside = row0 + r < n_rows;
+        cp_async_16(tile + swizzle(r, c, ROW), src + (index_t)(inside ? row0 + r : 0) * HEAD_DIM + c, inside ? 16 : 0);
+    }
+    cp_async_commit();
 }
 
 __device__ __forceinline__ float quad_max(float x) {

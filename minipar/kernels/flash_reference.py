@@ -20,7 +20,15 @@ with ``D_i = rowsum(dO_i ∘ O_i)``:
 
 Memory is O(N·d) plus one ``block_q × block_k`` tile — never N×N.
 
-Conventions.  q is (B, H, Nq, d); k and v are (B, H, Nk, d).  Causal masking is
+Grouped-query attention.  k and v may have fewer heads than q: q is (B, H, Nq, d), k and
+v are (B, Hkv, Nk, d) with H = G·Hkv, and query head h reads KV head h // G.  The arrays
+are only *viewed* grouped — q as (B, Hkv, G, Nq, d), k and v as (B, Hkv, 1, Nk, d) — so
+the products broadcast one KV head over its G query heads and K/V are never repeated in
+memory.  By the chain rule the gradient of a KV head is the sum over its group:
+``dK_kv = Σ_{h in group} dS_hᵀ Q_h · scale`` (likewise dV), the sum over axis G below.
+G = 1 is plain multi-head attention, computed exactly as without the grouping.
+
+Conventions.  q is (B, H, Nq, d); k and v are (B, Hkv, Nk, d).  Causal masking is
 aligned to the bottom-right corner (as FlashAttention ≥ 2.1 and a KV cache do):
 query i sees key j iff ``j <= i + (Nk - Nq)`` (``causal_mask``, the rule dense attention and
 the model's softmax use too); with Nq == Nk that is plain ``j <= i``.
@@ -53,6 +61,24 @@ def _masked_scores(q_tile, k_tile, q0, k0, scale, causal, shape):
     return scores
 
 
+def group_size(q, k):
+    """G = query heads per KV head (axis -3 of q over that of k); ValueError unless whole."""
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"q has {heads} heads and k, v {kv_heads}: the query heads must be a "
+                         "whole multiple of the key/value heads")
+    return heads // kv_heads
+
+
+def grouped_views(q, k, v):
+    """q (.., H, Nq, d) as (.., Hkv, G, Nq, d) and k, v (.., Hkv, Nk, d) as (.., Hkv, 1, Nk, d):
+    views, no copies; broadcasting then pairs query head h with KV head h // G."""
+    group = group_size(q, k)
+    kv_heads = k.shape[-3]
+    q = q.reshape(q.shape[:-3] + (kv_heads, group) + q.shape[-2:])
+    return q, k[..., None, :, :], v[..., None, :, :]
+
+
 def _last_visible_key_end(q1, n_keys, causal, offset):
     """One past the last key any query row < q1 can see: where the inner loop stops."""
     return min(n_keys, q1 + offset) if causal else n_keys
@@ -60,6 +86,8 @@ def _last_visible_key_end(q1, n_keys, causal, offset):
 
 def flash_forward_reference(q, k, v, causal=True, block_q=64, block_k=64):
     """Tiled forward pass. Returns ``(out, lse)``: out like q, lse (B, H, Nq) in the accumulation dtype."""
+    q_shape = q.shape
+    q, k, v = grouped_views(q, k, v)
     batch_heads, n_queries, head_dim = q.shape[:-2], q.shape[-2], q.shape[-1]
     n_keys = k.shape[-2]
     acc_dtype = accumulation_dtype(q.dtype)
@@ -93,11 +121,15 @@ def flash_forward_reference(q, k, v, causal=True, block_q=64, block_k=64):
         seen = row_sum > 0
         out[..., q0:q1, :] = (acc / xp.where(seen, row_sum, 1.0)[..., None]).astype(q.dtype)
         lse[..., q0:q1] = xp.where(seen, row_max + xp.log(xp.where(seen, row_sum, 1.0)), -xp.inf)
-    return out, lse
+    return out.reshape(q_shape), lse.reshape(q_shape[:-1])
 
 
 def flash_backward_reference(q, k, v, out, lse, grad_out, causal=True, block_q=64, block_k=64):
-    """Tiled backward from the saved log-sum-exp. Returns ``(dq, dk, dv)`` in q's dtype."""
+    """Tiled backward from the saved log-sum-exp. Returns ``(dq, dk, dv)`` in q's dtype;
+    dk, dv have k's shape (each KV head's gradient summed over its group of query heads)."""
+    q_shape, kv_shape = q.shape, k.shape
+    q, k, v = grouped_views(q, k, v)
+    out, grad_out, lse = out.reshape(q.shape), grad_out.reshape(q.shape), lse.reshape(q.shape[:-1])
     n_queries, head_dim = q.shape[-2], q.shape[-1]
     n_keys = k.shape[-2]
     acc_dtype = accumulation_dtype(q.dtype)
@@ -126,14 +158,14 @@ def flash_backward_reference(q, k, v, out, lse, grad_out, causal=True, block_q=6
             do_tile = grad_out[..., q0:q1, :].astype(acc_dtype)
             scores = _masked_scores(q_tile, k_tile, q0, k0, scale, causal, (n_queries, n_keys))
             probs = xp.exp(scores - safe_lse[..., q0:q1, None])
-            dv_acc += probs.swapaxes(-1, -2) @ do_tile
+            dv_acc += (probs.swapaxes(-1, -2) @ do_tile).sum(axis=-3, keepdims=True)  # over the group
             dprobs = do_tile @ v_tile.swapaxes(-1, -2)
             dscores = probs * (dprobs - delta[..., q0:q1, None])
             dq[..., q0:q1, :] += dscores @ k_tile * scale
-            dk_acc += dscores.swapaxes(-1, -2) @ q_tile * scale
+            dk_acc += (dscores.swapaxes(-1, -2) @ q_tile * scale).sum(axis=-3, keepdims=True)
         dk[..., k0:k1, :] = dk_acc.astype(q.dtype)
         dv[..., k0:k1, :] = dv_acc.astype(q.dtype)
-    return dq.astype(q.dtype), dk, dv
+    return dq.astype(q.dtype).reshape(q_shape), dk.reshape(kv_shape), dv.reshape(kv_shape)
 
 
 def dense_attention(q, k, v, causal=True):

@@ -52,22 +52,9 @@ def attention_core(q, k, v, kind="naive", causal=True, implementation=None):
     if kind == "naive":
         return naive_attention(q, k, v, causal)
     if kind == "flash":
-        refuse_grouped_kv(q.shape[1], k.shape[1], "flash")
         from minipar.kernels.flash_attention import flash_attention
         return flash_attention(q, k, v, causal=causal, implementation=implementation)
     raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
-
-
-def refuse_grouped_kv(n_head, n_kv_head, attention, cp=1):
-    """Until the flash kernels and ring attention read grouped K/V in place (issue 34,
-    kernel side), the one place that refuses them (the config checks call it too).
-    Remove it, and its callers, once they do."""
-    if n_kv_head != n_head and (attention == "flash" or cp > 1):
-        what = "`attention` flash" if attention == "flash" else "context parallelism (`cp` > 1)"
-        raise NotImplementedError(f"{what} with `n_kv_head` {n_kv_head} < `n_head` {n_head} "
-                                  f"(grouped-query attention) is not built yet; use "
-                                  f"`n_kv_head` {n_head}" + (" or `attention` naive"
-                                                             if attention == "flash" else ""))
 
 
 class AttentionCore(Module):

@@ -39,7 +39,7 @@ from minipar.kernels.emulator.source import emulated_source
 from minipar.kernels.flash_cuda import KERNEL_DIR, kernel_source
 
 EMULATOR_DIR = Path(__file__).resolve().parent  # the headers below; the generated C++ includes
-HEADERS = ("emulator.h", "cuda_threads.h", "ptx.h", "main.h")  # them as "emulator/...", from -I KERNEL_DIR
+HEADERS = ("emulator.h", "cuda_threads.h", "ptx.h", "async_copy.h", "main.h")  # them as "emulator/...", from -I KERNEL_DIR
 COMMON_FLAGS = ["-std=c++17", "-O0", "-g", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
                 "-fno-omit-frame-pointer"]
 CHECKS = {"memory": ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],

@@ -34,6 +34,9 @@ enum Schedule { LOCKSTEP, GREEDY, SHUFFLED };
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr int MAX_DEPOSIT = 64;  // bytes one lane hands to a warp-wide instruction
 
+// One cp.async of this thread not yet waited for: `bytes` from src, zeros up to 16.
+struct AsyncCopy { size_t shared_offset; const unsigned char* src; unsigned bytes; };
+
 struct Fiber {
     ucontext_t context;
     char* stack = nullptr;
@@ -44,6 +47,8 @@ struct Fiber {
     State state = READY;
     unsigned warp_calls = 0;     // warp-wide instructions this thread has executed
     unsigned block_barriers = 0;
+    std::vector<AsyncCopy> async_open;                 // cp.async issued since the last commit
+    std::vector<std::vector<AsyncCopy>> async_groups;  // committed groups, oldest first
 };
 
 struct Deposit { std::string op; unsigned char bytes[MAX_DEPOSIT]; };
@@ -203,6 +208,8 @@ EMU_UNCHECKED inline void run_block() {
         f.state = READY;
         f.started = false;
         f.warp_calls = f.block_barriers = 0;
+        f.async_open.clear();
+        f.async_groups.clear();
         f.stack = (char*)malloc(STACK_BYTES);
         EMU_RACE(f.race_fiber = __tsan_create_fiber(0));
         getcontext(&f.context);

@@ -14,7 +14,8 @@
 //             result from the 32 lanes' operands.  A barrier some thread never reaches
 //             stops the launch with a message (on a GPU: a hang or undefined behaviour).
 //   PTX       mma.sync.m16n8k16 (f16 x f16 + f32), ldmatrix.x4.trans, cvt to f16/f16x2,
-//             cvta.to.shared (ptx.h): fragment layouts as in the PTX ISA.
+//             cvta.to.shared, cp.async (16-byte .cg, commit_group, wait_group; ptx.h):
+//             fragment layouts as in the PTX ISA.
 //             An instruction not listed stops the launch.
 //   memory    global buffers and each block's shared memory are heap blocks of exactly the
 //             launch's sizes; shared memory starts filled with one byte value (0xff: NaN).

@@ -14,10 +14,13 @@
 //   C, D (16x8 f32): register i    ->  C[g + 8(i>>1)][2t + (i&1)]
 // ldmatrix.m8n8.x4.trans: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j;
 // lane 4g + t receives M_j[2t..2t+1][g] in register j.
+// cp.async (commit_group, wait_group): async_copy.h.
 // In the race build the interpreter's bookkeeping is hidden from ThreadSanitizer; only
 // ldmatrix's read of shared memory is the kernel's own access, and is checked.
 #pragma once
 #include <deque>
+
+#include "async_copy.h"
 
 namespace emu {
 
@@ -135,16 +138,23 @@ inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
 // A template is parsed once (cached by the address of its string literal) into statements
 // whose operands are register slots: %N is slot N, a `.reg` temporary a slot after them.
 
-enum Opcode { CVT_F16X2, CVT_F16, CVTA_SHARED, CVT_U32_U64, MMA_16816, LDMATRIX_X4_TRANS };
+enum Opcode { CVT_F16X2, CVT_F16, CVTA_SHARED, CVT_U32_U64, MMA_16816, LDMATRIX_X4_TRANS, CP_ASYNC_16,
+              CP_ASYNC_COMMIT, CP_ASYNC_WAIT };
 struct OpcodeInfo { const char* name; Opcode op; std::vector<size_t> group_sizes; };  // registers per operand
 const OpcodeInfo OPCODES[] = {
     {"cvt.rn.f16x2.f32", CVT_F16X2, {1, 1, 1}}, {"cvt.rn.f16.f32", CVT_F16, {1, 1}},
     {"cvta.to.shared.u64", CVTA_SHARED, {1, 1}}, {"cvt.u32.u64", CVT_U32_U64, {1, 1}},
     {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", MMA_16816, {4, 4, 2, 4}},
-    {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS, {4, 1}}};
+    {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS, {4, 1}},
+    {"cp.async.cg.shared.global", CP_ASYNC_16, {1, 1, 1, 1}}, {"cp.async.commit_group", CP_ASYNC_COMMIT, {}},
+    {"cp.async.wait_group", CP_ASYNC_WAIT, {1}}};
 
 struct Statement { Opcode op; std::vector<std::vector<int>> args; };  // args: groups of slots
-struct Program { std::vector<Statement> statements; size_t slots = 0; };
+struct Program {
+    std::vector<Statement> statements;
+    size_t slots = 0;
+    std::vector<std::pair<int, uint64_t>> constants;  // (slot, value) of the integer literals
+};
 
 inline std::string trim(const std::string& s) {
     size_t a = s.find_first_not_of(" \t\n"), b = s.find_last_not_of(" \t\n");
@@ -170,6 +180,11 @@ inline Program parse(const std::string& text, size_t n_operands) {
     std::vector<std::string> temps;
     auto slot = [&](std::string name) {
         name = trim(name);
+        if (!name.empty() && isdigit((unsigned char)name[0])) {  // an integer literal: a constant slot
+            temps.push_back("#" + name);
+            program.constants.push_back({(int)(n_operands + temps.size() - 1), std::stoull(name)});
+            return (int)(n_operands + temps.size() - 1);
+        }
         if (name.size() > 1 && name[0] == '%' && isdigit((unsigned char)name[1])) {
             size_t n = std::stoul(name.substr(1));
             if (n >= n_operands) fail("asm operand " + name + " does not exist in '" + text + "'");
@@ -250,6 +265,15 @@ inline void execute(const Statement& s, uint64_t* r) {
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }
+        case CP_ASYNC_16:
+            cp_async_issue(r[x[0][0]], r[x[1][0]], r[x[2][0]], r[x[3][0]]);
+            break;
+        case CP_ASYNC_COMMIT:
+            cp_async_commit();
+            break;
+        case CP_ASYNC_WAIT:
+            cp_async_wait(r[x[0][0]]);
+            break;
     }
 }
 
@@ -269,6 +293,7 @@ EMU_UNCHECKED inline void ptx(const char* text, std::initializer_list<Operand> o
     if (program->slots > 64) fail("asm statement with too many registers");
     size_t n = 0;
     for (const Operand& o : operands) slots[n++] = o.bits;
+    for (const auto& [slot, value] : program->constants) slots[slot] = value;
     for (const Statement& statement : program->statements) execute(statement, slots);
     n = 0;
     for (const Operand& o : operands) {

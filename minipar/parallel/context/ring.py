@@ -18,6 +18,12 @@ accumulator is back with the rank that owns those keys.
 
 Per chunk pair the work is the attention core of the model: "naive" (dense scores) or
 "flash" (the tiled kernel, which returns the log-sum-exp this merge needs).
+
+Grouped-query attention: k and v have Hkv = H/G heads, and they travel round the ring
+as they are — each hop moves 2·B·Hkv·(S/C)·d numbers, G times fewer than repeating
+K/V to H heads before sending would.  Each chunk pair reads a KV head in place for its
+G query heads (``grouped_views``) and sums dK, dV over the group, so the accumulators
+that travel back are Hkv heads too.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import math
 from minipar.autograd import Function
 from minipar.autograd.ops_attention import causal_bias
 from minipar.backend import xp
+from minipar.kernels.flash_reference import grouped_views
 from minipar.nn.module import Module
 from minipar.parallel.context.split import chunks_of, pair_kind, positions_of
 
@@ -36,39 +43,47 @@ def _wide(x):
 
 
 def pair_forward(q, k, v, kind, diagonal, implementation=None):
-    """(o, L) of queries q over keys k, v: all of them, or causally on the diagonal."""
+    """(o, L) of queries q (B, H, n, d) over keys k, v (B, Hkv, n, d): all of them, or
+    causally on the diagonal."""
     if kind == "flash":
         from minipar.kernels.flash_attention import flash_forward
         c = xp.ascontiguousarray
         return flash_forward(c(q), c(k), c(v), diagonal, implementation)
-    s = _wide(q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(q.shape[-1]))
+    q_shape = q.shape
+    q, k, v = grouped_views(q, k, v)                     # (B, Hkv, G, n, d), (B, Hkv, 1, n, d)
+    s = _wide(q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if diagonal:
         s = s + causal_bias(s.shape[-2], s.shape[-1], s.dtype)
     m = s.max(axis=-1, keepdims=True)
     p = xp.exp(s - m)
     total = p.sum(axis=-1, keepdims=True)
     out = (p.astype(v.dtype) @ v) / total.astype(v.dtype)
-    return out, (m + xp.log(total))[..., 0]
+    return out.reshape(q_shape), (m + xp.log(total)).reshape(q_shape[:-1])
 
 
 def pair_backward(q, k, v, out, lse, grad_out, kind, diagonal, implementation=None):
-    """(dq, dk, dv) of one chunk pair, from the FINAL output and log-sum-exp of q's rows."""
+    """(dq, dk, dv) of one chunk pair, from the FINAL output and log-sum-exp of q's rows;
+    dk, dv shaped like k (summed over each KV head's group of query heads)."""
     if kind == "flash":
         from minipar.kernels.flash_attention import flash_backward
         c = xp.ascontiguousarray
         return flash_backward(c(q), c(k), c(v), c(out), c(lse), c(grad_out), diagonal, implementation)
+    q_shape, kv_shape = q.shape, k.shape
+    q, k, v = grouped_views(q, k, v)                     # (B, Hkv, G, n, d), (B, Hkv, 1, n, d)
+    out, grad_out, lse = out.reshape(q.shape), grad_out.reshape(q.shape), lse.reshape(q.shape[:-1])
     scale = 1.0 / math.sqrt(q.shape[-1])
-    s = _wide(q @ k.transpose(0, 1, 3, 2)) * scale
+    s = _wide(q @ k.swapaxes(-1, -2)) * scale
     if diagonal:
         s = s + causal_bias(s.shape[-2], s.shape[-1], s.dtype)
     p = xp.exp(s - lse[..., None])                       # this block's share of softmax
     g, o = _wide(grad_out), _wide(out)
     d = (g * o).sum(axis=-1, keepdims=True)
-    dv = p.transpose(0, 1, 3, 2) @ g
-    ds = p * (g @ _wide(v).transpose(0, 1, 3, 2) - d)
+    dv = (p.swapaxes(-1, -2) @ g).sum(axis=2)            # summed over the group
+    ds = p * (g @ _wide(v).swapaxes(-1, -2) - d)
     dq = (ds @ _wide(k)) * scale
-    dk = (ds.transpose(0, 1, 3, 2) @ _wide(q)) * scale
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    dk = (ds.swapaxes(-1, -2) @ _wide(q)).sum(axis=2) * scale
+    return (dq.astype(q.dtype).reshape(q_shape), dk.astype(k.dtype).reshape(kv_shape),
+            dv.astype(v.dtype).reshape(kv_shape))
 
 
 def merge(out, lse, o, l):
