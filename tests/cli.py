@@ -22,7 +22,7 @@ def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=
     if not check:
         return proc
     losses = [r["loss"] for r in step_records(log)]
-    params, state, meta = checkpoint.load(ckpt)
+    params, state, meta = checkpoint.load_full(ckpt)
     return losses, params, state
 
 

@@ -63,13 +63,17 @@ def _compression_hook(config):
                      start=config.compression_start)
 
 
-def _piece_drawer(specs, seed, tp_model, grid):
+def _piece_drawer(specs, seed, tp_model, grid, checkpoint=None):
     """name -> this rank's tp piece of that weight, drawn from (seed, name): one full
-    tensor on the host at a time (``nn/init.py``, ``placement.py``)."""
+    tensor on the host at a time (``nn/init.py``, ``placement.py``); or, resuming, read
+    from ``checkpoint``'s pieces that intersect it (``checkpoint/shards.py``)."""
     from minipar.nn.init import initial_value
     from minipar.parallel.placement import tp_placements
     shapes = {n: shape for n, (shape, _) in specs.items()}
     table = tp_placements(shapes, tp_model, grid.tp_comm)
+    if checkpoint is not None:
+        from minipar.checkpoint.shards import read_piece
+        return lambda name: read_piece(checkpoint, "param", table[name])
 
     def piece(name):
         shape, spec = specs[name]
@@ -97,10 +101,11 @@ def make_sync(module, config, grid, rules, model=None, initial_piece=None):
                     half_dtype=half, initial_piece=initial_piece)
 
 
-def parallelize(model, config, grid):
+def parallelize(model, config, grid, checkpoint=None):
     """Steps 1-4 above; returns a ``Parallelized``.  ``model`` is not modified when tp > 1
     (it is sliced into a copy) unless its weights are placeholders (then it is used up);
-    otherwise its blocks are wrapped in place."""
+    otherwise its blocks are wrapped in place.  ``checkpoint`` (an open ``Checkpoint``):
+    a model of placeholders takes its weights from there instead of drawing them."""
     from minipar.nn.init import init_specs, initialise, is_unmade
     from minipar.parallel.placement import placements
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -133,7 +138,7 @@ def parallelize(model, config, grid):
                                 dtype=backend.dtype_of(config.precision))
     piece = None
     if specs is not None:                                           # 3b. construction
-        piece = _piece_drawer(specs, seed, tp_model, grid)
+        piece = _piece_drawer(specs, seed, tp_model, grid, checkpoint)
     sync = make_sync(module, config, grid, rules, initial_piece=piece)   # 4. synchroniser
     if piece is not None and is_unmade(module):    # weights no synchroniser packed
         initialise(module, piece)
