@@ -110,9 +110,10 @@ class Run:
             self._finish_background_save()
             self.monitor.finish(None)           # the steps that were done, and their log
             raise
-        if c.save:
+        saved_last = c.save_every and self.end % c.save_every == 0   # by the loop, just now
+        if c.save and not saved_last:
             save_checkpoint(self, self.end)
-            self.saver.wait()
+        self.saver.wait()
         if c.eval_batches:   # on every rank: tp, ZeRO-3 and pipelined forwards are collective
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
         pm = self.process_memory
