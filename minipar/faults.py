@@ -9,12 +9,14 @@
                                    save of step K's checkpoint, at WHERE: "file" (half its
                                    file written), "report" (written, before agreeing), or
                                    rank 0's "commit" (before the rename) / "latest" (renamed,
-                                   ``latest`` not yet replaced) — ``save_fault``
+                                   ``latest`` not yet replaced) — ``save_fault``; WHERE
+                                   "enospc": its file write fails (a full disk) instead
     MINIPAR_SAVE_SLOW_S="S"        every rank sleeps S seconds half way through writing its
                                    checkpoint file (a slow disk: async saves, kill tests)
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -50,5 +52,7 @@ def save_fault(where, rank, step):
     spec = os.environ.get("MINIPAR_SAVE_FAULT")
     if spec:
         r, k, at = spec.split(":")
+        if (int(r), int(k)) == (rank, step) and where == "file" and at == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device")
         if (int(r), int(k), at) == (rank, step, where):
             os.kill(os.getpid(), signal.SIGKILL)

@@ -82,3 +82,17 @@ def test_kill_9_inside_a_save_leaves_the_previous_checkpoint(tmp_path, fault):
     params, state, meta = checkpoint.load_full(save)
     assert meta["step"] == 2 and all(np.isfinite(a).all() for a in params.values())
     assert not (save / "step-0000004").exists()
+
+
+def test_a_failed_async_write_stops_the_run_at_a_step_boundary(tmp_path):
+    save = tmp_path / "ckpt"
+    proc = _train(2, tmp_path, "run", "--dp", "2", "--zero", "1", "--steps", "8", "--save-every", "2",
+                  "--save", save, "--save-async", env={"MINIPAR_SAVE_FAULT": "1:4:enospc"},
+                  check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("minipar train")]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
+    assert "step 4: could not write the checkpoint" in lines[0] and "rank 1: No space" in lines[0]
+    steps = len(step_records(tmp_path / "run.json"))
+    assert 4 < steps < 8                     # training went on while it was written, then stopped
+    assert checkpoint.latest(save).endswith("step-0000002")
+    assert sorted(os.listdir(save)) == ["latest", "step-0000002"]   # the failed one removed

@@ -58,6 +58,8 @@ def write_pieces(path, pieces, fault=lambda where: None):
                             "dtype": values.dtype.str, "box": [list(box[0]), list(box[1])],
                             "offset": offset})
             offset += values.nbytes
+        if not records:
+            fault("file")                           # a rank with nothing to write (a replica)
         f.flush()
         os.fsync(f.fileno())
     return records

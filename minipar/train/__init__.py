@@ -145,7 +145,10 @@ def setup(config: TrainConfig):
     n_params = model.num_parameters()
     parallel = parallelize(model, config, grid, checkpoint=resume)
     optimizer = build_optimizer(parallel, config, grid)
-    start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
+    start = 0
+    if resume is not None:
+        start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank)
+        resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
     run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit
