@@ -20,7 +20,7 @@ scale a training job is not a program that runs, it is a program that **keeps co
 
 `python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...` is a supervisor that does
 these four things. minipar has an advantage there: the global batch of step $k$ is a function of
-(seed, $k$) alone and checkpoints hold full arrays by name, so the job can continue on **any** number of
+(seed, $k$) alone and checkpoints record every piece as a box of a named global tensor (any layout reads its own boxes), so the job can continue on **any** number of
 ranks and still make exactly the updates of one process. Plan: (1) kill a rank and watch the job
 shrink; (2) a hang; (3) what a failure costs — goodput and the checkpoint interval (Young/Daly);
 (4) a slow rank, with and without load balancing; (5) the code; exercises.
@@ -283,7 +283,7 @@ print(inspect.getsource(agent.main))
   **blacklisted** — minipar's `--hosts` does the same.
 - **DeepSpeed**: elastic training computes the batch sizes compatible with a range of GPU counts
   (`elasticity` config), and *universal checkpointing* converts a ZeRO/TP/PP checkpoint to another layout —
-  what minipar's layout-free checkpoints give for free.
+  what minipar's sharded checkpoints do on load (each rank reads the boxes it owns).
 - **Goodput** (Google's ML goodput), **Young/Daly interval**, **MTBF**; asynchronous checkpoints
   (PyTorch DCP `async_save`), in-memory checkpoints to peers (Gemini), hot spares.
 - **Stragglers**: per-rank step times in the logs (lesson 13's monitor), data-parallel load balancing as
