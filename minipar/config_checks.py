@@ -7,7 +7,6 @@ layout is refused too, never silently ignored.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from minipar.backend import backend_name

@@ -43,6 +43,14 @@ def test_a_chain_of_reshards_gives_the_single_process_losses(tmp_path):
     np.testing.assert_allclose(losses, straight, rtol=1e-9, atol=0)
     index = checkpoint.open_checkpoint(tmp_path / "ckpt1").index   # dp2 ZeRO-3: two files
     assert sorted(index["files"]) == ["rank-00000.bin", "rank-00001.bin"]
+    # sample reads the pipeline's two files tensor by tensor, and the consolidated copy alike
+    minipar = ["-m", "minipar"]
+    run_mpi(1, [*minipar, "checkpoint", "consolidate", previous, tmp_path / "one"])
+    texts = [run_mpi(1, [*minipar, "sample", "--resume", d, "--tokens", "24"]).stdout
+             for d in (previous, tmp_path / "one")]
+    assert texts[0] == texts[1] and len(texts[0]) > 24
+    shown = run_mpi(1, [*minipar, "checkpoint", "inspect", previous]).stdout
+    assert "layout pp2" in shown and "rank-00001.bin" in shown
 
 
 def _checkpoint_bytes(directory):
