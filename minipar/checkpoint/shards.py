@@ -77,11 +77,3 @@ def read_slot(checkpoint, kind, flat, segments, table):
             flat[start:start + size(box)] = block.reshape(-1)
             start += size(box)
 
-
-def read_piece(checkpoint, kind, placement):
-    """The whole tp piece of ``placement``'s parameter (construction of a resumed run)."""
-    box = ((0,) * len(placement.piece_shape), tuple(placement.piece_shape))
-    out = np.empty(box[1], dtype=checkpoint.dtype(kind, placement.name))
-    for part, global_box in placement.to_global(box):
-        out[relative(part, box)] = checkpoint.read(kind, placement.name, global_box)
-    return out

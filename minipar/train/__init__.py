@@ -52,17 +52,6 @@ def load_resume(config, model, tokenizer=None):
     return ckpt
 
 
-def load_made_weights(model, ckpt):
-    """The few weights the plain model makes at once (LayerNorm's gains and biases: a
-    vector each, replicated everywhere) take the checkpoint's values; every other
-    weight is a placeholder that ``parallelize`` fills with this rank's piece."""
-    from minipar.backend import to_device
-    from minipar.nn.init import is_placeholder
-    for name, p in model.named_parameters():
-        if not is_placeholder(p.data):
-            p.data = to_device(ckpt.tensor(name), dtype=p.dtype)
-
-
 def _tokens_of(tokenizer_dict):
     if tokenizer_dict is None:
         return "bytes"
@@ -112,7 +101,7 @@ def setup(config: TrainConfig):
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
     from minipar.train.loop import Run
-    from minipar.train.saving import load_optimizer_state
+    from minipar.train.saving import load_state
     from minipar.train.fits import check_fits
     config = config.resolve(_world_size())
     check_outputs(config)
@@ -131,11 +120,9 @@ def setup(config: TrainConfig):
         raise ConfigError(f"`data` {config.data} has a vocabulary of {dataset.vocab_size}, "
                           f"the model {cfg.vocab_size}")
     # placeholders only: parallelize cuts them and each rank draws just its own part
-    # (nn/init.py); a resumed run reads its part from the checkpoint's pieces instead
+    # (nn/init.py); a resumed run builds zeros and reads its part of the checkpoint after
     model = GPT(cfg, seed=config.seed, materialize=False)
     resume = load_resume(config, model, dataset.tokenizer)
-    if resume is not None:
-        load_made_weights(model, resume)
     if config.world_size > 1:
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
@@ -147,7 +134,7 @@ def setup(config: TrainConfig):
     optimizer = build_optimizer(parallel, config, grid)
     start = 0
     if resume is not None:
-        start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank)
+        start = load_state(optimizer, parallel, resume, config, grid.rank)
         resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
     run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)

@@ -13,8 +13,9 @@ then they commit.  The next save, and the end of the run, wait for it.  A failed
 stops the run with one line at that boundary, as a synchronous save does (torchtitan's
 async checkpointing re-raises a failed save the same way); the previous checkpoint stays.
 
-Loading: construction reads each weight's tp piece (``parallelize(checkpoint=...)``),
-``load_optimizer_state`` reads each slot's m and v boxes: nothing whole on any rank.
+Loading: the run is built with zeros (``parallelize(checkpoint=...)``: nothing drawn),
+then ``load_state`` reads each slot's boxes of the masters, m and v: a rank reads the
+bytes it owns and nothing else, and no rank holds a whole tensor it does not own.
 """
 from __future__ import annotations
 
@@ -132,17 +133,22 @@ def save_checkpoint(run, step):
     run.saver.save(step)
 
 
-def load_optimizer_state(optimizer, parallel, ckpt, config=None, rank=0):
-    """Load a resumed checkpoint's m and v (the boxes this rank's slots own, read from
-    the pieces they intersect), loss scaler and gradient-compression state; returns the
-    step to continue from.  Compression state is per rank: it is loaded when the run
-    has the checkpoint's method and layout, else started afresh (said once)."""
+def load_state(optimizer, parallel, ckpt, config=None, rank=0):
+    """Load a resumed checkpoint into a run built with zeros: each slot's masters, Adam m
+    and v (the boxes this rank's slots own, read from the pieces they intersect — a
+    ZeRO-3 rank reads its shard, nothing more), then ``publish`` makes the model's
+    weights from the masters (ZeRO-1/2: one all-gather; mixed precision: the rounding).
+    Also the loss scaler and gradient-compression state; returns the step to continue
+    from.  Compression state is per rank: it is loaded when the run has the checkpoint's
+    method and layout, else started afresh (said once)."""
     meta, sync, table = ckpt.meta, optimizer.sync, parallel.placements
-    for i, segments in enumerate(slot_segments(sync)):
-        for kind, target in (("adam_m", optimizer.m[i]), ("adam_v", optimizer.v[i])):
-            flat = np.zeros(target.size, dtype=to_host(target[:0]).dtype)
+    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(sync))):
+        for kind, target in (("param", slot.master), ("adam_m", optimizer.m[i]),
+                             ("adam_v", optimizer.v[i])):
+            flat = np.zeros(target.size, dtype=to_host(target.reshape(-1)[:0]).dtype)
             read_slot(ckpt, kind, flat, segments, table)
             target[...] = to_device(flat).reshape(target.shape)
+    sync.publish()
     optimizer.step_count = int(meta["optimizer_step"])
     hook = getattr(sync, "comm_hook", None)
     saved = meta.get("compression")
