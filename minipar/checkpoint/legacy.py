@@ -16,6 +16,9 @@ FILENAME = "checkpoint.npz"
 def open_legacy(directory):
     """(the open NpzFile — arrays load one at a time on access —, its meta)."""
     path = os.path.join(directory, FILENAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint in {directory} (upgrade takes a folder "
+                                f"holding an old {FILENAME})")
     try:
         z = np.load(path, allow_pickle=False)
         meta = json.loads(z["meta"].tobytes().decode())
