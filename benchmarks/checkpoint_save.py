@@ -18,8 +18,8 @@ each repeat against a step timed just before it, and their median):
                 committed the checkpoint.  exposed = window - steps·step; hidden =
                 1 - exposed / sharded (issue 32's goal: >= 80%)
 
-Files go to --dir (default a temporary directory beside the repository: the same disk
-for both writers).  Timings on a shared machine are noisy; the baseline is measured in
+Files go to --dir (default a temporary directory, removed at the end; the same disk for
+both writers).  Timings on a shared machine are noisy; the baseline is measured in
 the same run.
 """
 from __future__ import annotations
@@ -84,10 +84,21 @@ def main():
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     from mpi4py import MPI
-    from minipar.train import TrainConfig, setup
     world = MPI.COMM_WORLD
-    base = args.dir or (tempfile.mkdtemp(prefix="ckpt-bench-", dir=ROOT) if world.rank == 0 else None)
+    base = args.dir or (tempfile.mkdtemp(prefix="ckpt-bench-") if world.rank == 0 else None)
     base = world.bcast(base, root=0)
+    try:
+        measure(args, world, base)
+    finally:
+        world.barrier()
+        if world.rank == 0 and not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+        world.barrier()
+
+
+def measure(args, world, base):
+    from mpi4py import MPI
+    from minipar.train import TrainConfig, setup
     config = TrainConfig(model=args.model, seq_len=args.seq_len, batch_size=args.batch_size,
                          zero=args.zero, tp=args.tp, pp=args.pp, steps=1000, quiet=True,
                          eval_batches=0, save=os.path.join(base, "sharded"), keep=1,
@@ -135,8 +146,6 @@ def main():
                   f"hidden {100 * share:.0f}% of the sync save")
         print(f"  async hidden, median of {len(hidden)}: "
               f"{100 * float(np.median([h[0] for h in hidden])):.0f}%")
-        if not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
