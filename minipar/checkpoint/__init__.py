@@ -18,9 +18,9 @@ plus the step, optimizer step, config, layout, seed, precision, loss scaler, tok
     tools.py        ``checkpoint inspect`` / ``consolidate`` / ``upgrade`` (streamed)
     legacy.py       the old single-file format, read only to upgrade it
 
-A resumed run under any layout asks, per slot, for the boxes it owns and reads only the
-bytes of the pieces they intersect: no rank gathers or holds a tensor it does not own
-(construction reads one tensor piece at a time, as drawing a fresh one does).
+A resumed run under any layout is built with zeros, then asks, per slot (masters, m, v),
+for the boxes it owns and reads only the bytes of the pieces they intersect: no rank
+gathers or holds a tensor it does not own (``train/saving.load_state``).
 """
 from __future__ import annotations
 
