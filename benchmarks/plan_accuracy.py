@@ -2,7 +2,7 @@
 
     python benchmarks/plan_accuracy.py [--steps 10] [--repeats 3] [--model tiny] [--batch-size 8]
 
-1. trains each layout for a few steps (``tests/scripts/perf_layouts.py``; 1 and 2
+1. trains each layout for a few steps (GPT-2 rows, then llama rows: ``--arch llama``) (``tests/scripts/perf_layouts.py``; 1 and 2
    ranks for time, up to 8 ranks for memory), every row measured in this run; a timed
    row is the median step over ``--repeats`` separate runs of its layouts (every
    other run in reverse order);
@@ -41,6 +41,12 @@ TIME_2 = [dict(), dict(overlap=False), dict(grad_accum=2), dict(zero=1), dict(ze
           dict(pp=2, schedule="interleaved", chunks=2, microbatches=4)]
 MEM_8 = [(4, dict(zero=1)), (4, dict(tp=2, zero=2)), (4, dict(pp=2, tp=2, microbatches=2)),
          (8, dict(zero=3)), (8, dict(tp=2, pp=2, microbatches=2, zero=1))]
+# the llama block (RMSNorm, rotary, SwiGLU, 2 key/value heads) at the model's shape
+LLAMA = dict(arch="llama", n_kv_head=2)
+TIME_1 += [dict(LLAMA), dict(LLAMA, recompute="selective")]
+TIME_2 += [dict(LLAMA, zero=1), dict(LLAMA, tp=2, sequence_parallel=True),
+           dict(LLAMA, pp=2, schedule="1f1b", microbatches=4)]
+MEM_8 += [(4, dict(LLAMA, tp=4)), (8, dict(LLAMA, tp=2, pp=2, microbatches=2, zero=1))]
 
 
 def mpi(n, args, timeout=900):
@@ -113,7 +119,7 @@ def main():
         model = max(x["peak_model"] for x in r["ranks"])
         me = (model - peak) / peak
         mem_err.append(abs(me))
-        lay = {k: v for k, v in r["layout"].items() if k not in base} or "single / pure dp"
+        lay = {k: v for k, v in r["layout"].items() if base.get(k) != v} or "single / pure dp"
         line = f"{n:>5} {str(lay):<58} "
         if timed:
             se = (r["pred_step_s"] - r["step_s"]) / r["step_s"]

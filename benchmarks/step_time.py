@@ -4,6 +4,7 @@
                                    [--steps 10] [--threads N] [--profile] [--ablate]
     python benchmarks/step_time.py --table       # the issue's shapes, 1 and 2 threads each
     python benchmarks/step_time.py --device cuda [--attention flash] [--layers 12 --d-model 768 ...]
+    python benchmarks/step_time.py --arch llama [--kv-heads 2] [--table]
 
 Both run the same architecture in float32 on the CPU in the same process, with the same
 thread count: pre-LayerNorm blocks, fused qkv, causal softmax attention materialising
@@ -20,6 +21,8 @@ with 2+ threads only): what each buys, measured in the same run.
 ``--device cuda`` runs both on the GPU (minipar on its CuPy backend, PyTorch on CUDA; each
 step ends with ``loss.item()``, which waits for the device); ``--attention flash`` gives
 minipar its flash kernels, to compare with PyTorch's SDPA row.
+``--arch llama`` times the llama block instead (RMSNorm, rotary positions, SwiGLU of
+8/3·d rounded up to 64, ``--kv-heads`` key/value heads; PyTorch: ``torch_llama.py``).
 """
 from __future__ import annotations
 
@@ -35,12 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def minipar_step_fn(args):
     import numpy as np
     from minipar import backend
-    from minipar.nn import GPT, GPTConfig
+    from minipar.nn import GPTConfig, make_model
     from minipar.optim import AdamW
     backend.set_backend("cupy" if args.device == "cuda" else "numpy")
+    llama = dict(arch="llama", n_kv_head=args.kv_heads) if args.arch == "llama" else {}
     cfg = GPTConfig(vocab_size=256, seq_len=args.seq, n_layer=args.layers, d_model=args.d_model,
-                    n_head=args.heads, attention=args.attention)
-    model = GPT(cfg, seed=0)
+                    n_head=args.heads, attention=args.attention, **llama).validate()
+    model = make_model(cfg, seed=0)
     opt = AdamW(model.named_parameters(), lr=1e-4)
     rng = np.random.default_rng(0)
     x = backend.to_device(rng.integers(0, 256, (args.batch, args.seq)))
@@ -73,10 +77,18 @@ def ablated(step, kernels=True, spin=True):
 
 def torch_step_fn(args, fused_attention):
     import torch
-    from torch_gpt import build_torch_gpt
     torch.manual_seed(0)
     n = args.seq
-    model = build_torch_gpt(args.layers, args.d_model, args.heads, n, fused_attention, args.device)
+    if args.arch == "llama":
+        from minipar.nn import GPTConfig
+        from torch_llama import build_torch_llama
+        ffn = GPTConfig(d_model=args.d_model, arch="llama").ffn_width
+        model = build_torch_llama(args.layers, args.d_model, args.heads, args.kv_heads, n, ffn,
+                                  fused_attention, args.device)
+    else:
+        from torch_gpt import build_torch_gpt
+        model = build_torch_gpt(args.layers, args.d_model, args.heads, n, fused_attention,
+                                args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     x = torch.randint(0, 256, (args.batch, n), device=args.device)
     y = torch.randint(0, 256, (args.batch, n), device=args.device)
@@ -114,6 +126,9 @@ def interleaved_medians(steps, rounds, warmup=2):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="llama: key/value heads (default: --heads)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
@@ -132,6 +147,7 @@ def main(argv=None):
     p.add_argument("--table", action="store_true",
                    help="the issue's table: shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads")
     args = p.parse_args(argv)
+    args.kv_heads = args.kv_heads or args.heads
     if not args.table:
         compare(args)
         return
@@ -155,7 +171,8 @@ def compare(args):
     args.threads = budget.threads
     print(f"threads: {args.threads} each (minipar: {threads.describe_threads(budget)}; "
           f"PyTorch: torch.set_num_threads({args.threads}))")
-    print(f"GPT {args.layers} layers, d={args.d_model}, {args.heads} heads, seq {args.seq}, "
+    kind = "GPT" if args.arch == "gpt2" else f"llama ({args.kv_heads} key/value heads)"
+    print(f"{kind} {args.layers} layers, d={args.d_model}, {args.heads} heads, seq {args.seq}, "
           f"batch {args.batch}, float32, fwd+bwd+AdamW, on {args.device}, minipar attention "
           f"{args.attention}; median of {args.steps} steps")
     step = minipar_step_fn(args)

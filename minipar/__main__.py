@@ -7,6 +7,7 @@
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
     python -m minipar tokenize --data stdlib|PATH --vocab V --out DIR
+    python -m minipar export DIR --format hf --out OUT
     mpiexec -n N python -m minipar calibrate [--out profile.json]
     python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...
     python -m minipar cluster up --nodes N --ranks-per-node K --inter-gbps G | run -- train ... | down
@@ -69,7 +70,15 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
                      help="array library (default: $MINIPAR_BACKEND or numpy)")
     model = p.add_argument_group("model")
-    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2")
+    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2, "
+                       "llama-tiny, llama-small, llama-medium")
+    model.add_argument("--arch", choices=["gpt2", "llama"],
+                       help="the block: gpt2 (LayerNorm, learned positions, GELU) or llama "
+                       "(RMSNorm, RoPE, SwiGLU, grouped-query attention); default: the preset's")
+    model.add_argument("--n-kv-head", type=int, help="llama: key/value heads (default n_head)")
+    model.add_argument("--rope-theta", type=float, help="llama: RoPE's base (default 10000)")
+    model.add_argument("--d-ff", type=int,
+                       help="llama: SwiGLU's hidden width (default 8/3·d_model to a multiple of 64)")
     model.add_argument("--n-layer", type=int)
     model.add_argument("--d-model", type=int)
     model.add_argument("--n-head", type=int)
@@ -138,6 +147,7 @@ def build_parser():
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
                        ("tokenize", "train a BPE tokenizer and write a corpus as token shards"),
+                       ("export", "a checkpoint as a Hugging Face model (config.json, model.safetensors)"),
                        ("launch", "run train under the elastic supervisor: restarts, re-planning"),
                        ("calibrate", "measure this machine into a hardware profile (JSON)"),
                        ("cluster", "a cluster on this machine: nodes as network namespaces, "
@@ -212,6 +222,7 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
     "launch": ("minipar.elastic", "launch_main"),
     "cluster": ("minipar.cluster.cli", "main"),
     "tokenize": ("minipar.data.build", "main"),
+    "export": ("minipar.export", "main"),
 }
 
 

@@ -49,12 +49,16 @@ class TrainConfig:
     backend: Optional[str] = None
     # model
     model: str = "small"
+    arch: Optional[str] = None          # gpt2 | llama; None: the preset's
     n_layer: Optional[int] = None
     d_model: Optional[int] = None
     n_head: Optional[int] = None
     seq_len: Optional[int] = None
     dropout: Optional[float] = None
     tie_weights: Optional[bool] = None
+    n_kv_head: Optional[int] = None     # llama: key/value heads (grouped-query attention)
+    rope_theta: Optional[float] = None  # llama: RoPE's base (10000)
+    d_ff: Optional[int] = None          # llama: SwiGLU's hidden width
     vocab_size: Optional[int] = None    # None: the data's (256 bytes, or the tokenizer's)
     # run
     steps: int = 1800                   # the defaults: ~2.5 min on 2 cores, val ~1.6 nats/byte
@@ -98,7 +102,9 @@ class TrainConfig:
         return config_from_preset(self.model, n_layer=self.n_layer, d_model=self.d_model,
                                   n_head=self.n_head, seq_len=self.seq_len, dropout=self.dropout,
                                   tie_weights=self.tie_weights, attention=self.attention,
-                                  vocab_size=self.vocab_size)
+                                  vocab_size=self.vocab_size, arch=self.arch,
+                                  n_kv_head=self.n_kv_head, rope_theta=self.rope_theta,
+                                  d_ff=self.d_ff)
 
     def layout_name(self):
         """A short name of the layout, e.g. "dp2·tp2·pp2 zero1 sp" or "single"."""

@@ -117,6 +117,11 @@ def _context(config, cfg):
         check_context_parallel(cfg.seq_len, config.cp)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    from minipar.nn.attention import refuse_grouped_kv
+    try:
+        refuse_grouped_kv(cfg.n_head, cfg.kv_heads, config.attention, config.cp)
+    except NotImplementedError as err:
+        raise ConfigError(str(err)) from None
     if config.sequence_parallel and (cfg.seq_len // config.cp) % config.tp:
         raise ConfigError(f"with `cp` {config.cp} and `sequence_parallel` each rank's "
                           f"{cfg.seq_len // config.cp} positions must divide by `tp` {config.tp}")
@@ -213,6 +218,12 @@ def check(config, world_size):
     _flags_have_effect(config)
     _compression(config)
     _context(config, cfg)
+    if config.attention == "flash" and config.cp == 1:
+        from minipar.nn.attention import refuse_grouped_kv
+        try:
+            refuse_grouped_kv(cfg.n_head, cfg.kv_heads, "flash")
+        except NotImplementedError as err:
+            raise ConfigError(str(err)) from None
     m = _pipeline(config, cfg, dp)
     if config.balance and dp == 1:
         raise ConfigError("`balance` shares the batch between data-parallel replicas; with dp 1 "

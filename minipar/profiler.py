@@ -295,7 +295,7 @@ def profile_run(config, steps=3, top=15, json_path=None):
         with open(json_path, "w") as f:
             json.dump(rep, f, indent=1)
     if grid.rank == 0:
-        print(f"minipar profile: {c.model} ({cfg.n_layer} layers, d_model {cfg.d_model}, "
+        print(f"minipar profile: {c.model} ({cfg.arch}, {cfg.n_layer} layers, d_model {cfg.d_model}, "
               f"{cfg.n_head} heads, seq {cfg.seq_len}, vocab {cfg.vocab_size}; {run.n_params:,} "
               f"params), batch {c.batch_size} x {cfg.seq_len}, {c.precision}, "
               f"{backend.backend_name()}, layout {c.layout_name()}" +

@@ -13,7 +13,7 @@ from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.nn.init import initialise
 from minipar.data import encode, decode
-from minipar.nn import GPT, GPTConfig
+from minipar.nn import GPTConfig, make_model
 from minipar.tokenizer import Tokenizer
 
 
@@ -34,7 +34,7 @@ def load_model(directory):
     # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
     precision = "fp64" if meta.get("precision") == "fp64" else "fp32"
     backend.set_default_dtype(backend.dtype_of(precision))
-    model = GPT(cfg, materialize=False)            # placeholders, filled one tensor at a time
+    model = make_model(cfg, materialize=False)     # placeholders, filled one tensor at a time
     try:
         checkpoint.check_loadable(ckpt, model, precision)
     except ValueError as err:

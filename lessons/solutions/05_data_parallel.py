@@ -22,4 +22,42 @@ class MyBucketHooks:
             self.count[i] = 0                 # ready for the next backward
             self.launch(i)
 ''',
+    "my_ddp": r'''
+%%writefile {MINE}/ddp.py
+"""Your bucketed all-reduce (lesson 05): run under mpiexec by 05_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_reduce
+from minipar.parallel.buckets import make_buckets
+
+
+class MyDDP:
+    """Gradients in buckets; each bucket all-reduced the moment its last gradient arrives."""
+
+    def __init__(self, model, comm, bucket_bytes):
+        self.comm = comm
+        self.buckets = make_buckets(model.parameters(), bucket_bytes)
+        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.arrived = {id(b): 0 for b in self.buckets}
+        for p in model.parameters():
+            p.register_hook(self.grad_ready)
+
+    def grad_ready(self, param):
+        bucket = self.bucket_of[id(param)]
+        self.arrived[id(bucket)] += 1
+        if self.arrived[id(bucket)] == len(bucket.params):
+            self.arrived[id(bucket)] = 0                  # ready for the next backward
+            self.all_reduce_bucket(bucket)
+
+    def all_reduce_bucket(self, bucket):
+        flat = xp.concatenate([p.grad.reshape(-1) for p in bucket.params])
+        all_reduce(self.comm, flat, algorithm="ring")     # the sum over ranks, in place
+        flat /= self.comm.size                            # ... and the mean
+        offset = 0
+        for p in bucket.params:
+            p.grad = flat[offset:offset + p.size].reshape(p.shape)
+            offset += p.size
+
+    def finish(self):
+        """Every bucket left during backward: nothing to wait for here."""
+''',
 }

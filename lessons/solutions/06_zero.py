@@ -28,4 +28,29 @@ def zero1_step(weights, grads, m, v, step, lr):
     full = np.concatenate(shards)                             # all-gather
     return [full.copy() for _ in range(n)]
 ''',
+    "zero3_step": r'''
+%%writefile {MINE}/zero3.py
+"""Your ZeRO-3 step (lesson 06): run under mpiexec by 06_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_gather, reduce_scatter
+
+
+def zero3_step(comm, shards, shape, x, target):
+    """Forward and backward of h <- tanh(h @ W_i), holding one full W at a time; returns
+    (my rows' loss, my shard of each layer's gradient of the global mean loss)."""
+    hs = [x]
+    for shard in shards:
+        W = all_gather(comm, shard).reshape(shape)     # gather before use ...
+        hs.append(xp.tanh(hs[-1] @ W))
+        del W                                          # ... free after use
+    loss = 0.5 * float(xp.sum((hs[-1] - target) ** 2)) / len(x)
+    dy, grads = (hs[-1] - target) / len(x), [None] * len(shards)
+    for i in reversed(range(len(shards))):
+        W = all_gather(comm, shards[i]).reshape(shape)  # again, for backward
+        dz = dy * (1 - hs[i + 1] ** 2)
+        dW, dy = hs[i].T @ dz, dz @ W.T
+        del W
+        grads[i] = reduce_scatter(comm, dW.reshape(-1)) / comm.size   # my shard of the mean
+    return loss, grads
+''',
 }

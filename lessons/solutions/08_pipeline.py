@@ -38,4 +38,39 @@ def my_bubble(schedule, pp, t_f, t_b):
     makespan = max(clock.values())
     return makespan, 1 - sum(busy.values()) / (pp * makespan)
 ''',
+    "stage_executor": r'''
+%%writefile {MINE}/stage.py
+"""Your 1F1B stage executor (lesson 08): run under mpiexec by 08_yours.py."""
+from minipar.backend import xp
+
+
+def run_stage(comm, stage, actions):
+    """Run this rank's F and B actions in order, passing activations forward and
+    gradients backward between neighbouring stages."""
+    prev, nxt = comm.rank - 1, comm.rank + 1
+    stash = {}                                  # micro-batch -> what its backward needs
+    for action in actions:
+        i = action.microbatch
+        if action.kind == "F":
+            if stage.first:
+                x = stage.input(i)
+            else:
+                x = xp.empty(stage.shape)
+                comm.recv(x, prev)
+            y, saved = stage.forward(x, i)
+            if stage.last:
+                stash[i] = (saved, stage.loss(i, y))   # the loss's gradient starts backward
+            else:
+                comm.send(y, nxt)
+                stash[i] = (saved, None)
+        else:
+            saved, dy = stash.pop(i)            # dropped: its memory goes
+            if not stage.last:
+                dy = xp.empty(stage.shape)
+                comm.recv(dy, nxt)
+            dx = stage.backward(saved, dy, i)
+            del saved
+            if not stage.first:
+                comm.send(dx, prev)
+''',
 }

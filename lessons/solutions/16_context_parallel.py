@@ -13,4 +13,36 @@ def my_merge(out, lse, o, l):
 def my_chunks_of(rank, cp):
     return rank, 2 * cp - 1 - rank
 ''',
+    "ring_loop": r'''
+%%writefile {MINE}/ring.py
+"""Your ring attention (lesson 16): run under mpiexec by 16_yours.py."""
+from minipar.backend import xp
+from minipar.parallel.context.ring import pair_forward
+
+
+def merge(out, lse, o, l):
+    """The online-softmax merge of one block's (o, l) into the running (out, lse), in place."""
+    m = xp.maximum(lse, l)
+    new = m + xp.log(xp.exp(lse - m) + xp.exp(l - m))
+    out *= xp.exp(lse - new)[..., None]
+    out += o * xp.exp(l - new)[..., None]
+    lse[...] = new
+
+
+def ring_attention(comm, q, k, v):
+    """Causal attention of my query block over the whole sequence; (out, lse)."""
+    C, r = comm.size, comm.rank
+    out, lse = xp.zeros_like(q), xp.full(q.shape[:3], -xp.inf)
+    kv = xp.stack([k, v])                    # one message per step
+    for t in range(C):
+        owner = (r - t) % C                  # whose keys I hold at step t
+        if owner <= r:                       # later blocks are all masked: skip the compute
+            o, l = pair_forward(q, kv[0], kv[1], "naive", diagonal=owner == r)
+            merge(out, lse, o, l)
+        if t < C - 1:                        # pass the block on, take the next one
+            incoming = xp.empty_like(kv)
+            comm.sendrecv(kv, (r + 1) % C, incoming, (r - 1) % C)
+            kv = incoming
+    return out, lse
+''',
 }

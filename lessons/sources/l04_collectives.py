@@ -121,8 +121,9 @@ limit, against MPI's `Sendrecv`; a deadlocking version is stopped by the hang ti
 ''', r'''%exercise ring_shift
 def ring_shift(comm, send, recv):
     """Send `send` to rank (r+1) % p, receive from rank (r-1) % p into `recv`; blocking calls only."""
-    raise NotImplementedError("hint: with right = (comm.rank + 1) % comm.size and left = (comm.rank - 1) % comm.size, "
-                              "even ranks comm.send(send, right) then comm.recv(recv, left); odd ranks the other way round")
+    raise NotImplementedError("hint: above the eager limit a send returns only once its receive is posted; "
+                              "order the calls so that no cycle of ranks can all be sending at once — "
+                              "on a ring of odd length too")
 ''', r'''
 proc = mpirun(3, ["04_collectives.py", "exercise", "--file", save_exercise(ring_shift),
                   "--name", "ring_shift", "--backend", BACKEND])
@@ -161,9 +162,8 @@ sizes — 10 elements (uneven chunks), 1000, $2^{18}$ — and compared with mini
 ''', r'''%exercise ring_reduce_scatter
 def ring_reduce_scatter(comm, buf):
     """In place: afterwards chunk comm.rank of buf holds that chunk summed over all ranks."""
-    raise NotImplementedError("hint: b = chunk_bounds(buf.size, p); for s in range(p - 1): send chunk (r - s - 1) % p "
-                              "to the right with comm.sendrecv, receive chunk (r - s - 2) % p from the left into "
-                              "xp.empty(its size, buf.dtype), and add it into buf[b[i]:b[i + 1]]")
+    raise NotImplementedError("hint: p - 1 steps, one chunk out to the right and one in from the left each; "
+                              "the schedule printed above says which — and chunk r must end complete on rank r")
 ''', r'''
 proc = mpirun(3, ["04_collectives.py", "exercise", "--file", save_exercise(ring_reduce_scatter),
                   "--name", "ring_reduce_scatter", "--backend", BACKEND])
@@ -233,8 +233,8 @@ $p$ from 2 to 8 and chunks up to 1 MiB (larger ones are cut into segments, one �
 ''', r'''%exercise ring_time
 def ring_time(p, S, alpha, beta, gamma):
     """Seconds of a ring all-reduce of S bytes over p ranks, by the alpha-beta-gamma model."""
-    raise NotImplementedError("hint: 2(p-1) steps, each one message (alpha) of S/p bytes (beta per byte); "
-                              "only the p-1 reduce-scatter steps add their S/p bytes (gamma per byte)")
+    raise NotImplementedError("hint: count the ring's steps, the bytes each step sends, and which steps "
+                              "also add what they received")
 ''', r'''
 from minipar.comm import cost_model
 
@@ -426,4 +426,32 @@ different size under `MINIPAR_COMM_CHECK=1` and read the error.
 | hang timeout (`MINIPAR_HANG_TIMEOUT`) | `init_process_group(timeout=...)` with the NCCL watchdog (`TORCH_NCCL_ASYNC_ERROR_HANDLING`), which aborts a collective that waits too long |
 | check mode (`MINIPAR_COMM_CHECK=1`) | `TORCH_DISTRIBUTED_DEBUG=DETAIL`, which checks that all ranks call the same collective with the same shapes |
 | `Communicator.split` | `dist.new_group(ranks)`; Megatron's `parallel_state` builds its data/tensor/pipeline groups that way, DeepSpeed wraps the same calls as `deepspeed.comm` |
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+The algorithms are the same; the constants are not. Priced with the repository's **H200 profile**
+(`minipar/perf/profiles/h200.json`: data-sheet NVLink and InfiniBand figures times one efficiency
+factor each — a model, not a measurement; γ assumed as three HBM passes per reduced byte), the cost
+model of §4 picks differently inside a node of 8 GPUs and across 64 nodes:
+''', r'''from minipar.comm.cost_model import CostParams, predict as predict_allreduce
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+gamma = 3 / (h200.mem_bw * h200.efficiency["memory"])
+algorithms = ("ring", "tree", "recursive_doubling", "rabenseifner")
+print(f"{'':>14}{'bytes':>7}" + "".join(f"{a:>20}" for a in algorithms) + "   (ms)")
+for where, p in (("intra", 8), ("inter", 64)):
+    alpha, bw = h200.link(where)
+    c = CostParams(alpha=alpha, beta=1 / bw, gamma=gamma)
+    for S in (1 << 16, 1 << 24, 1 << 30):
+        times = [predict_allreduce(a, p, S, c) * 1e3 for a in algorithms]
+        size = {1 << 16: "64 KiB", 1 << 24: "16 MiB", 1 << 30: "1 GiB"}[S]
+        print(f"{where + f', p = {p}':>14}{size:>7}" + "".join(f"{t:20.3f}" for t in times))
+''', r'''%md
+Small messages across many nodes are latency-bound: the ring's $2(p-1)\alpha$ is 126 α at $p$ = 64, so a
+log-depth algorithm wins by an order of magnitude; large ones are bandwidth-bound and the ring (or
+Rabenseifner) wins at any $p$. NCCL makes the same choice with its own tuning model, between its ring
+and its *pipelined* double binary tree (and, where the switches can add, NVLS/SHARP reductions in the
+network); the reduction runs in kernels on the GPU's SMs, at HBM speed, beside the model's own kernels.
+Across nodes, hierarchical algorithms (§3, lesson 20) keep most bytes on NVLink.
 ''']

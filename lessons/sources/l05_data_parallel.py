@@ -45,7 +45,8 @@ That formula assumes the communication costs the computation nothing. §4 measur
 
 Plan: (1) two ranks under `mpiexec` reproduce the single process and gradient accumulation in float64,
 and you write the average over replicas with uneven shares; (2) the buckets of a model, and you write
-the hook that launches them; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
+the hook that launches them, then the whole DDP — hooks, one ring all-reduce per bucket — run on two
+ranks and checked bucket by bucket against the ring's bytes and one process; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
 machine and on a slow network — and why overlap can lose here.
 ''', r'''
 import inspect
@@ -106,8 +107,8 @@ number of rows; return the gradient of the global mean loss. The check runs each
 (float64) and compares with one process on the whole batch, for equal and uneven shares.
 ''', r'''%exercise replica_average
 def replica_average(grads, rows):
-    raise NotImplementedError("hint: L = Σ_r (n_r / B)·L_r, and the gradient is linear: weight replica r's "
-                              "gradient by rows[r] / sum(rows) and add them up, name by name")
+    raise NotImplementedError("hint: write the global mean loss in terms of the replicas' mean losses; "
+                              "the gradient is linear in the loss")
 ''', r'''
 backend.set_default_dtype(np.float64)
 small = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, d_model=32, n_head=4)
@@ -194,9 +195,9 @@ class MyBucketHooks:
         self.buckets, self.launch = buckets, launch
 
     def grad_ready(self, param):
-        raise NotImplementedError("hint: in __init__ map id(p) -> bucket index and keep a count per bucket; "
-                                  "here add 1 to param's bucket, and when the count reaches "
-                                  "len(bucket.params) call self.launch(i) and reset the count to 0")
+        raise NotImplementedError("hint: a bucket is complete when every one of its parameters has had "
+                                  "its gradient in this backward; the check compares after how many "
+                                  "gradients each bucket is launched, in two backward passes")
 ''', r'''
 backend.set_default_dtype(np.float64)
 
@@ -253,6 +254,46 @@ print(inspect.getsource(DDPSync._grad_ready))
 print(inspect.getsource(DDPSync._launch))
 print(inspect.getsource(allreduce_hook))
 ''', r'''%md
+**Exercise — your DDP, on two ranks.** Now the whole mechanism, run by `mpiexec`: write `MyDDP(model,
+comm, bucket_bytes)`. It cuts the parameters into buckets with `make_buckets` (the same cut as the
+library's), puts a hook on every parameter, and when a bucket's last gradient arrives it packs the
+bucket's gradients into one flat buffer, all-reduces it with minipar's ring (`all_reduce(comm, flat,
+algorithm="ring")`, blocking — the library runs it on a progress thread instead, §4), turns the sum
+into the mean, and gives every parameter its averaged gradient back. `finish()` is called after
+backward; when it returns every `param.grad` must be the mean over the ranks.
+
+The cell below does not run your class here: `%%writefile` saves it to a file, and the next cell starts
+`05_yours.py` on 2 ranks, which imports it on every rank and trains 3 AdamW steps (float64, 16 KiB
+buckets) each rank on its half of the global batch, beside one process on the whole batch. It checks,
+bucket by bucket, the bytes each rank sent while that bucket's gradients arrived — the ring's
+$2\frac{p-1}{p}S$ in $2(p-1)$ messages, and nothing left over for `finish()` — and then every gradient
+and loss against the single process. A failure names the rank, the step, the bucket and the number
+that is wrong.
+''', r'''%exercise my_ddp
+%%writefile {MINE}/ddp.py
+"""Your bucketed all-reduce (lesson 05): run under mpiexec by 05_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_reduce
+from minipar.parallel.buckets import make_buckets
+
+
+class MyDDP:
+    """Gradients in buckets; each bucket all-reduced the moment its last gradient arrives."""
+
+    def __init__(self, model, comm, bucket_bytes):
+        self.comm = comm
+        self.buckets = make_buckets(model.parameters(), bucket_bytes)
+
+    def finish(self):
+        """After backward: every parameter's .grad is the mean over the ranks."""
+''', r'''
+proc = mpirun(2, ["05_yours.py", "--file", f"{MINE}/ddp.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+That is DDP: everything else in `DDPSync` is about speed (the progress thread, flat buffers that the
+gradients live in so nothing is packed, §4's overlap) or about options (`no_sync` for accumulation,
+half-precision buckets, compression hooks in lesson 14).
+
 ## 3. One step, drawn
 
 Each rank timed its steps: `forward` and `backward` are measured around the model calls
@@ -450,4 +491,30 @@ asserts check, and what carries over to real hardware.
 - **Megatron-Core**: `megatron.core.distributed.DistributedDataParallel` with
   `DistributedDataParallelConfig(overlap_grad_reduce=True, bucket_size=...)` (`--overlap-grad-reduce` on
   the command line); the data-parallel group is `parallel_state.get_data_parallel_group()`.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+Everything above ran on CPU ranks sharing one machine's memory. On GPU nodes the mechanism is the same
+— buckets, hooks, one all-reduce per bucket — and the numbers change. Below they come from the
+repository's **H200 profile** (`minipar/perf/profiles/h200.json`): data-sheet peaks times one efficiency
+factor each, a *model*, not a measurement. Inside a node of 8 the ring runs over NVLink/NVSwitch; across
+nodes every byte goes through the InfiniBand card, about 8× slower per GPU.
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+S = 2 * 7e9                                        # a 7B model's bf16 gradients
+backward = 4 * 7e9 * 4 * 4096 / (h200.peak_flops["bf16"] * h200.efficiency["gemm"])
+print(f"H200 profile (model): backward of 4 x 4096 tokens of a 7B model ~ {backward:.2f} s per GPU")
+for p, where in ((8, "intra"), (64, "inter"), (512, "inter")):
+    t = collective_seconds(h200, "all_reduce", p, S, where)
+    print(f"  ring all-reduce of {S / 1e9:.0f} GB over {p:>3} GPUs ({where:5}): {t:.3f} s = {t / backward:.0%} of backward")
+''', r'''%md
+Inside one node the all-reduce is a tenth of backward and hides easily; across nodes it is most of it
+and hides only if almost every bucket is ready early — and on GPUs the all-reduce is not free while it
+hides: NCCL's kernels run on the SMs and read HBM beside backward's. Hence what large runs do: the ring
+inside the node and a smaller exchange across (hierarchical, lesson 04/20), larger batches per GPU (more
+compute per byte), ZeRO/FSDP (lesson 06), and gradient compression (lesson 14). What *was* measured on
+one H200 (README, "GPU clusters"): a GPT-2-small-shaped step on minipar's CuPy backend, 150 ms against
+152 ms for PyTorch eager — one GPU; no multi-GPU run of this lesson has been measured.
 ''']

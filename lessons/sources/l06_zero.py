@@ -85,9 +85,8 @@ compares with what every rank measured, byte for byte, and with minipar's planne
 (`minipar.perf.memory.model_state_bytes`).
 ''', r'''%exercise zero_memory
 def state_bytes(stage, psi, n, padded):
-    raise NotImplementedError("hint: 4 bytes per weight or gradient, 8 (m and v) per optimizer entry; "
-                              "a shard holds padded // n elements; stage 0 keeps everything, 1 shards m and v, "
-                              "2 also the gradients, 3 also the weights (ZeRO-1/2 weights: 4·padded)")
+    raise NotImplementedError("hint: the table above, one row per stage — but with the two details of "
+                              "minipar's layout: which of the three counts the padding, and which does not?")
 ''', r'''
 from minipar.config import TrainConfig
 from minipar.nn import GPTConfig
@@ -182,9 +181,9 @@ parallelism: AdamW on the whole mean gradient with whole moments.
 from minipar.optim import adamw_update
 
 def zero1_step(weights, grads, m, v, step, lr):
-    raise NotImplementedError("hint: with L = len(weights) and s = L // N, rank r owns [r·s, (r+1)·s); its "
-                              "gradient is the mean over ranks of grads[k][r·s:(r+1)·s]; update a copy of its "
-                              "weight shard with adamw_update(...), then every rank gets the concatenation")
+    raise NotImplementedError("hint: three phases, as the ranks do them — what does rank r receive from "
+                              "the reduce-scatter, which part of the weights does its AdamW touch, and what "
+                              "does the all-gather give every rank back?")
 ''', r'''
 rng = np.random.default_rng(0)
 N_sim, L = 4, 4 * 7
@@ -213,6 +212,39 @@ needed, in forward and again in backward (`minipar/parallel/sync/zero3.py`):
 print(inspect.getsource(Zero3Sync.run_unit))
 print(inspect.getsource(Zero3Sync.release_unit))
 ''', r'''%md
+**Exercise — ZeRO-3's gather and free, on four ranks.** The library needs autograd boundaries to know
+when backward reaches a unit; strip that away and the mechanism is short. A stack of layers
+$h_{i+1} = \tanh(h_i W_i)$, $W_i$ of shape `shape`, loss $= \frac{1}{B}\sum_\text{rows} \frac12\|h_L - t\|^2$.
+Rank $r$ keeps only `shards[i]`: chunk $r$ of $W_i$ flattened (`chunk_bounds` order, what `all_gather`
+concatenates and `reduce_scatter` hands back). Write `zero3_step(comm, shards, shape, x, target)`: forward
+and backward by hand over this rank's rows, returning its loss and, per layer, **its shard of the
+gradient of the global-batch loss** — while holding at most one layer's full weight at any moment.
+
+The check (`06_yours.py`, 4 ranks, float64, three SGD steps) watches every array your `all_gather` returns
+and refuses a gather while an earlier full weight is still alive (Python frees an array the moment
+nothing refers to it: a name still bound to it keeps it). It counts the gathers and the bytes — ZeRO-3's
+$3\frac{p-1}{p}\Psi$ — and compares the loss and every gradient shard with one process on the whole batch.
+''', r'''%exercise zero3_step
+%%writefile {MINE}/zero3.py
+"""Your ZeRO-3 step (lesson 06): run under mpiexec by 06_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_gather, reduce_scatter
+
+
+def zero3_step(comm, shards, shape, x, target):
+    """Forward and backward of h <- tanh(h @ W_i), holding one full W at a time; returns
+    (my rows' loss, my shard of each layer's gradient of the global mean loss)."""
+    loss, grads = 0.0, [xp.zeros_like(s) for s in shards]
+    return loss, grads
+''', r'''
+proc = mpirun(4, ["06_yours.py", "--file", f"{MINE}/zero3.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+Peak parameter memory is one layer's full weight plus the shards — $\Psi/N$ plus the largest unit —
+at the price of two all-gathers per step instead of one. The library adds what makes it fast: it gathers
+unit $i+1$ while unit $i$ computes (prefetch: two full units alive, not one), and it learns *when* backward
+reaches a unit from the autograd graph itself instead of a hand-written loop.
+
 ## 5. Communication: bytes counted
 
 Every rank counted the bytes it sent (`comm.bytes_sent`, reset before each phase; the asynchronous
@@ -317,4 +349,29 @@ AdamW applied shard by shard is the same update.
   (`DistributedOptimizer`): stage 1 over the data-parallel group, reduce-scatter of the gradient
   buckets and all-gather of the updated parameters, overlapped with `--overlap-grad-reduce` /
   `--overlap-param-gather`.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+From the repository's **H200 profile** (data sheet × efficiency: a model, not a measurement): 141 GB of
+HBM per GPU, NVLink inside a node of 8, InfiniBand between nodes.
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+hbm = h200.mem_per_rank_bytes
+print(f"16 bytes per parameter: at most {hbm / 16 / 1e9:.1f} B parameters fit one H200 as DDP (no activations)")
+for N in (8, 64, 512):
+    print(f"  ZeRO-3 over {N:>3} GPUs: a 70B model's 16Ψ/N = {16 * 70e9 / N / 1e9:6.1f} GB per GPU")
+for N, where in ((8, "intra"), (64, "inter")):
+    gather = collective_seconds(h200, "all_gather", N, 2 * 70e9, where)
+    print(f"  one all-gather of 70B bf16 weights over {N} GPUs ({where}): {gather:.2f} s; ZeRO-3 does two "
+          f"and a reduce-scatter per step")
+''', r'''%md
+Memory is why ZeRO-3 exists at scale: a 70B model's state fits no single GPU, and sharding it 64 ways
+leaves room for activations. Time is why it is rarely used flat across many nodes: every step moves
+$3\Psi$ through each GPU's card, seconds that must hide behind forward and backward unit by unit. So
+large runs shard inside a node (or a few) and replicate across — PyTorch's HSDP, DeepSpeed's ZeRO++
+hpZ, Megatron's distributed optimizer over the data-parallel group only — and prefetch the next unit's
+gather while the current one computes (in this lesson's exercise, one unit at a time: the simplest
+correct order, not the fastest).
 ''']

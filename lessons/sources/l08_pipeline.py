@@ -35,8 +35,9 @@ shrinks the fill/drain by $v$ at the cost of $v\times$ more messages; ZB-H1 expl
 input gradient B is on the critical path between stages — the weight gradient W can wait.
 
 Plan: (1) the four schedules simulated — you write the 1F1B builder and the simulator that gives the
-bubble; (2) a real two-stage pipeline traced: its measured bubble against the simulator fed with the
-measured op times of each stage, then the same with one stage made slow.
+bubble; (2) you write the executor that runs 1F1B over send/recv on three ranks, and its measured
+timeline is set against the simulator's; (3) the library's two-stage pipeline traced: its measured
+bubble against the simulator fed with the measured op times of each stage, then one stage made slow.
 ''', r'''
 import inspect
 import json
@@ -50,7 +51,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minipar.monitor import step_records
-from minipar.parallel.pipeline import (Action, bubble_fraction, build_schedule, dependencies,
+from minipar.parallel.pipeline import (Action, Span, bubble_fraction, build_schedule, dependencies,
                                        draw_timeline, simulate, validate)
 from minipar.parallel.pipeline import schedules
 
@@ -103,9 +104,8 @@ with `build_schedule("1f1b", pp, m)` for $p$ = 1 … 5 and $m$ = 1 … 9 — inc
 warm-up is cut short — and runs the library's validator on yours.
 ''', r'''%exercise build_1f1b
 def my_1f1b(pp, m):
-    raise NotImplementedError("hint: rank r starts with warmup = min(pp - r - 1, m) forwards; in the steady "
-                              "state each forward of the next micro-batch is followed by the backward of the "
-                              "oldest one in flight; what is left at the end are backwards")
+    raise NotImplementedError("hint: three phases on every rank — warm-up, steady state, cool-down; how long "
+                              "is each on rank r, and what becomes of the warm-up when m < p?")
 ''', r'''
 for pp_ in range(1, 6):
     for m_ in range(1, 10):
@@ -125,10 +125,9 @@ check compares with the library's `simulate` for AFAB and 1F1B with unequal $t_f
 $\frac{p-1}{m+p-1}$, which holds whatever $t_f$ and $t_b$ are (as long as every stage has the same).
 ''', r'''%exercise simulate_bubble
 def my_bubble(schedule, pp, t_f, t_b):
-    raise NotImplementedError("hint: keep end[(rank, action)], a clock and the index of the next action per "
-                              "rank; sweep the ranks, starting a rank's next action once all its dependencies "
-                              "have an end: start = max(clock, their ends), end = start + t_f or t_b; "
-                              "repeat until every list is done")
+    raise NotImplementedError("hint: an action starts when its rank is free and everything it depends on has "
+                              "ended; no rank can know that alone, so sweep all the ranks until every list is "
+                              "done, and count each rank's busy time")
 ''', r'''
 for kind in ("afab", "1f1b"):
     for pp_, m_ in ((2, 1), (2, 4), (3, 5), (4, 8), (5, 3)):
@@ -156,7 +155,61 @@ ax.plot(ms, (p - 1) / (3 * ms + p - 1), "k:", lw=1, label="(p-1)/(3m+p-1)")
 ax.set_xlabel("micro-batches m"); ax.set_ylabel("bubble"); ax.set_title(f"p = {p}")
 ax.legend(fontsize=7); plt.show()
 ''', r'''%md
-## 2. A real pipeline, traced
+## 2. Your stage executor, on three ranks
+
+A schedule is a list; a pipeline is a loop over it on every rank. **Exercise — the 1F1B executor.**
+Write `run_stage(comm, stage, actions)`, which runs this rank's 1F1B list (`build_schedule("1f1b", 3,
+4)[rank]`) under `mpiexec -n 3`. Stage $s$ is one layer; the check hands you a `stage` that does the
+arithmetic:
+
+* `stage.input(i)` — micro-batch $i$'s input (first stage only); `stage.shape` — the shape of what travels;
+* `stage.forward(x, i)` → `(y, saved)` — `saved` is what this micro-batch's backward will need;
+* `stage.loss(i, y)` → the gradient of the loss with respect to `y` (last stage only: the last forward
+  hands its output to the loss, and that gradient starts the micro-batch's backward);
+* `stage.backward(saved, dy, i)` → `dx` (and adds this micro-batch's share into the stage's weight
+  gradient).
+
+Activations go to rank $r+1$ and gradients to rank $r-1$ with `comm.send(array, dest)`; receive into an
+`xp.empty(stage.shape)` with `comm.recv(array, source)`. The messages here are small (1 KiB), so a blocking
+send returns at once (lesson 04's eager limit); the engine below uses non-blocking sends so that
+nothing depends on that.
+
+`08_yours.py` runs yours on three ranks and checks the order of what each rank ran against its list, the
+micro-batches whose activations it held at once (at most $p-r$ on rank $r$ — that is 1F1B's point), every
+stage's weight gradient against one process, and the time: each forward sleeps 30 ms and each backward
+60 ms (on top of microseconds of arithmetic), so the run has the simulator's costs, and its measured
+makespan must come within 50 % of `simulate`'s (one with a barrier before every action took 1.6× here).
+''', r'''%exercise stage_executor
+%%writefile {MINE}/stage.py
+"""Your 1F1B stage executor (lesson 08): run under mpiexec by 08_yours.py."""
+from minipar.backend import xp
+
+
+def run_stage(comm, stage, actions):
+    """Run this rank's F and B actions in order, passing activations forward and
+    gradients backward between neighbouring stages."""
+    for action in actions:
+        pass
+''', r'''
+executor_json = os.path.join(tempfile.mkdtemp(), "executor.json")
+proc = mpirun(3, ["08_yours.py", "--file", f"{MINE}/stage.py", "--json", executor_json, "--backend", BACKEND])
+print(proc.stdout)
+runs = json.load(open(executor_json))
+measured = {r: [Span(kind, i, 0, start, end) for kind, i, start, end in spans]
+            for r, spans in enumerate(runs["measured"])}
+simulated = {int(r): [Span(*s) for s in spans] for r, spans in runs["simulated"].items()}
+fig, axes = plt.subplots(2, 1, figsize=(10, 4), sharex=True)
+draw_timeline(simulated, ax=axes[0], title="simulated (F = 0.03 s, B = 0.06 s)")
+draw_timeline(measured, ax=axes[1], title="your executor, measured")
+axes[1].set_xlabel("seconds"); plt.tight_layout(); plt.show()
+''', r'''%md
+The measured rows are the simulated ones, shifted by the few milliseconds each message and each
+Python call costs: the simulator was right because the only thing that orders a rank's work is the
+list and the messages it waits for. The library's engine is the same loop with what a real model
+needs — non-blocking sends, several model chunks (interleaved), B split from W (zero bubble), and the
+activation buffers' shapes agreed once.
+
+## 3. A real pipeline, traced
 
 Now the engine executes the 1F1B action lists on 2 ranks (`--pp 2`), sending activations and gradients
 with non-blocking point-to-point messages. With `--trace` the last step is timed (after a barrier, so
@@ -331,4 +384,29 @@ pipeline is worse than in data parallelism.
   minipar's `Action` lists.
 - **Zero bubble**: Qi et al. 2023 (ZB-H1, ZB-H2, ZB-V); in Megatron-Core / PyTorch as the zero-bubble
   schedules above.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+Stages usually sit on different nodes: what travels between them is one micro-batch's activation,
+$b\cdot s\cdot h$ values, over InfiniBand. From the repository's **H200 profile** (data sheet ×
+efficiency, a model): for a 175B GPT ($h$ = 12288, $s$ = 2048, 96 layers over $p$ = 8 stages, $b$ = 1),
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+h, s, layers, stages = 12288, 2048, 96, 8
+message = s * h * 2                                        # bf16 activation of one micro-batch
+send = collective_seconds(h200, "p2p", 2, message, "inter")
+forward = (layers // stages) * (24 * s * h * h + 4 * s * s * h) / (h200.peak_flops["bf16"] * h200.efficiency["gemm"])
+print(f"one stage's forward of a micro-batch ~ {forward * 1e3:.0f} ms; its activation ({message / 1e6:.0f} MB) "
+      f"crosses InfiniBand in ~ {send * 1e3:.1f} ms")
+for m in (8, 32, 128):
+    print(f"  m = {m:>3}: 1F1B bubble (p-1)/(m+p-1) = {(stages - 1) / (m + stages - 1):.1%}")
+''', r'''%md
+The send is under one percent of the stage's compute, so the simulator without messages is nearly right; what
+dominates at scale is the bubble, and the global batch limits $m$: with $B$ sequences, $d$-way data
+parallelism and micro-batches of $b$, $m = B/(d\,b)$, so more data parallelism means fewer
+micro-batches and a larger bubble — lesson 13 weighs the two. Real stages are not equal either (the
+first holds the embedding, the last the head and the loss), which is why Megatron lets you put fewer
+layers on them and why the simulator takes per-stage costs.
 ''']

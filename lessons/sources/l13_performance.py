@@ -17,9 +17,11 @@ $12\,L\,h\,s$ per token in all:
 
 $$\text{FLOPs/token} = 6N + 12\,L\,h\,s \qquad \text{MFU} = \frac{\text{FLOPs/token}\cdot\text{tokens/s}}{\text{ranks}\cdot\text{peak}}$$
 
-Plan: FLOPs per token — **exercise**: from a config; this machine's roofline; predicted against
-measured step times; memory per rank — **exercise**: a layer's activations with tensor and
-sequence parallelism; planning a 175B model — **exercise**: the ring all-reduce's α-β time.
+Plan: FLOPs per token — **exercise**: from a config; this machine's roofline; one real step
+profiled; predicted against measured step times; memory per rank — **exercise**: a layer's
+activations with tensor and sequence parallelism; the model against Megatron's published times;
+planning a 175B model — **exercise**: the ring all-reduce's α-β time; choosing a layout: global batch,
+micro-batches, memory; what changes on GPU nodes.
 ''', r'''
 import inspect
 import os
@@ -137,6 +139,53 @@ above its roof: the roofs are the best of a few calls, each kernel's rate too, m
 ~990 dense bf16 TFLOP/s on ~3.35 TB/s of HBM, a ridge near 300 FLOP/byte (spec-sheet figures) — so
 more of a model's ops are memory bound there than here.
 ''', r'''%md
+## One real step, profiled
+
+Where does a step's time go? `python -m minipar profile` sets a run up exactly as `train` does, then
+profiles a few steps: every autograd op is timed (exclusive of the ops nested inside it) and counted
+in FLOPs and bytes, and so placed against the two roofs; the step is cut into **forward**, **backward**,
+the **optimizer** (clipping, AdamW, zeroing), the **communication** the step waited for, and the
+**Python overhead** — a phase's time minus the time inside its ops: building the graph, wrapping
+arrays, the backward walk, the hooks. Here the tiny model, one process, batch 4:
+''', r'''
+import json
+import subprocess
+import sys
+import tempfile
+
+profile_json = os.path.join(tempfile.mkdtemp(), "profile.json")
+env = dict(os.environ, PYTHONPATH=os.path.abspath("..") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+proc = subprocess.run([sys.executable, "-m", "minipar", "profile", "--model", "tiny", "--batch-size", "4",
+                       "--steps", "2", "--top", "8", "--json", profile_json],
+                      capture_output=True, text=True, timeout=600, env=env, cwd="..")
+assert proc.returncode == 0, proc.stderr[-3000:]
+print(proc.stdout)
+rep = json.load(open(profile_json))
+fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw=dict(width_ratios=[1, 2]))
+left = 0.0
+for i, (phase, row) in enumerate(rep["phases"].items()):
+    for part, value, hatch in (("ops", row["ops_s"], ""), ("Python", row["overhead_s"], "//")):
+        if value > 0:
+            a.barh(0, value * 1e3, left=left, hatch=hatch, color=f"C{i}", label=f"{phase} ({part})")
+            left += value * 1e3
+a.set_yticks([]); a.set_xlabel("ms per step"); a.set_title("the step by phase")
+a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+top = rep["ops"][:8]
+names = [f"{o['op']} ({o['kind']})" for o in top]
+b.barh(names, [o["s"] * 1e3 for o in top], label="measured")
+b.barh(names, [o["roofline_s"] * 1e3 for o in top], label="roofline: the least time for its FLOPs and bytes")
+b.invert_yaxis(); b.set_xlabel("ms per step"); b.legend(fontsize=7); plt.tight_layout(); plt.show()
+''', r'''%md
+Read it with the roofline in mind. Each op's bar against its roofline bar is how far it is from what
+this machine could do for those FLOPs and bytes; on a busy 2-core machine the gap is wide, and it says
+where the time *could* go, not where it will. Three things to look for in any profile, here and on a
+GPU: which ops dominate (the GEMMs — `Linear`, `MatMul` — once the model is large enough; at this tiny
+size the elementwise ops and the softmax weigh as much), how large the Python overhead is beside the
+ops (it grows with the number of ops, not their size: on a GPU with small layers it is most of the
+step — the README's H200 measurement found minipar's Python costing 2× PyTorch's at 4 layers of
+$d$ = 256), and whether communication shows up at all (with one process it cannot; with `--dp 2` it is
+lesson 05's exposed all-reduce).
+
 ## Predicted against measured
 
 `estimate.predict(config, profile)` adds up one layer's roofline (×layers, forward, backward,
@@ -223,6 +272,27 @@ for s, b, h, a, t in [(2048, 1, 12288, 96, 8), (1024, 4, 4096, 32, 4), (128, 8, 
 print("yours matches korthikanti_layer_bytes(sp=True); the library's, every row of Korthikanti's Table 2:")
 print(inspect.getsource(act.korthikanti_layer_bytes))
 ''', r'''%md
+## The model against published times
+
+A performance model earns trust by predicting runs it was not fitted to. Korthikanti et al. 2022
+(Table 5) published Megatron's step times for 22B–1T GPT models on A100s, with full recomputation and
+with sequence parallelism + selective recomputation, in their layouts. The A100 profile's efficiency
+factors were fixed once (`minipar/perf/profiles/a100.json` says which and why); nothing below is fitted
+per run (`benchmarks/plan_published.py` prints the same table):
+''', r'''
+from minipar.perf.models import KORTHIKANTI, korthikanti_config
+a100 = load_profile("a100")
+errors = []
+print(f"{'model':<6}{'recompute':<11}{'GPUs':>5}{'paper s':>9}{'model s':>9}{'error':>8}{'bubble':>8}")
+for name, row in KORTHIKANTI.items():
+    for recompute, published in (("full", row[8]), ("selective", row[9])):
+        config, world = korthikanti_config(name, recompute)
+        p = predict(config, a100)
+        errors.append((p.step_s - published) / published)
+        print(f"{name:<6}{recompute:<11}{world:>5}{published:9.2f}{p.step_s:9.2f}{errors[-1]:+8.1%}{p.bubble:8.1%}")
+print(f"mean |error| {np.mean(np.abs(errors)):.1%}, max {np.max(np.abs(errors)):.1%} "
+      "(Calculon, an analytical model, reports 3.65 % mean on the same runs)")
+''', r'''%md
 ## Planning a 175B model on 1024 GPUs
 
 `plan` enumerates dp·tp·pp, chunks, schedule, micro-batches, ZeRO stage, sequence parallelism and
@@ -257,6 +327,67 @@ for p, S in [(8, 2 ** 28), (2, 2 ** 10), (3, 10 ** 6), (64, 2 ** 30)]:
 print("yours matches collective_seconds; the library's:")
 print(inspect.getsource(pcomm.collective_seconds))
 ''', r'''%md
+## Choosing a layout
+
+`plan` ranks layouts by predicted step time; three questions decide what it may choose from, in this
+order.
+
+**1. The global batch, against the critical batch size.** McCandlish et al. (2018, *An Empirical Model of
+Large-Batch Training*) found that the optimizer steps $S$ and training examples $E$ needed to reach a given
+loss trade off as $(S/S_\min - 1)(E/E_\min - 1) = 1$, with the **critical batch size**
+$B_\text{crit} = E_\min/S_\min$. Well below it, doubling the batch halves the steps — data parallelism
+scales perfectly; well above, it buys almost no steps and wastes examples. $B_\text{crit}$ grows as the
+loss falls, which is why GPT-3 ramped its batch from 32K to 3.2M tokens and Llama 3 405B went from 4M
+to 16M tokens during training. The global batch caps data parallelism: $\text{dp} \le B/b$ for
+micro-batches of $b$ sequences.
+''', r'''
+ratio = np.logspace(-2, 2, 100)                         # B / B_crit
+plt.figure(figsize=(6, 3.2))
+plt.loglog(ratio, 1 + 1 / ratio, label="steps / fewest steps")
+plt.loglog(ratio, 1 + ratio, label="examples / fewest examples")
+plt.axvline(1, color="grey", ls=":"); plt.xlabel("global batch / critical batch")
+plt.title("McCandlish et al.: (S/S_min - 1)(E/E_min - 1) = 1"); plt.legend(); plt.show()
+''', r'''%md
+**2. Micro-batches, against the bubble.** With the global batch $B$ fixed, $B = \text{dp}\cdot m\cdot b$:
+more data parallelism leaves each pipeline fewer micro-batches and a larger bubble
+$\frac{p-1}{m+p-1}$ (lesson 08), and larger micro-batches (fatter GEMMs) do the same. The model, for
+the 175B GPT with Megatron's $B$ = 1536, $t$ = 8, $p$ = 8, on the A100 profile (a model, not a
+measurement; its times are within 15 % of the published ones above):
+''', r'''
+def gpt175(**kw):
+    return with_vocab(TrainConfig(model="gpt2", n_layer=96, d_model=12288, n_head=96, seq_len=2048,
+                                  precision="bf16", batch_size=1536, tp=8, pp=8, sequence_parallel=True,
+                                  **{"recompute": "selective", **kw}), 51200)
+
+print(f"{'b':>2}{'dp':>4}{'GPUs':>6}{'m':>5}{'step s':>8}{'bubble':>8}{'MFU':>7}")
+for b in (1, 2):
+    for dp in (2, 4, 8, 16):
+        m = 1536 // (dp * b)
+        p = predict(gpt175(microbatches=m).resolve(dp * 64), a100)
+        print(f"{b:>2}{dp:>4}{dp * 64:>6}{m:>5}{p.step_s:8.2f}{p.bubble:8.1%}{p.mfu:7.1%}")
+''', r'''%md
+Each doubling of dp halves the step but the bubble grows, and MFU — the share of the GPUs' peak that
+does model work — falls: the last GPUs bought are the least used. Micro-batches of 2 sequences make
+fatter GEMMs, which pays a little while $m$ is large and costs once it is small: they halve $m$.
+(Interleaved and zero-bubble schedules, lesson 08, push the bubble back down.)
+
+**3. Memory per rank, against ZeRO and recomputation.** Once the layout is set, what remains is to fit:
+choose the cheapest way to bring the largest rank under the GPU's memory. The same 175B on 1024 A100s
+of 80 GB:
+''', r'''
+print(f"{'ZeRO':>4} {'recompute':<10}{'GiB/rank':>9}{'state':>7}{'activ.':>7}{'step s':>8}  fits 80 GB")
+for zero in (0, 1):
+    for recompute in ("none", "selective", "full"):
+        p = predict(gpt175(microbatches=96, zero=zero, recompute=recompute).resolve(1024), a100)
+        state = sum(p.model_state_bytes.values())
+        print(f"{zero:>4} {recompute:<10}{p.mem_bytes / 2**30:9.1f}{state / 2**30:7.1f}"
+              f"{p.activation_bytes / 2**30:7.1f}{p.step_s:8.2f}  {'yes' if p.mem_bytes < 80e9 else 'no'}")
+''', r'''%md
+Selective recomputation (only attention's scores) makes it fit at almost no cost; full recomputation
+also fits but costs a third more time; ZeRO-1 shards the optimizer state over dp and frees the most.
+Megatron's own choice for this model was sequence parallelism + selective recomputation — the row the
+model finds cheapest.
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **MFU / HFU** (PaLM, Megatron): model FLOPs utilisation counts $6N+12Lhs$ per token; hardware
@@ -269,4 +400,23 @@ print(inspect.getsource(pcomm.collective_seconds))
 - PyTorch: `torch.cuda.max_memory_allocated` (what `backend.memory.peak` stands in for),
   `torch.profiler` for the measured side, `torch.utils.flop_counter.FlopCounterMode` to count a
   model's FLOPs by running it.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+The same 175B layout priced with the A100, H100 and H200 profiles in the repository (data-sheet
+peaks × one efficiency factor each: a model, not measurements):
+''', r'''
+config = gpt175(microbatches=96).resolve(1024)
+for name in ("a100", "h100", "h200"):
+    gpu = load_profile(name)
+    p = predict(config, gpu)
+    print(f"{name}: step {p.step_s:6.2f} s, MFU {p.mfu:.1%}, exposed communication {p.exposed_comm_s:5.2f} s "
+          f"({p.comm_share:.0%} of the step), "
+          f"{p.mem_bytes / 2**30:.0f} of {gpu.mem_per_rank_bytes / 1e9:.0f} GB per GPU")
+''', r'''%md
+Faster GPUs shorten the compute, not the wires, so the share of the step spent communicating grows from
+one generation to the next — the reason newer systems raise NVLink domains past one node (NVL72) and
+overlap more. The one measurement of this repository on a GPU (README, "GPU clusters") is a single
+H200: a GPT-2-small-shaped step of minipar on CuPy took 150 ms against PyTorch eager's 152 ms; at small
+layers minipar's Python, not the GPU, set the pace — the profile's "Python overhead" row, on a GPU.
 ''']

@@ -19,11 +19,18 @@ scale a training job is not a program that runs, it is a program that **keeps co
 4. **continue** from the newest checkpoint, ideally on *the same* loss curve.
 
 `python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...` is a supervisor that does
-these four things. minipar has an advantage there: the global batch of step $k$ is a function of
-(seed, $k$) alone and checkpoints record every piece as a box of a named global tensor (any layout reads its own boxes), so the job can continue on **any** number of
-ranks and still make exactly the updates of one process. Plan: (1) kill a rank and watch the job
-shrink; (2) a hang; (3) what a failure costs — goodput and the checkpoint interval (Young/Daly);
-(4) a slow rank, with and without load balancing; (5) the code; exercises.
+these four things. It leans on two properties: the global batch of step $k$ is a function of (seed, $k$)
+alone, and a checkpoint's index names every piece it holds by parameter and global box, not by rank, so the job can continue on **any**
+number of ranks and still make exactly the updates of one process. How the arrays get to disk matters at
+scale: gathering them onto rank 0 and writing one file works for this course's models, not for a 70B
+model, whose weights and Adam state (~1 TB) fit in no host's memory and would take one writer most of an
+hour — so minipar, like PyTorch DCP and Megatron's distributed checkpoint, writes one shard per rank plus
+an index of which piece of which array each holds, and cuts them again on load. Everything in this lesson goes
+through the CLI (`--save`, `--save-every`, `--resume`), whichever format sits behind it.
+
+Plan: (1) kill a rank and watch the job shrink; (2) a hang; (3) **you write** a supervisor loop that
+brings a failing job back from its newest checkpoint; (4) what a failure costs — goodput and the
+checkpoint interval (Young/Daly); (5) a slow rank, with and without load balancing; (6) the code.
 ''', r'''
 import inspect
 import json
@@ -48,6 +55,7 @@ TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4",
         "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "0"]
 STEPS = 12
 WORK = tempfile.mkdtemp(prefix="lesson15-")
+MINE = tempfile.mkdtemp(prefix="minipar_yours_")    # %%writefile {MINE}/...: your supervisor (§3)
 
 def launch_cmd(run, launch_flags, train_flags=()):
     """python -m minipar launch ... -- train ...  (minipar.elastic is the same command)"""
@@ -133,7 +141,51 @@ _, steps_h, events_h, final_h = read_merged(f"{run}/merged.json")
 np.testing.assert_allclose([r["loss"] for r in steps_h], reference, rtol=1e-9, atol=0)
 print(f"\n{events_h[0]['what']}: same curve again, {time.time() - t0:.1f} s in all")
 ''', r'''%md
-## 3. What a failure costs: goodput
+## 3. Your supervisor
+
+Strip away the agents, the hang detection and the re-planning, and a supervisor is a loop. **Exercise.**
+Write `supervise(mpiexec, train_args, run_dir, save_every, max_restarts)`. `mpiexec(argv)` runs
+`mpiexec -n 2 python -m minipar train ARGV` and returns its exit status. Run `train_args` until an attempt
+finishes: every attempt saves a checkpoint every `save_every` steps (`--save DIR --save-every K`) and
+logs its steps (`--log-json FILE`, one per attempt, under `run_dir`); after a failure the next attempt
+continues from the newest checkpoint (`--resume DIR`), if there is one yet; after `max_restarts` restarts
+that failed too, give up with an exception. Return the run as one curve `{step: loss}`: a step redone
+after a restart appears in two logs, and the later one is the run's. Read the logs with
+`minipar.runlog.step_records(path)` (a list of records with `"step"` and `"loss"`); do not open the
+checkpoint — its format is the library's business, the CLI is the contract.
+
+`15_yours.py` runs yours twice. First 12 steps, checkpoints every 3, with rank 1 made to fail at step 5
+and rank 0 at step 10 (`MINIPAR_INJECT_FAILURE`): three attempts, which must start at steps 0, 3 and 9
+(a failure at step 5 loses steps 3 and 4: the newest checkpoint is of step 3), and a curve equal to one
+uninterrupted process's, step by step. Then with `max_restarts=1` and attempts that die before their
+first step — no log at all: yours must give up after the second.
+''', r'''%exercise supervise
+%%writefile {MINE}/supervise.py
+"""Your supervisor loop (lesson 15): run by 15_yours.py, which launches the mpiexec jobs."""
+import os
+
+from minipar.runlog import step_records
+
+
+def supervise(mpiexec, train_args, run_dir, save_every, max_restarts):
+    """Run train until an attempt finishes, from the newest checkpoint after each
+    failure; return {step: loss} of the run as one curve."""
+    log = os.path.join(run_dir, "attempt1.json")
+    mpiexec([*train_args, "--log-json", log])
+    return {r["step"]: r["loss"] for r in step_records(log)}
+''', r'''
+t0 = time.time()
+proc = subprocess.run([sys.executable, "15_yours.py", "--file", f"{MINE}/supervise.py",
+                       "--reference", f"{WORK}/single.json"], env=ENV, capture_output=True, text=True, timeout=600)
+print(proc.stdout, f"({time.time() - t0:.1f} s)")
+assert proc.returncode == 0, proc.stderr[-3000:]
+''', r'''%md
+That is `minipar launch` at its core. What the library adds is what makes it trustworthy on real
+machines: an agent per rank that knows how its process ended, a heartbeat that turns a hang into a
+failure (§2), the re-plan onto the survivors (§1, §5), the merged log with its events, and the goodput
+accounting below.
+
+## 4. What a failure costs: goodput
 
 **Goodput** is the share of the wall time that made progress. A failure costs the work since the last
 checkpoint (redone), the time to notice, and the restart. Checkpointing often makes the first small but
@@ -179,7 +231,8 @@ above it). What moves the curve is $C$ (asynchronous and in-memory checkpoints m
 and against the model: no interval on a fine grid does better.
 ''', r'''%exercise young
 def my_interval(C, M):
-    raise NotImplementedError("hint: minimise C/tau + tau/(2M): the derivative -C/tau^2 + 1/(2M) is zero at ...")
+    raise NotImplementedError("hint: the fraction lost per second, checkpoint cost plus expected rework, "
+                              "as a function of tau: where is it smallest?")
 ''', r'''
 for C_, M_ in ((30.0, 14400.0), (1.0, 86400.0), (300.0, 3600.0)):
     assert np.isclose(my_interval(C_, M_), young_daly_interval(C_, M_)), (C_, M_)
@@ -188,7 +241,7 @@ for C_, M_ in ((30.0, 14400.0), (1.0, 86400.0), (300.0, 3600.0)):
 print("correct; the library's version:\n")
 print(inspect.getsource(young_daly_interval))
 ''', r'''%md
-## 4. The largest valid world size
+## 5. The largest valid world size
 
 After a failure the supervisor runs on the **largest** number of ranks $w \le$ the slots left for which
 some layout is valid, never below `--min-np`. "Valid" is the trainer's own judgement:
@@ -204,8 +257,8 @@ from dataclasses import replace
 from minipar.config import ConfigError, TrainConfig
 ''', r'''%exercise largest
 def my_largest_world(config, slots, min_np=1):
-    raise NotImplementedError("hint: for w in range(slots, min_np - 1, -1): try candidate.resolve(w) "
-                              "for each candidate layout, catching ConfigError")
+    raise NotImplementedError("hint: the trainer is the judge of a layout: ask it, from the largest w "
+                              "down, and treat its refusal as an answer")
 ''', r'''
 base = TrainConfig(model="tiny", n_layer=2, d_model=16, n_head=4, seq_len=8, batch_size=8)
 cases = [(base, s, 1) for s in range(1, 9)] + [(base, 3, 3), (replace(base, batch_size=12), 5, 1),
@@ -215,7 +268,7 @@ for config, slots, min_np in cases:
     assert my_largest_world(config, slots, min_np) == want, (config.layout_name(), slots, min_np, want)
 print("correct; e.g. batch 8, 4 heads:", {s: my_largest_world(base, s) for s in range(1, 9)})
 ''', r'''%md
-## 5. A slow rank, and load balancing
+## 6. A slow rank, and load balancing
 
 A failing rank is not the only problem: a *slow* one (thermal throttling, a noisy neighbour, a bad link)
 makes every synchronous step wait for it. `MINIPAR_SLOW_RANK=1:2` makes rank 1 sleep as long again as
@@ -257,7 +310,7 @@ slowed rank pays twice too — so it must get fewer rows than its "speed" says. 
 the times are noisy, so the shares wander; `benchmarks/balance.py` measures with repeats. (minipar
 refuses `--balance` with pipeline parallelism: there the fix is moving *layers*.)
 
-## 6. The code
+## 7. The code
 
 The supervisor names a hung rank from the process table:
 ''', r'''
@@ -288,4 +341,23 @@ print(inspect.getsource(agent.main))
   (PyTorch DCP `async_save`), in-memory checkpoints to peers (Gemini), hot spares.
 - **Stragglers**: per-rank step times in the logs (lesson 13's monitor), data-parallel load balancing as
   here, and at scale simply finding and draining the slow node.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+The numbers that set the checkpoint interval change by orders of magnitude. Meta reported 419
+unexpected interruptions in 54 days on 16 384 H100s (the introduction): one every ~3 hours for the
+job. A 405B model's weights and Adam state are ~6.5 TB; at tens of GB/s of aggregate storage bandwidth
+a synchronous checkpoint takes minutes. Young's interval with those (published figures; the checkpoint
+time is an assumption for the example):
+''', r'''mtbf = 54 * 24 * 3600 / 419
+for C in (60.0, 300.0):
+    tau = young_daly_interval(C, mtbf)
+    print(f"checkpoint {C:>4.0f} s, MTBF {mtbf / 3600:.1f} h: every {tau / 60:.0f} min, "
+          f"goodput ~ {model_goodput(tau, C, mtbf, 600.0):.1%} (restart 10 min)")
+''', r'''%md
+At that scale the supervisor you wrote is the right shape but every part of it is distributed: an agent
+per node instead of one `mpiexec` (torchrun's elastic agent, Slurm's requeue), a rendezvous that decides
+who is still alive, checkpoints written by every rank in parallel and asynchronously (PyTorch DCP's
+`async_save`, the sharded format) so that $C$ drops to seconds, hot spare nodes so that the restart does
+not wait for a replacement, and health checks that drain a slow or flaky node before it fails.
 ''']

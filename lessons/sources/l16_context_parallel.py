@@ -201,8 +201,8 @@ def check_merge(fn, blocks=4, seed=0):
 
 ''', r'''%exercise merge
 def my_merge(out, lse, o, l):
-    raise NotImplementedError("hint: with m = max(lse, l), new = m + log(e^(lse - m) + e^(l - m)); "
-                              "scale out by e^(lse - new) in place, add o·e^(l - new), then lse[...] = new")
+    raise NotImplementedError("hint: the formula above, computed so that no exponential can overflow — "
+                              "what can you subtract from both exponents first? and `out` must change in place")
 ''', r'''
 print(check_merge(my_merge))      # the solution is in lessons/solutions/16_context_parallel.py
 print(inspect.getsource(ring.merge))
@@ -210,7 +210,47 @@ print(inspect.getsource(ring.merge))
 minipar's version uses `logaddexp`, which does the same max-subtraction inside. (ring-flash-attention and
 picotron write the same update as `out - sigmoid(l - L)·(out - o)`, `L - logsigmoid(L - l)`.)
 
-## 5. The causal imbalance, and the zig-zag fix
+## 5. Exercise — the ring, on four ranks
+
+Now the loop around your merge, with real messages. Write `ring_attention(comm, q, k, v)` for the
+**contiguous** split: rank $r$ holds the $r$-th block of the sequence's queries, keys and values, each
+(B, H, n, d); return its queries' causal attention over the whole sequence and the log-sum-exp of every
+row, `(out, lse)`. At each of the $C$ steps attend to the K/V block you hold — `pair_forward(q, k, v,
+"naive", diagonal)` gives one block's `(o, l)`, causally masked when `diagonal` — merge it in, and pass
+the block on round the ring with `comm.sendrecv(send, dest, recv, source)`. Blocks that lie wholly in
+a query block's future add nothing (skip their compute, but they still travel on), and a block that has
+reached its last holder need not be sent again. The merge goes in the file too: it is your `my_merge`.
+
+`16_yours.py` runs it on 4 ranks in float64 and compares every rank's `out` and `lse` with one process's
+causal attention. When they differ it finds which key blocks your result *does* cover (it tries every
+subset of the blocks the rank must see), and it counts the bytes each rank sent against $C-1$ K/V blocks.
+''', r'''%exercise ring_loop
+%%writefile {MINE}/ring.py
+"""Your ring attention (lesson 16): run under mpiexec by 16_yours.py."""
+from minipar.backend import xp
+from minipar.parallel.context.ring import pair_forward
+
+
+def merge(out, lse, o, l):
+    """The online-softmax merge of one block's (o, l) into the running (out, lse), in place
+    (your my_merge of §4)."""
+    raise NotImplementedError("your my_merge of §4")
+
+
+def ring_attention(comm, q, k, v):
+    """Causal attention of my query block over the whole sequence; (out, lse)."""
+    out, lse = xp.zeros_like(q), xp.full(q.shape[:3], -xp.inf)
+    return out, lse
+''', r'''
+proc = mpirun(4, ["16_yours.py", "--file", f"{MINE}/ring.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+The library's loop (printed in §3) differs in two ways that matter for speed: the next block's transfer
+is started *before* the current block is computed (non-blocking send and receive, waited for after the
+compute), so the ring hides behind attention when $S/C$ is long enough; and with the zig-zag split of §6
+every rank has the same work at every step.
+
+## 6. The causal imbalance, and the zig-zag fix
 
 Cut the sequence into $2C$ chunks. Under the causal mask query chunk $a$ attends key chunk $b$ fully if
 $b < a$, on its diagonal (half of the pairs) if $b = a$, not at all if $b > a$. The **contiguous** split
@@ -224,7 +264,8 @@ that rank `rank` holds under the zig-zag split, early one first. It is checked a
 and the check also counts each rank's work with your split: it must be the same on every rank.
 ''', r'''%exercise zigzag
 def my_chunks_of(rank, cp):
-    raise NotImplementedError("hint: pair an early chunk with a late one so their indices sum to 2·cp - 1")
+    raise NotImplementedError("hint: which early chunk's missing work does which late chunk make up for? "
+                              "count the key chunks each query chunk attends to")
 ''', r'''
 for cp in range(1, 7):
     for r in range(cp):
@@ -312,7 +353,7 @@ rank waits for the dK/dV accumulators to come round, so imbalance shows as idle 
 step. Zig-zag gives both ranks one diagonal-heavy early chunk and one late chunk: the same boxes on both
 rows. (On a loaded two-core machine the times are noisy; the busy ratios are the robust part.)
 
-## 6. Training with `--cp 2`: the same run as one process
+## 7. Training with `--cp 2`: the same run as one process
 
 `python -m minipar train --cp 2` swaps every block's attention core for `RingAttentionCore`
 (`apply_context_parallel`), feeds each rank its positions of every sequence (`model.token_positions`
@@ -373,4 +414,29 @@ for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
   Context*; Brandon et al. 2023, *Striped Attention* (tokens dealt round-robin to the ranks, another cure
   for the causal imbalance); Jacobs et al. 2023, *DeepSpeed Ulysses* (the all-to-all alternative);
   Korthikanti et al. 2022 for activation memory per token.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+With GQA, keys and values are small beside the queries, so the ring's messages are cheap next to the
+$(S/C)^2$ attention compute. From the repository's **H200 profile** (data sheet × efficiency, a model),
+for a Llama-3-405B-shaped layer ($h$ = 16 384, 8 K/V heads of 128) at 128K tokens:
+''', r'''from minipar.perf.comm import collective_seconds
+from minipar.perf.profile import load_profile
+
+h200 = load_profile("h200")
+h, kv, S = 16384, 8 * 128, 128 * 1024
+for C, where in ((8, "intra"), (16, "inter")):
+    n = S // C
+    block = 2 * n * kv * 2                                  # K and V of one block, bf16
+    send = collective_seconds(h200, "p2p", 2, block, where)
+    attend = 4 * n * n * h / (h200.peak_flops["bf16"] * h200.efficiency["gemm"]) / 2   # causal: half the pairs
+    print(f"cp = {C:>2} ({where}): {n} tokens per rank; a K/V block of {block / 1e6:.0f} MB takes "
+          f"{send * 1e3:.2f} ms, attending to it ~ {attend * 1e3:.1f} ms")
+''', r'''%md
+Inside a node the transfer is some 70× shorter than the compute it hides behind; across nodes, with
+fewer tokens per rank, only about 5×: the compute shrinks as $(S/C)^2$ and the block as $S/C$, so there
+is a largest useful $C$ for a given $S$ and link. With K/V this small Llama 3 could even afford an
+all-gather of them instead of a ring. What bites on GPUs is instead the causal
+imbalance (the zig-zag split of §6), and the kernels: each block pair is one flash-attention call
+(lesson 11), and its speed, not the network's, sets the step.
 ''']

@@ -3,13 +3,16 @@
 No thread variables: minipar gives each rank (cores // ranks on the node) BLAS threads
 itself, as it does for the README's commands.  Collectives run in check mode
 (MINIPAR_COMM_CHECK=1): a misused collective fails on every rank with one message
-instead of hanging the notebook (about 50 µs per call; ``bench comm --check-overhead``)."""
+instead of hanging the notebook (about 50 µs per call; ``bench comm --check-overhead``).
+``MINE`` is the folder the multi-rank exercises write the learner's code to (``yours.py``)."""
 
 LAUNCH = r'''
+import tempfile
 ROOT = os.path.abspath("..")
 ENV = dict(os.environ, MINIPAR_COMM_CHECK="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 BACKEND = os.environ.get("MINIPAR_BACKEND", "numpy")   # "cupy" on GPU nodes
+MINE = tempfile.mkdtemp(prefix="minipar_yours_")     # %%writefile {MINE}/...: exercises run by mpiexec
 
 def mpirun(n, args, timeout=300):
     """mpiexec -n N python ARGS..., from lessons/; fails loudly with the ranks' output."""

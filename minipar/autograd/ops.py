@@ -9,6 +9,7 @@ import builtins
 
 from minipar.autograd import ops_math as M, ops_shape as S, ops_reduce as R, ops_nn as N
 from minipar.autograd import ops_attention as A
+from minipar.autograd import ops_llama as L
 
 
 def raw(x):
@@ -28,6 +29,7 @@ def log(a): return M.Log.apply(a)
 def tanh(a): return M.Tanh.apply(a)
 def relu(a): return M.Relu.apply(a)
 def gelu(a): return M.Gelu.apply(a)
+def silu(a): return M.Silu.apply(a)
 def where(cond, a, b): return M.Where.apply(raw(cond), a, b)
 def masked_fill(x, mask, value): return where(mask, value, x)
 def cast(a, dtype): return M.Cast.apply(a, dtype)
@@ -72,6 +74,8 @@ def linear(x, weight, bias=None): return R.Linear.apply(x, weight, bias)
 def softmax(a, axis=-1): return N.Softmax.apply(a, axis)
 def log_softmax(a, axis=-1): return N.LogSoftmax.apply(a, axis)
 def layer_norm(x, weight, bias, eps=1e-5): return N.LayerNorm.apply(x, weight, bias, eps)
+def rms_norm(x, weight, eps=1e-5): return L.RMSNorm.apply(x, weight, eps)
+def rotary(x, cos, sin): return L.Rotary.apply(x, cos, sin)
 def embedding(weight, ids): return N.Embedding.apply(weight, raw(ids))
 
 

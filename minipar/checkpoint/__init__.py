@@ -84,9 +84,13 @@ def check_loadable(ckpt, model, precision):
         raise ValueError(f"{bad} holds non-finite values (inf or nan)")
 
 
+# model fields added after checkpoints were first written, at the value those had
+OLDER_DEFAULTS = {"arch": "gpt2", "n_kv_head": None, "rope_theta": 10000.0, "d_ff": None}
+
+
 def check_compatible(meta, model_config: dict):
     """Refuse a checkpoint made for another model configuration."""
-    saved = meta.get("model", {})
+    saved = dict(OLDER_DEFAULTS, **meta.get("model", {}))
     diff = {k: (saved.get(k), v) for k, v in model_config.items()
             if k != "attention" and saved.get(k) != v}
     if diff:

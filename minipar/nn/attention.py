@@ -9,7 +9,8 @@ kernel of ``minipar.kernels``, which never does.  ``core`` is the part selective
 recomputation re-runs in backward.
 
 The core is a module of its own, ``AttentionCore``: the one place where q, k, v
-become y.  The plain model, the tensor-parallel model (fewer heads per rank) and
+become y; k and v may have fewer heads than q (grouped-query attention, the llama
+block: ``naive_attention`` reads each group's key/value head in place).  The plain model, the tensor-parallel model (fewer heads per rank) and
 selective recomputation (which wraps the core, ``Recompute(attn.core)``) all call it.
 """
 from __future__ import annotations
@@ -22,19 +23,51 @@ from minipar.nn.layers import Linear
 
 
 def naive_attention(q, k, v, causal=True):
-    """softmax(q kᵀ / sqrt(d)) v with the causal mask, all in ordinary ops."""
-    scores = q @ ops.transpose(k, (0, 1, 3, 2))
-    return ops.attention_softmax(scores, 1.0 / math.sqrt(q.shape[-1]), causal) @ v
+    """softmax(q kᵀ / sqrt(d)) v with the causal mask, all in ordinary ops.
+
+    Grouped-query attention: k and v may have fewer heads, Hkv, than q's H (H % Hkv == 0);
+    query head h reads key/value head h // G, G = H/Hkv.  The query heads are viewed as
+    (Hkv, G) and k, v as (Hkv, 1): the matmuls broadcast each key/value head over its
+    group, so K and V are never repeated in memory, and the broadcast's backward (the
+    autograd ``unbroadcast``) sums the group's gradients into dK, dV."""
+    b, h, n, d = q.shape
+    h_kv = k.shape[1]
+    if h % h_kv:
+        raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly")
+    scale = 1.0 / math.sqrt(d)
+    if h_kv == h:
+        scores = q @ ops.transpose(k, (0, 1, 3, 2))
+        return ops.attention_softmax(scores, scale, causal) @ v
+    g = h // h_kv
+    q5 = q.reshape(b, h_kv, g, n, d)
+    k5, v5 = k.reshape(b, h_kv, 1, k.shape[2], d), v.reshape(b, h_kv, 1, v.shape[2], d)
+    scores = (q5 @ ops.transpose(k5, (0, 1, 2, 4, 3))).reshape(b, h, n, k.shape[2])
+    p = ops.attention_softmax(scores, scale, causal).reshape(b, h_kv, g, n, k.shape[2])
+    return (p @ v5).reshape(b, h, n, d)
 
 
 def attention_core(q, k, v, kind="naive", causal=True, implementation=None):
-    """``implementation`` (flash only): None, "reference" or "emulated" (kernels/flash_attention)."""
+    """``implementation`` (flash only): None, "reference" or "emulated" (kernels/flash_attention).
+    k, v: (B, Hkv, N, d) with Hkv dividing q's H (grouped-query attention)."""
     if kind == "naive":
         return naive_attention(q, k, v, causal)
     if kind == "flash":
+        refuse_grouped_kv(q.shape[1], k.shape[1], "flash")
         from minipar.kernels.flash_attention import flash_attention
         return flash_attention(q, k, v, causal=causal, implementation=implementation)
     raise ValueError(f"unknown attention {kind!r}; choose naive or flash")
+
+
+def refuse_grouped_kv(n_head, n_kv_head, attention, cp=1):
+    """Until the flash kernels and ring attention read grouped K/V in place (issue 34,
+    kernel side), the one place that refuses them (the config checks call it too).
+    Remove it, and its callers, once they do."""
+    if n_kv_head != n_head and (attention == "flash" or cp > 1):
+        what = "`attention` flash" if attention == "flash" else "context parallelism (`cp` > 1)"
+        raise NotImplementedError(f"{what} with `n_kv_head` {n_kv_head} < `n_head` {n_head} "
+                                  f"(grouped-query attention) is not built yet; use "
+                                  f"`n_kv_head` {n_head}" + (" or `attention` naive"
+                                                             if attention == "flash" else ""))
 
 
 class AttentionCore(Module):

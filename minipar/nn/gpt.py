@@ -12,11 +12,17 @@ is built in; ``GPT(cfg, seed, materialize=False)`` builds placeholders only, whi
 parallel layout cuts and then fills with just its own part.  With ``tie_weights`` the head reuses the
 token embedding (W_head = wteᵀ).  ``embed``, ``blocks`` and ``head`` are separate
 so a pipeline can place them on different stages.
+
+``GPTConfig`` describes both blocks minipar trains: ``arch="gpt2"`` (this file) and
+``arch="llama"`` (``nn/llama.py``: RMSNorm, rotary positions, SwiGLU, grouped-query
+attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``).  ``make_model(cfg)``
+builds whichever ``cfg.arch`` names; the llama model keeps this class's interface.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, asdict, replace
+from typing import Optional
 
 import numpy as np
 
@@ -38,9 +44,25 @@ class GPTConfig:
     dropout: float = 0.0
     tie_weights: bool = False
     attention: str = "naive"
+    arch: str = "gpt2"             # gpt2 | llama (nn/llama.py)
+    n_kv_head: Optional[int] = None   # llama: key/value heads (GQA); None: n_head
+    rope_theta: float = 10000.0    # llama: RoPE's base
+    d_ff: Optional[int] = None     # llama: SwiGLU's hidden width; None: 8/3·d to a multiple of 64
 
     def to_dict(self):
         return asdict(self)
+
+    @property
+    def kv_heads(self):
+        """Key/value heads: n_kv_head, or n_head (multi-head attention)."""
+        return self.n_kv_head or self.n_head
+
+    @property
+    def ffn_width(self):
+        """The MLP's hidden width: 4·d (gpt2); d_ff or 8/3·d rounded up to 64 (llama)."""
+        if self.arch == "gpt2":
+            return 4 * self.d_model
+        return self.d_ff or 64 * math.ceil(8 * self.d_model / 3 / 64)
 
     def validate(self):
         for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
@@ -52,6 +74,22 @@ class GPTConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.attention not in ("naive", "flash"):
             raise ValueError(f"`attention` must be naive or flash, got {self.attention!r}")
+        if self.arch not in ("gpt2", "llama"):
+            raise ValueError(f"`arch` must be gpt2 or llama, got {self.arch!r}")
+        if self.arch == "gpt2":
+            for field in ("n_kv_head", "d_ff"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"`{field}` belongs to `arch` llama; gpt2 has "
+                                     f"{'n_head key/value heads' if field == 'n_kv_head' else 'an MLP of 4·d_model'}")
+            return self
+        if self.kv_heads < 1 or self.n_head % self.kv_heads:
+            raise ValueError(f"`n_head` {self.n_head} must be a multiple of `n_kv_head` "
+                             f"{self.kv_heads} (each key/value head serves a group of query heads)")
+        if (self.d_model // self.n_head) % 2:
+            raise ValueError(f"RoPE rotates pairs of features: the head size d_model/n_head = "
+                             f"{self.d_model // self.n_head} must be even")
+        if self.ffn_width < 1 or self.rope_theta <= 0:
+            raise ValueError("`d_ff` and `rope_theta` must be positive")
         return self
 
 
@@ -61,13 +99,32 @@ PRESETS = {
     "medium": GPTConfig(n_layer=8, d_model=256, n_head=8, seq_len=256),
     "gpt2": GPTConfig(n_layer=12, d_model=768, n_head=12, seq_len=1024),
 }
+# the llama counterparts: same depth, width and context; half as many key/value heads
+for _name in ("tiny", "small", "medium"):
+    _base = PRESETS[_name]
+    PRESETS[f"llama-{_name}"] = replace(_base, arch="llama", n_kv_head=_base.n_head // 2)
 
 
 def config_from_preset(name, **overrides):
+    """The preset with ``overrides`` (None: keep the preset's).  ``arch`` llama on a gpt2
+    preset gives its llama form (``--model tiny --arch llama`` == ``--model llama-tiny``
+    but with n_head key/value heads unless ``n_kv_head`` says otherwise)."""
     if name not in PRESETS:
         raise ValueError(f"unknown `model` {name!r}; presets: {', '.join(PRESETS)}")
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    arch = overrides.get("arch")
+    if arch == "gpt2" and PRESETS[name].arch != "gpt2":
+        raise ValueError(f"`model` {name} is a {PRESETS[name].arch} preset; drop `arch` gpt2 "
+                         f"or choose a gpt2 preset")
     return replace(PRESETS[name], **overrides).validate()
+
+
+def make_model(cfg, seed=0, materialize=True):
+    """The model ``cfg.arch`` names: ``GPT`` (gpt2) or ``Llama`` (nn/llama.py)."""
+    if cfg.arch == "llama":
+        from minipar.nn.llama import Llama
+        return Llama(cfg, seed, materialize)
+    return GPT(cfg, seed, materialize)
 
 
 class Block(Module):
@@ -100,9 +157,20 @@ class GPT(Module):
         if materialize:
             initialise(self, drawer(seed, init_specs(self)))
 
-    # The positions of the tokens this model sees: 0..n-1, unless context parallelism
-    # gave this rank other positions of the sequence (parallel/context).
-    token_positions = None
+    # The positions of the tokens this model sees: 0..n-1 (None), unless context
+    # parallelism gave this rank other positions of the sequence (parallel/context).
+    # A model with RoPE (``self.rope``, shared by its attention layers) hands them on.
+    _token_positions = None
+
+    @property
+    def token_positions(self):
+        return self._token_positions
+
+    @token_positions.setter
+    def token_positions(self, positions):
+        self._token_positions = positions
+        if getattr(self, "rope", None) is not None:
+            self.rope.positions = positions
 
     def positions(self, n):
         if self.token_positions is None:
@@ -144,7 +212,7 @@ class GPT(Module):
         """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention).  N
         leaves out the lookups: the position embedding, and the token embedding unless the
         head's matmul uses it (tied); an untied head is counted, as the matmul it is."""
-        n = self.num_parameters() - self.wpe.weight.size
+        n = self.num_parameters() - (self.wpe.weight.size if self.wpe is not None else 0)
         if self.lm_head is not None:          # untied: the token embedding is only a lookup
             n -= self.wte.weight.size
         c = self.config

@@ -49,8 +49,10 @@ def _rules(tp_model, config):
     from minipar.parallel.sync import ParamRules
     if tp_model is None:
         return ParamRules()
-    return ParamRules(tp=config.tp, replicated=lambda name: name not in tp_model.shard_specs,
-                      sequence_parallel=config.sequence_parallel)
+    specs = tp_model.shard_specs
+    return ParamRules(tp=config.tp, replicated=lambda name: name not in specs,
+                      sequence_parallel=config.sequence_parallel,
+                      replicas=lambda name: specs[name].replicas if name in specs else 1)
 
 
 def _compression_hook(config):

@@ -59,8 +59,7 @@ class Placement:
         if self.tp is None:
             return [((0,) * len(self.shape), tuple(self.shape))]
         axis, groups = self.tp.axis, self.tp.groups
-        bounds = self.tp.bounds(self.shape, self.tp_size)
-        lo, hi = bounds[self.tp_rank], bounds[self.tp_rank + 1]
+        lo, hi = self.tp.part(self.shape, self.tp_rank, self.tp_size)
         block = self.shape[axis] // groups
         out = []
         for g in range(groups):

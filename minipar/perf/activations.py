@@ -23,13 +23,37 @@ loss compute in fp32)
     ln out, xhat (w), qkv 3, scores + P (2·a·s²/h), P·v, head merge, proj, add,
     ln out, xhat (w), fc 4, gelu out 4 + its tanh 4, proj, add
 
+The llama block (``block=Llama(kv, f)``: kv columns of k and of v per rank, SwiGLU
+width f) keeps, besides the same norms, adds and core: q and k rotated (h + kv), v (kv),
+P·v and the head merge (2h), and the SwiGLU's gate, SiLU output, up and their product
+(4f, e bytes) with SiLU's σ (f, w bytes):
+
+    N·e·(2·2 + 2 + 2 + h-terms…) = norms + 2·N·h·e (adds) + 2·N·h·e (o, down outputs)
+                                   + N·(3h + 2kv + 4f)·e + N·f·w + core
+
 flash keeps b·a·s log-sum-exp values instead of scores and P; selective recompute
 keeps neither; full recompute keeps the block's input and recomputes one block at
 a time.  Checked against ``backend.memory``'s peak in ``tests/test_perf_memory.py``.
 """
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 from minipar.perf.profile import DTYPE_BYTES
+
+
+class Llama(NamedTuple):
+    """The llama block's widths on one tp rank's terms: ``kv`` columns of k (and of v)
+    on the rank (``LayerShape.kv_columns``), ``ffn`` the full SwiGLU width d_ff."""
+    kv: int
+    ffn: int
+
+
+def llama_block(cfg, t=1):
+    """``Llama`` for model ``cfg`` on t tp ranks, or None for a gpt2 block."""
+    if cfg.arch != "llama":
+        return None
+    return Llama(cfg.d_model // cfg.n_head * max(cfg.kv_heads // t, 1), cfg.ffn_width)
 
 
 def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, recompute="none"):
@@ -49,8 +73,9 @@ def _wide(dtype):
 
 
 def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naive",
-                        recompute="none"):
-    """Bytes one of minipar's blocks keeps for backward (see the module docstring)."""
+                        recompute="none", block: Optional[Llama] = None):
+    """Bytes one of minipar's blocks keeps for backward (see the module docstring);
+    ``block``: None for gpt2's, ``Llama(kv, ffn)`` for the llama block."""
     e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
     seq = N / t if sp else N                      # tokens of the LN / residual parts
     norms = 2 * (seq * h * e + seq * h * w + seq * w)        # out, xhat, inv_sigma
@@ -60,6 +85,12 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
         rows += 2 * 2 * seq * h * e     # their reduced (scattered) copy, and + bias after it
     gathered = 2 * N * h * e if sp else 0                    # all-gathered LN outputs
     sliced = (3 + 1 + 1 + 4 + 8) * N * h / t * e             # qkv, P·v, merge, fc, gelu ×2
+    if block is not None:    # llama: RMSNorm keeps no mean; q, k rotated, v; SwiGLU
+        norms = 2 * (seq * h * e + seq * h * w + seq * w)
+        if t > 1:            # no bias after the reduction: only the reduced copy
+            rows = 2 * N * h * e + 2 * seq * h * e
+        f = block.ffn / t
+        sliced = (3 * h / t + 2 * block.kv + 4 * f) * N * e + f * N * w
     core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
     if recompute == "selective":
         core = 0.0
@@ -68,11 +99,16 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
     return norms + residual + rows + gathered + sliced + core
 
 
-def minipar_embed_bytes(b, s, h, dtype="fp32", t=1, sp=False):
+def minipar_embed_bytes(b, s, h, dtype="fp32", t=1, sp=False, positions=True):
     """Token rows, position rows and their sum; vocabulary-parallel (t > 1) adds the
     masked lookup (rows of other shards zeroed) and its all-reduced sum — reduce-scattered
-    to this rank's s/t positions under sequence parallelism, where the sum is s/t too."""
+    to this rank's s/t positions under sequence parallelism, where the sum is s/t too.
+    ``positions`` False (llama, rotary positions): the token rows only."""
     e, N = DTYPE_BYTES[dtype], b * s
+    if not positions:
+        if t == 1:
+            return N * h * e
+        return (2 * N * h + (N * h / t if sp else N * h)) * e
     if t == 1:
         return (2 * N * h + s * h) * e
     if sp:
@@ -94,24 +130,29 @@ def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32", sp=False):
 
 def minipar_peak_activation_bytes(b, s, h, a, vocab, layers, t=1, sp=False, dtype="fp32",
                                   attention="naive", recompute="none", first=True,
-                                  last=True, in_flight=1.0, pipeline=None):
+                                  last=True, in_flight=1.0, pipeline=None, block=None):
     """Peak bytes of activations on one rank: ``in_flight`` micro-batches' worth of
     ``layers`` blocks (+ embeddings on the first stage, head on the last); with full
     recompute the recomputed block's working set on top during backward.  ``pipeline``:
     None, or (chunks, schedule, micro-batches waiting for W) of a pipelined run
     (``pipeline_io_bytes`` and ``weight_input_bytes`` on top)."""
-    kw = dict(t=t, sp=sp, dtype=dtype, attention=attention)
+    kw = dict(t=t, sp=sp, dtype=dtype, attention=attention, block=block)
     per_mb = layers * minipar_block_bytes(b, s, h, a, recompute=recompute, **kw)
     if first:
-        per_mb += minipar_embed_bytes(b, s, h, dtype, t, sp)
+        per_mb += minipar_embed_bytes(b, s, h, dtype, t, sp, positions=block is None)
     if last:
         per_mb += minipar_head_bytes(b, s, h, vocab, t, dtype, sp)
     peak = in_flight * per_mb
+    if block is not None and recompute != "full":
+        # llama: the peak comes in the last block's backward, when the SwiGLU's input
+        # gradients (d gate, d up: 2·N·f/t) exist beside every activation still held
+        peak += 2 * b * s * block.ffn / t * DTYPE_BYTES[dtype]
     if pipeline is not None:
         chunks, schedule, w_held = pipeline
         x = b * s * h * DTYPE_BYTES[dtype] / (t if sp else 1)
         peak += pipeline_io_bytes(x, first, chunks, in_flight, schedule != "afab")
-        peak += w_held * weight_input_bytes(b, s, h, layers, t, dtype, last)
+        ffn = 4 * h if block is None else block.ffn
+        peak += w_held * weight_input_bytes(b, s, h, layers, t, dtype, last, ffn)
     if recompute == "full":
         # the peak is in backward, recomputing a block: its working set and the upstream
         # gradient on top — by then the head's backward has freed what its loss and ln_f
@@ -135,10 +176,12 @@ def pipeline_io_bytes(x, first, chunks, in_flight, interleaves):
     return in_flight * receiving * x + (x if interleaves else 0.0)
 
 
-def weight_input_bytes(b, s, h, layers, t=1, dtype="fp32", last=False):
+def weight_input_bytes(b, s, h, layers, t=1, dtype="fp32", last=False, ffn=None):
     """What a micro-batch whose W (weight gradients) is deferred still holds: the inputs
     of the weight GEMMs, per block qkv's and fc's (LayerNorm outputs, gathered under
-    SP: N·h each), proj's (N·h/t) and fc2's (the GELU output, 4·N·h/t); ln_f's output
-    for the head on the last stage."""
+    SP: N·h each), proj's (N·h/t) and fc2's (the GELU output, ffn = 4h: 4·N·h/t; llama:
+    q/k/v's and gate/up's norm outputs, o's, and down's gated product, N·d_ff/t);
+    ln_f's output for the head on the last stage."""
     e, N = DTYPE_BYTES[dtype], b * s
-    return (layers * (2 * N * h + 5 * N * h / t) + (N * h if last else 0)) * e
+    ffn = 4 * h if ffn is None else ffn
+    return (layers * (2 * N * h + (N * h + N * ffn) / t) + (N * h if last else 0)) * e

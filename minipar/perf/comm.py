@@ -100,6 +100,17 @@ def tp_seconds_per_layer(prof, tp, act_bytes, ranks_per_node, sp=False):
     return one, one
 
 
+def kv_copies_seconds(prof, tp, n_kv_head, weight_bytes, ranks_per_node):
+    """Backward seconds per llama layer of summing the copies' gradients of k_proj and
+    v_proj (``weight_bytes`` each) over the tp/n_kv_head ranks sharing a KV head, when
+    tp > n_kv_head (``parallel/tensor/llama.py``); 0 otherwise."""
+    if tp <= n_kv_head:
+        return 0.0
+    copies = tp // n_kv_head
+    where = placement(copies, 1, ranks_per_node)
+    return 2 * collective_seconds(prof, "all_reduce", copies, weight_bytes, where)
+
+
 def tp_seconds_edges(prof, tp, act_bytes, tokens, ranks_per_node, sp=False):
     """((forward, backward) of the embeddings, (forward, backward) of the head) in
     tensor-parallel collectives: the vocabulary-parallel lookup's sum (a reduce-scatter

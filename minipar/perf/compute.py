@@ -19,6 +19,12 @@ LayerNorm/dropout/residual work by t.
 
 Recomputation adds forward work to backward: ``full`` the whole layer forward,
 ``selective`` the attention core (scores, softmax, P·v) only.
+
+The llama block (``arch="llama"``, ``nn/llama.py``) has q and o of h × h/t, k and v of
+the n_kv_head heads only (h × kv·d each, kv·d/t per rank, or one copied head when
+t > n_kv_head), and SwiGLU's gate, up (h × f/t) and down (f/t × h), f = d_ff:
+
+    forward FLOPs = 2·b·s·h·(2h + 2·kv·d + 3f)/t + 4·b·s²·h/t
 """
 from __future__ import annotations
 
@@ -33,6 +39,10 @@ OPS_TP_EXTRA = 4          # copy-to / reduce-from region, twice per block
 OPS_SP_EXTRA = 4          # gather / scatter sequence, twice per block
 OPS_HEAD = 5              # ln_f, head linear, cross-entropy, mean, scaling
 OPS_EMBED = 3             # two lookups and the add
+# the llama block (nn/llama.py): 2 RMSNorm, 7 Linear, 2 rotary, 3+3 head reshapes and
+# transposes, the core (4, + 6 reshapes for grouped K/V), out transpose + reshape, SiLU,
+# the gate product, 2 adds
+OPS_PER_LLAMA_BLOCK, OPS_GQA_EXTRA = 27, 6
 
 
 @dataclass(frozen=True)
@@ -46,18 +56,43 @@ class LayerShape:
     sp: bool = False
     dtype: str = "fp32"
     attention: str = "naive"
+    arch: str = "gpt2"
+    kv: int = 0             # llama: key/value heads (0: a)
+    ffn: int = 0            # llama: SwiGLU width d_ff (0: 4h)
 
     @property
     def e(self):
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_columns(self):
+        """Columns of k (and of v) on one tp rank: its share of the KV heads, at least one."""
+        d = self.h // self.a
+        return d * max((self.kv or self.a) // self.t, 1)
+
+    @property
+    def ops_per_block(self):
+        if self.arch == "llama":
+            return OPS_PER_LLAMA_BLOCK + (OPS_GQA_EXTRA if (self.kv or self.a) < self.a else 0)
+        return OPS_PER_BLOCK
+
+
+def layer_shape(cfg, b, t=1, sp=False, dtype="fp32", attention="naive"):
+    """The LayerShape of model ``cfg`` (a GPTConfig) for micro-batches of b sequences."""
+    return LayerShape(b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, t, sp, dtype,
+                      attention, cfg.arch, cfg.kv_heads, cfg.ffn_width)
 
 
 def layer_gemms(x: LayerShape):
     """[(name, m, n, k, batch)] of one layer's forward on one tp rank."""
     bs, h, t, d = x.b * x.s, x.h, x.t, x.h // x.a
     heads = x.b * max(x.a // t, 1)
-    return [("qkv", bs, 3 * h // t, h, 1), ("scores", x.s, x.s, d, heads),
-            ("pv", x.s, d, x.s, heads), ("proj", bs, h, h // t, 1),
+    core = [("scores", x.s, x.s, d, heads), ("pv", x.s, d, x.s, heads)]
+    if x.arch == "llama":
+        f = x.ffn // t
+        return [("q", bs, h // t, h, 1), ("kv", bs, 2 * x.kv_columns, h, 1), *core,
+                ("proj", bs, h, h // t, 1), ("gate_up", bs, 2 * f, h, 1), ("down", bs, h, f, 1)]
+    return [("qkv", bs, 3 * h // t, h, 1), *core, ("proj", bs, h, h // t, 1),
             ("fc", bs, 4 * h // t, h, 1), ("fc2", bs, h, 4 * h // t, 1)]
 
 
@@ -91,8 +126,15 @@ def attention_core_s(prof, x: LayerShape):
 
 def elementwise_bytes(x: LayerShape):
     """Forward bytes of a layer's memory-bound ops: 2 LayerNorms (read, write), 2 residual
-    adds (2 reads, 1 write), 2 bias-dropout (read, write, mask), GELU on 4h/t (read, write)."""
+    adds (2 reads, 1 write), 2 bias-dropout (read, write, mask), GELU on 4h/t (read, write).
+    llama: 2 RMSNorms (read, write), 2 adds, rotary on q and k (read x, cos, sin: 3
+    reads, 1 write, twice for rotate_half), SiLU (read, write) and the gate product
+    (2 reads, 1 write) on f/t."""
     tok = x.b * x.s * x.h * x.e
+    if x.arch == "llama":
+        rotated = x.b * x.s * (x.h // x.t + x.kv_columns) * x.e
+        gated = x.b * x.s * x.ffn / x.t * x.e
+        return (2 * 2 + 2 * 3) * tok / (x.t if x.sp else 1) + 6 * rotated + 5 * gated
     norm_part = (2 * 2 + 2 * 3 + 2 * 2.5) * tok / (x.t if x.sp else 1)
     return norm_part + 2 * 4 * tok / x.t
 
@@ -126,10 +168,10 @@ def layer_time(prof, x: LayerShape, recompute="none"):
     mm = sum(_gemm_s(prof, x, *g[1:]) for g in weights)
     core_f, core_b = attention_core_s(prof, x)
     nbytes = elementwise_bytes(x)
-    bias_f, bias_b = separate_bias_s(prof, x)
+    bias_f, bias_b = separate_bias_s(prof, x) if x.arch == "gpt2" else (0.0, 0.0)
     elem = prof.elementwise_seconds(nbytes, x.dtype) + bias_f
     elem_b = prof.elementwise_seconds(nbytes, x.dtype, backward=True) + bias_b
-    ops = OPS_PER_BLOCK + (OPS_TP_EXTRA if x.t > 1 else 0) + (OPS_SP_EXTRA if x.sp else 0)
+    ops = x.ops_per_block + (OPS_TP_EXTRA if x.t > 1 else 0) + (OPS_SP_EXTRA if x.sp else 0)
     over = ops * prof.op_overhead_s
     fwd = mm + core_f + elem + over
     b_in = mm + core_b + elem_b + over      # dX of the weight GEMMs, the core, elementwise
@@ -154,8 +196,9 @@ def head_time(prof, x: LayerShape):
 
 
 def embed_time(prof, x: LayerShape):
-    """(forward, backward) of the token and position lookups and their sum."""
-    nbytes = 4 * x.b * x.s * x.h * x.e
-    over = OPS_EMBED * prof.op_overhead_s
+    """(forward, backward) of the token and position lookups and their sum (llama: the
+    token lookup only)."""
+    nbytes = (4 if x.arch == "gpt2" else 2) * x.b * x.s * x.h * x.e
+    over = (OPS_EMBED if x.arch == "gpt2" else 1) * prof.op_overhead_s
     return (prof.elementwise_seconds(nbytes, x.dtype) + over,
             0.75 * prof.elementwise_seconds(nbytes, x.dtype, backward=True) + over)

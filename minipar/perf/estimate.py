@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import memory as pmem
-from minipar.perf.compute import LayerShape, embed_time, head_time, layer_time
+from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
 from minipar.perf.profile import DTYPE_BYTES
 
@@ -40,7 +40,11 @@ def flops_per_token(cfg):
     tied or not) — counting the untied embedding too overstated MFU by up to a quarter
     for GPT-2 small (V = 50 257)."""
     h, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
-    n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
+    if cfg.arch == "llama":   # q, o; k, v of the KV heads; gate, up, down; RMSNorm gains
+        kv = cfg.kv_heads * (h // cfg.n_head)
+        n = L * (2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_width + 2 * h) + V * h + h
+    else:
+        n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
     return 6 * n + 12 * L * h * cfg.seq_len
 
 
@@ -76,13 +80,14 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     dtype = compute_dtype(config.precision)
     b, M = micro_rows(config)
     tp, pp, v, dp = config.tp, config.pp, config.chunks, config.dp
-    x = LayerShape(b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, tp,
-                   config.sequence_parallel, dtype, config.attention)
+    x = layer_shape(cfg, b, tp, config.sequence_parallel, dtype, config.attention)
     lt = layer_time(prof, x, config.recompute)
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
     act_bytes = b * cfg.seq_len * cfg.d_model * e
     tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel)
+    if cfg.arch == "llama":
+        tp_b += pcomm.kv_copies_seconds(prof, tp, cfg.kv_heads, cfg.d_model * x.kv_columns * e, rpn)
     redo_tp = tp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
                                                    config.sequence_parallel)
@@ -174,7 +179,8 @@ def minipar_activation_bytes(config, stage):
         b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
         config.tp, config.sequence_parallel, compute_dtype(config.precision),
         config.attention, config.recompute, first=stage == 0, last=stage == pp - 1,
-        in_flight=_in_flight(config, stage), pipeline=pipeline)
+        in_flight=_in_flight(config, stage), pipeline=pipeline,
+        block=act.llama_block(cfg, config.tp))
 
 
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):

@@ -15,6 +15,10 @@ ZeRO shards are of *padded* buckets (each bucket's length rounded up to a multip
 N), and DDP under mixed precision counts the half model plus its fp32 masters in
 both ``params`` and ``grads`` (the masters carry the fp32 gradient).
 
+The llama block (``nn/llama.py``) has no biases, RMSNorm gains only, SwiGLU's three
+matrices of d × d_ff, and K/V projections of n_kv_head heads (a tp rank holding a
+copy of one head when tp > n_kv_head).
+
 ``param_sizes`` lists this rank's parameters in the model's order; ``buckets`` groups
 them as ``parallel/buckets.make_buckets`` does (reverse order, ~bucket_bytes each).
 """
@@ -27,12 +31,32 @@ from minipar.perf.profile import DTYPE_BYTES
 
 
 def _block(cfg, t):
+    if cfg.arch == "llama":
+        return _llama_block(cfg, t)
     h = cfg.d_model
     ht, h4 = h // t, 4 * h // t
     return [("ln_1.weight", h), ("ln_1.bias", h), ("attn.qkv.weight", h * 3 * ht),
             ("attn.qkv.bias", 3 * ht), ("attn.proj.weight", ht * h), ("attn.proj.bias", h),
             ("ln_2.weight", h), ("ln_2.bias", h), ("mlp.fc.weight", h * h4),
             ("mlp.fc.bias", h4), ("mlp.proj.weight", h4 * h), ("mlp.proj.bias", h)]
+
+
+def kv_columns(cfg, t):
+    """Columns of k_proj (and of v_proj) on one tp rank: its n_kv_head/t heads, or the
+    one head it holds a copy of when t > n_kv_head (``parallel/tensor/llama.py``)."""
+    d = cfg.d_model // cfg.n_head
+    return d * max(cfg.kv_heads // t, 1)
+
+
+def _llama_block(cfg, t):
+    """RMSNorm gains, q/k/v/o, gate/up/down: no biases; K and V of the KV heads only."""
+    h, f = cfg.d_model, cfg.ffn_width
+    kv = kv_columns(cfg, t)
+    return [("ln_1.weight", h), ("attn.q_proj.weight", h * h // t),
+            ("attn.k_proj.weight", h * kv), ("attn.v_proj.weight", h * kv),
+            ("attn.o_proj.weight", h // t * h), ("ln_2.weight", h),
+            ("mlp.gate_proj.weight", h * f // t), ("mlp.up_proj.weight", h * f // t),
+            ("mlp.down_proj.weight", f // t * h)]
 
 
 @lru_cache(maxsize=512)
@@ -47,11 +71,14 @@ def units(cfg, tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
     for c in range(chunks):
         s = c * pp + pp_rank
         if s == 0:
-            out.append([("wte.weight", v_mine * h), ("wpe.weight", cfg.seq_len * h)])
+            embed = [("wte.weight", v_mine * h)]
+            if cfg.arch == "gpt2":                  # llama: no table of positions
+                embed.append(("wpe.weight", cfg.seq_len * h))
+            out.append(embed)
         for i in range(s * per, (s + 1) * per):
             out.append([(f"blocks.{i}.{n}", k) for n, k in _block(cfg, tp)])
         if s == S - 1:
-            head = [("ln_f.weight", h), ("ln_f.bias", h)]
+            head = [("ln_f.weight", h)] + ([("ln_f.bias", h)] if cfg.arch == "gpt2" else [])
             if not cfg.tie_weights:
                 head.append(("lm_head.weight", h * v_mine))
             out.append(head)

@@ -123,7 +123,8 @@ def describe(config):
 def train_command(config, world):
     c = config
     model = f"--model {c.model}" + "".join(f" --{k.replace('_', '-')} {getattr(c, k)}" for k in
-                                           ("n_layer", "d_model", "n_head", "seq_len")
+                                           ("arch", "n_layer", "d_model", "n_head", "n_kv_head",
+                                            "d_ff", "seq_len")
                                            if getattr(c, k) is not None)
     return (f"mpiexec -n {world} python -m minipar train {describe(c)} {model} "
             f"--batch-size {c.batch_size} --precision {c.precision}")
@@ -170,7 +171,7 @@ def _checked_inputs(a):
     unwritable --json — said in one line before the search."""
     from minipar.cli_checks import CommandError, at_least, output_file, positive
     for flag in ("ranks", "nodes", "top", "batch_size", "n_layer", "d_model", "n_head",
-                 "seq_len", "vocab"):
+                 "n_kv_head", "d_ff", "seq_len", "vocab"):
         at_least("--" + flag.replace("_", "-"), getattr(a, flag), 1)
     if a.nodes is not None and a.nodes > a.ranks:
         raise CommandError(f"--nodes {a.nodes} is more than --ranks {a.ranks}: a node holds at least one rank")
@@ -178,7 +179,7 @@ def _checked_inputs(a):
     output_file("--json", a.json)
     base = TrainConfig(model=a.model, n_layer=a.n_layer, d_model=a.d_model, n_head=a.n_head,
                        seq_len=a.seq_len, batch_size=a.batch_size, precision=a.precision,
-                       attention=a.attention)
+                       attention=a.attention, arch=a.arch, n_kv_head=a.n_kv_head, d_ff=a.d_ff)
     try:
         if a.vocab:
             base = with_vocab(base, a.vocab)
@@ -204,7 +205,9 @@ def plan_main(argv=None):
     ap.add_argument("--json", default=None, help="write the full ranking here")
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--model", default="small")
-    for f in ("n_layer", "d_model", "n_head", "seq_len", "vocab"):
+    ap.add_argument("--arch", default=None, choices=["gpt2", "llama"],
+                    help="the block (default: the preset's)")
+    for f in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "seq_len", "vocab"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])

@@ -97,7 +97,7 @@ def setup(config: TrainConfig):
     checkpoint to resume) comes before the first message between ranks."""
     from minipar.comm import Communicator, abort_on_exception, set_hang_timeout
     from minipar.data.tokens import open_dataset
-    from minipar.nn import GPT
+    from minipar.nn import make_model
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
     from minipar.train.loop import Run
@@ -121,7 +121,7 @@ def setup(config: TrainConfig):
                           f"the model {cfg.vocab_size}")
     # placeholders only: parallelize cuts them and each rank draws just its own part
     # (nn/init.py); a resumed run builds zeros and reads its part of the checkpoint after
-    model = GPT(cfg, seed=config.seed, materialize=False)
+    model = make_model(cfg, seed=config.seed, materialize=False)
     resume = load_resume(config, model, dataset.tokenizer)
     if config.world_size > 1:
         abort_on_exception()

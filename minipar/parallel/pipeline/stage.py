@@ -43,7 +43,8 @@ class Stage(Module):
         m = self.model
         if self.is_first:
             yield from m.wte.named_parameters("wte.")
-            yield from m.wpe.named_parameters("wpe.")
+            if m.wpe is not None:              # llama: no table of positions
+                yield from m.wpe.named_parameters("wpe.")
         for i in self.block_ids:
             yield from m.blocks[i].named_parameters(f"blocks.{i}.")
         if self.is_last:

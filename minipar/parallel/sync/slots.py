@@ -40,9 +40,13 @@ class ParamRules:
     replicated: Callable[[str], bool] = lambda name: False   # same weight on every tp rank
     sequence_parallel: bool = False   # replicated weights then get partial gradients
     decays: Callable = decays
+    replicas: Callable[[str], int] = lambda name: 1   # tp ranks holding each part of a shard
 
     def norm_weight(self, name):
-        return 1.0 / self.tp if self.tp > 1 and self.replicated(name) else 1.0
+        """1/(tp ranks holding the same values): each element counted once in ||g||."""
+        if self.tp > 1 and self.replicated(name):
+            return 1.0 / self.tp
+        return 1.0 / self.replicas(name)
 
     def partial_over_tp(self, name):
         return self.sequence_parallel and self.tp > 1 and self.replicated(name)

@@ -55,7 +55,8 @@ class _UnitEntry(_UnitBoundary):
 def model_units(model):
     """The parameter lists of the units, in forward order."""
     head = model.ln_f.parameters() + ([model.lm_head.weight] if model.lm_head else [])
-    return [[model.wte.weight, model.wpe.weight], *[b.parameters() for b in model.blocks], head]
+    embed = [model.wte.weight] + ([model.wpe.weight] if model.wpe is not None else [])
+    return [embed, *[b.parameters() for b in model.blocks], head]
 
 
 class Zero3Sync(ZeroSync):

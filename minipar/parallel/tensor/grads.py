@@ -14,7 +14,9 @@ embedding) exist on every tp rank.
 Global gradient norm for clipping: sharded parameters hold disjoint slices, replicated
 ones are the same on every rank and must be counted once (``parallel/norm.py``):
 
-    ||g||² = all_reduce_sum(Σ_sharded ||g_r||² + Σ_replicated ||g||²/t)
+    ||g||² = all_reduce_sum(Σ_sharded ||g_r||²/replicas + Σ_replicated ||g||²/t)
+
+(``replicas`` > 1: a key/value head held by several ranks, ``tensor/llama.py``.)
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def tp_grad_norm(model):
     on every tp rank: Σ over tp of Σ w·g², replicated weights with w = 1/tp.
     ``model``: a TensorParallelGPT.  With dp, average the gradients over dp first."""
     t = model.comm.size
-    norm = GlobalNorm([model.comm], lambda name: 1.0 / t if replicated(model, name) else 1.0)
+    norm = GlobalNorm([model.comm], lambda name: 1.0 / t if replicated(model, name)
+                      else 1.0 / model.shard_specs[name].replicas)
     return norm.total(norm.local_sq((n, p.grad) for n, p in model.named_parameters()))
 
 

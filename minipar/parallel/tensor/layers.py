@@ -45,32 +45,52 @@ class ColumnParallelLinear(Module):
 
     The input is replicated (passed through f) or, with ``sequence_parallel``, a sequence
     shard (all-gathered first).  ``gather_output`` all-gathers the features afterwards.
-    ``groups`` cuts [q | k | v]-style weights per block (see ``sharding.Shard``).
+    ``groups`` cuts [q | k | v]-style weights per block, ``replicas`` holds each part on
+    that many ranks (see ``sharding.Shard``).  ``entered``: the input has already been
+    through f / the all-gather (``TensorParallelInput``), shared by sibling layers.
     """
 
     def __init__(self, weight, bias, comm, sequence_parallel=False, gather_output=False,
-                 groups=1, out_features=None):
+                 groups=1, out_features=None, replicas=1, entered=False):
         self.weight = weight
         self.bias = bias
         self.comm, self.sequence_parallel, self.gather_output = comm, sequence_parallel, gather_output
-        self.out_features = out_features
-        self.shards = {"weight": Shard(1, groups), "bias": Shard(0, groups)}
+        self.out_features, self.entered = out_features, entered
+        self.shards = {"weight": Shard(1, groups, replicas), "bias": Shard(0, groups, replicas)}
 
     @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=False, gather_output=False, groups=1):
-        w = _slice(linear.weight, Shard(1, groups), comm)
-        b = None if linear.bias is None else _slice(linear.bias, Shard(0, groups), comm)
-        return cls(w, b, comm, sequence_parallel, gather_output, groups, linear.weight.shape[1])
+    def from_linear(cls, linear, comm, sequence_parallel=False, gather_output=False, groups=1,
+                    replicas=1, entered=False):
+        w = _slice(linear.weight, Shard(1, groups, replicas), comm)
+        b = None if linear.bias is None else _slice(linear.bias, Shard(0, groups, replicas), comm)
+        return cls(w, b, comm, sequence_parallel, gather_output, groups, linear.weight.shape[1],
+                   replicas, entered)
 
     def forward(self, x):
-        if self.sequence_parallel:
-            x = gather_from_sequence_region(x, self.comm)
-        else:
-            x = copy_to_tp_region(x, self.comm)
+        if not self.entered:
+            x = TensorParallelInput.enter(x, self.comm, self.sequence_parallel)
         y = ops.linear(x, self.weight, self.bias)
         if self.gather_output:
             y = gather_from_tp_region(y, self.comm, self.out_features)
         return y
+
+
+class TensorParallelInput(Module):
+    """f (replicated input) or the all-gather of the sequence (sequence parallelism):
+    what a column-parallel layer does to its input first.  As a module of its own, one
+    of them can feed several column-parallel layers (llama's q, k, v; gate and up)."""
+
+    def __init__(self, comm, sequence_parallel=False):
+        self.comm, self.sequence_parallel = comm, sequence_parallel
+
+    @staticmethod
+    def enter(x, comm, sequence_parallel):
+        if sequence_parallel:
+            return gather_from_sequence_region(x, comm)
+        return copy_to_tp_region(x, comm)
+
+    def forward(self, x):
+        return self.enter(x, self.comm, self.sequence_parallel)
 
 
 class RowParallelLinear(Module):

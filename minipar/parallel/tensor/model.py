@@ -1,4 +1,5 @@
-"""A GPT in tensor-parallel form, made by slicing the plain GPT of the same seed.
+"""A GPT (or Llama: ``tensor/llama.py``) in tensor-parallel form, made by slicing the
+plain model of the same seed.
 
     tp_model = to_tensor_parallel(GPT(cfg, seed), grid, sequence_parallel=True)
     logits_r, loss = tp_model(ids, targets)    # my vocabulary shard, the full-model loss
@@ -36,6 +37,8 @@ from minipar.parallel.tensor.grads import reduce_replicated_grads
 from minipar.parallel.tensor.layers import (ColumnParallelLinear, SequenceParallelDropout,
                                             VocabParallelEmbedding, parallel_attention,
                                             parallel_mlp)
+from minipar.parallel.tensor.llama import (kv_replicas, parallel_llama_attention,
+                                           parallel_swiglu, replica_comm)
 from minipar.parallel.tensor.regions import (copy_to_tp_region, gather_from_sequence_region,
                                              gather_from_tp_region)
 from minipar.parallel.tensor.sharding import gather_full, shard_table
@@ -59,11 +62,19 @@ class TensorParallelGPT(Module):
             model = copy.deepcopy(model)      # the caller's model stays untouched
         # (a model of placeholders is used up instead: copying them would allocate them)
         self.wte = VocabParallelEmbedding.from_embedding(model.wte, comm, sp)
-        self.wpe = model.wpe
+        self.wpe = model.wpe                       # None for llama (rotary positions)
+        self.rope = getattr(model, "rope", None)   # llama: shared by its attention layers
         self.drop = SequenceParallelDropout.from_dropout(model.drop, comm) if sp else model.drop
-        for block in model.blocks:
-            parallel_attention(block.attn, comm, sp)
-            parallel_mlp(block.mlp, comm, sp)
+        if cfg.arch == "llama":
+            replicas = kv_replicas(cfg.kv_heads, comm.size)
+            kv_comm = replica_comm(comm, replicas)       # collective, after every check
+            for block in model.blocks:
+                parallel_llama_attention(block.attn, comm, sp, kv_comm)
+                parallel_swiglu(block.mlp, comm, sp)
+        else:
+            for block in model.blocks:
+                parallel_attention(block.attn, comm, sp)
+                parallel_mlp(block.mlp, comm, sp)
         self.blocks = model.blocks
         self.ln_f = model.ln_f
         self.lm_head = None if model.lm_head is None else \
@@ -86,6 +97,8 @@ class TensorParallelGPT(Module):
             check_sequence_length(n, self.comm.size)
             b = chunk_bounds(n, self.comm.size)
             positions = positions[b[self.comm.rank]:b[self.comm.rank + 1]]
+        if self.wpe is None:                    # llama: positions enter through RoPE
+            return self.drop(self.wte(ids))
         return self.drop(self.wte(ids) + self.wpe(to_device(positions)))
 
     def head(self, x):
@@ -107,7 +120,8 @@ class TensorParallelGPT(Module):
 
     # embed -> blocks -> head -> loss, exactly as the plain model (logits: my shard)
     forward = GPT.forward
-    token_positions = None
+    token_positions = GPT.token_positions    # cp's positions, handed on to the rope
+    _token_positions = None
 
     def gather_logits(self, logits):
         """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""

@@ -12,6 +12,11 @@ weight (d, 3d) has columns [q | k | v], each head-major; with ``groups=3`` rank 
 
     W_qkv (d, 3d) ──reshape──> (d, 3, d) ──keep [:, :, r·d/t:(r+1)·d/t]──> (d, 3·d/t)
 
+``replicas`` holds each part on that many consecutive ranks: the axis is cut into
+t/replicas parts and rank r holds part r // replicas.  Grouped-query attention with
+more tp ranks than key/value heads uses it (``tensor/llama.py``): each KV head's
+columns live on the t/n_kv_head ranks whose query heads read it.
+
 Parameters without a Shard are replicated on every tp rank.
 """
 from __future__ import annotations
@@ -27,14 +32,21 @@ from minipar.comm import all_gather, chunk_bounds
 class Shard:
     axis: int
     groups: int = 1
+    replicas: int = 1
 
     def bounds(self, full_shape, size):
-        return chunk_bounds(full_shape[self.axis] // self.groups, size)
+        """Where each of the size/replicas parts starts, per group (chunk_bounds)."""
+        return chunk_bounds(full_shape[self.axis] // self.groups, size // self.replicas)
+
+    def part(self, full_shape, rank, size):
+        """(lo, hi): rank ``rank``'s range of each group along the axis."""
+        b = self.bounds(full_shape, size)
+        return b[rank // self.replicas], b[rank // self.replicas + 1]
 
     def piece_shape(self, full_shape, rank, size):
-        b = self.bounds(full_shape, size)
+        lo, hi = self.part(full_shape, rank, size)
         shape = list(full_shape)
-        shape[self.axis] = self.groups * (b[rank + 1] - b[rank])
+        shape[self.axis] = self.groups * (hi - lo)
         return tuple(shape)
 
     def _grouped(self, a, module=None):
@@ -46,13 +58,15 @@ class Shard:
         """Rank ``rank``'s piece of the full array (a contiguous copy).  ``module``: the
         array library of ``full`` (default the backend's; NumPy for host arrays)."""
         m = module or xp
-        b = self.bounds(full.shape, size)
-        part = self._grouped(full, m)[:, b[rank]:b[rank + 1]]
+        lo, hi = self.part(full.shape, rank, size)
+        part = self._grouped(full, m)[:, lo:hi]
         part = part.reshape((-1,) + part.shape[2:])
         return m.ascontiguousarray(m.moveaxis(part, 0, self.axis))
 
     def join(self, pieces):
-        """The full array from every rank's piece (in rank order)."""
+        """The full array from every rank's piece (in rank order; one of each part's
+        replicas is read)."""
+        pieces = pieces[::self.replicas]
         full = xp.concatenate([self._grouped(p) for p in pieces], axis=1)
         full = full.reshape((-1,) + full.shape[2:])
         return xp.ascontiguousarray(xp.moveaxis(full, 0, self.axis))

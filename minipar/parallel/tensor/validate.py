@@ -4,6 +4,8 @@ Every rank runs the same checks on the same configuration, so all stop with the 
 message.  What must divide by t:
 
 - n_head: each rank computes whole heads (n_head/t of them);
+- llama: n_kv_head divisible by t, or t by n_kv_head (each KV head then copied on
+  t/n_kv_head ranks, ``tensor/llama.py``); the SwiGLU width d_ff divisible by t;
 - d_model and the MLP width 4·d_model: the column/row slices (implied by the heads,
   checked anyway for a clear message);
 - with sequence parallelism, the sequence length: each rank holds s/t tokens.
@@ -28,10 +30,17 @@ def check_tensor_parallel(cfg, tp, sequence_parallel=False):
         raise ValueError(f"`n_head` {cfg.n_head} is not divisible by `tp` {tp}: every "
                          f"tensor-parallel rank computes n_head/tp whole heads; use `tp` in "
                          f"{_divisors(cfg.n_head)} or an `n_head` divisible by {tp}")
-    for what, width in (("`d_model`", cfg.d_model), ("the MLP width 4·d_model", 4 * cfg.d_model)):
+    mlp = (("the MLP width 4·d_model", "d_model") if cfg.arch == "gpt2"
+           else ("the SwiGLU width `d_ff`", "d_ff"))
+    for (what, knob), width in ((("`d_model`", "d_model"), cfg.d_model), (mlp, cfg.ffn_width)):
         if width % tp:
             raise ValueError(f"{what} = {width} is not divisible by `tp` {tp}; choose a "
-                             f"`d_model` divisible by {tp}")
+                             f"`{knob}` divisible by {tp}")
+    kv = cfg.kv_heads
+    if kv % tp and tp % kv:
+        raise ValueError(f"`n_kv_head` {kv} and `tp` {tp}: one must divide the other (each rank "
+                         f"holds n_kv_head/tp key/value heads, or each head is copied on "
+                         f"tp/n_kv_head ranks); use `tp` in {_divisors(kv)} or a multiple of {kv}")
     if cfg.vocab_size < tp:
         raise ValueError(f"vocabulary of {cfg.vocab_size} ids cannot be split over `tp` {tp} "
                          f"ranks (at least one id each); use `tp` <= {cfg.vocab_size}")

@@ -1,0 +1,56 @@
+"""Running the learner's code under mpiexec (lessons 05, 06, 08, 15, 16).
+
+An exercise that needs several ranks cannot run inside the notebook's one process.  Its
+cell starts with ``%%writefile {MINE}/name.py``: running the cell writes the learner's code
+to a file (``MINE`` is a fresh temporary folder, made by the notebook's first cell); the
+next cell starts the lesson's check, ``NN_yours.py --file`` that file, under ``mpiexec``.
+On every rank the script imports the file (``load``) and runs the lesson's check on it
+(``check_on_every_rank``): the learner's version and the library's side by side, on the
+same data.  A failed check prints one line that names the rank and what differs (which
+bucket, which layer, which micro-batch, which byte count) and ends the job on every rank,
+so a wrong exercise never leaves the other ranks waiting.  Lesson 15's exercise is the
+supervisor that starts mpiexec runs, so its check runs in one process (``check_here``).
+"""
+import importlib.util
+import sys
+import traceback
+
+
+def load(path, name):
+    """``name`` from the Python file at ``path`` (the cell the learner wrote)."""
+    spec = importlib.util.spec_from_file_location("mine", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        raise SystemExit(f"{path} defines no {name!r}: keep the name the exercise gives")
+    return getattr(module, name)
+
+
+def check_on_every_rank(comm, check, *args):
+    """``check(comm, *args)``; on any error print ``rank r: what went wrong`` and abort
+    every rank (the others may be blocked in a message to this one)."""
+    _run(lambda: check(comm, *args), f"rank {comm.rank}: ", lambda: comm.mpi.Abort(1))
+
+
+def check_here(check, *args):
+    """``check(*args)`` in this one process (lesson 15's supervisor, which starts the
+    mpiexec runs itself); on any error print what went wrong and exit with status 1."""
+    _run(lambda: check(*args), "", lambda: sys.exit(1))
+
+
+def _run(check, prefix, stop):
+    try:
+        check()
+    except AssertionError as err:
+        _say(f"{prefix}{err}")
+        stop()
+    except Exception:                       # the learner's code raised: show where
+        _say(f"{prefix}your code raised\n{traceback.format_exc(limit=-3)}")
+        stop()
+
+
+def _say(text):
+    """One write per message: mpiexec merges the ranks' streams, and a separate write of
+    the newline would let another rank's line in before it."""
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()

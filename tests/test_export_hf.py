@@ -1,0 +1,101 @@
+"""``export --format hf``: the safetensors file, the name mapping, and transformers' logits.
+
+The logits check needs torch and transformers, which minipar does not depend on: it runs
+where this Python has them, or in the Python named by MINIPAR_HF_PYTHON, else it is skipped.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from minipar.export import safetensors_file
+from tests.mpirun import REPO
+
+
+def run_cli(args, timeout=300):
+    """python -m minipar ARGS from the repository root, one BLAS thread."""
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "minipar", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_safetensors_round_trip_streams_in_order(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.standard_normal((3, 5)).astype(np.float32), "b.c": np.arange(7, dtype=np.int64),
+               "empty": np.zeros((0, 4), np.float16), "d": rng.standard_normal(2)}
+    produced = []
+
+    def produce(name):
+        produced.append(name)
+        return tensors[name]
+    entries = [(k, v.shape, v.dtype) for k, v in tensors.items()]
+    path = str(tmp_path / "m.safetensors")
+    safetensors_file.write(path, entries, produce, metadata={"format": "pt"})
+    assert produced == list(tensors)                      # one tensor at a time, in order
+    back = safetensors_file.read(path)
+    assert set(back) == set(tensors)
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and np.array_equal(back[k], v), k
+    n = int.from_bytes(open(path, "rb").read(8), "little")
+    assert n % 8 == 0
+    header = json.loads(open(path, "rb").read(8 + n)[8:])
+    assert header["__metadata__"] == {"format": "pt"}
+    assert header["a"]["data_offsets"] == [0, 60] and header["a"]["dtype"] == "F32"
+    if importlib.util.find_spec("safetensors"):           # the reference reader agrees
+        from safetensors.numpy import load_file
+        theirs = load_file(path)
+        for k, v in tensors.items():
+            assert np.array_equal(theirs[k], v), k
+
+
+def test_a_shape_that_does_not_match_its_declaration_leaves_no_file(tmp_path):
+    path = str(tmp_path / "m.safetensors")
+    with pytest.raises(ValueError, match="declared"):
+        safetensors_file.write(path, [("a", (2, 2), np.float32)], lambda n: np.zeros(3, np.float32))
+    assert os.listdir(tmp_path) == []
+
+
+def _hf_python():
+    if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
+        return sys.executable
+    return os.environ.get("MINIPAR_HF_PYTHON")
+
+
+@pytest.mark.parametrize("flags", [["--model", "tiny"], ["--model", "tiny", "--tie-weights"]],
+                         ids=["gpt2-untied", "gpt2-tied"])
+def test_exported_gpt2_gives_minipar_logits_in_transformers(tmp_path, flags):
+    run = tmp_path / "run"
+    out = run_cli(["train", *flags, "--steps", "3", "--batch-size", "2", "--eval-batches", "0",
+                   "--quiet", "--save", str(run)])
+    assert out.returncode == 0, out.stderr
+    hf_dir = tmp_path / "hf"
+    out = run_cli(["export", str(run), "--format", "hf", "--out", str(hf_dir)])
+    assert out.returncode == 0, out.stderr
+    config = json.loads((hf_dir / "config.json").read_text())
+    assert config["architectures"] == ["GPT2LMHeadModel"]
+    names = set(safetensors_file.read(str(hf_dir / "model.safetensors")))
+    assert "transformer.h.0.attn.c_attn.weight" in names
+    assert ("lm_head.weight" in names) == ("--tie-weights" not in flags)
+
+    from minipar.sample import load_model
+    from minipar import backend
+    model, _ = load_model(str(run))
+    ids = np.random.default_rng(1).integers(0, config["vocab_size"], size=(2, 40))
+    mine = backend.to_host(model(backend.to_device(ids)).data).astype(np.float64)
+    python = _hf_python()
+    if python is None:
+        pytest.skip("transformers and torch are not installed (set MINIPAR_HF_PYTHON to a Python that has them)")
+    np.save(tmp_path / "ids.npy", ids)
+    proc = subprocess.run([python, os.path.join(REPO, "tests", "scripts", "hf_logits.py"), str(hf_dir),
+                           str(tmp_path / "ids.npy"), str(tmp_path / "theirs.npy")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = np.load(tmp_path / "theirs.npy")
+    assert theirs.shape == mine.shape
+    relative = np.abs(theirs - mine).max() / np.abs(mine).max()
+    print(f"max |transformers - minipar| / max |minipar| = {relative:.2e}")
+    assert relative <= 1e-4, relative

@@ -1,0 +1,59 @@
+"""The multi-rank exercises (lessons 05, 06, 08, 15, 16; ``lessons/yours.py``): a blank
+exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
+that says what is wrong — which rank, step, bucket, layer, block or byte count — not
+only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
+every notebook with them.)"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.mpirun import REPO, run_mpi
+
+nbformat = pytest.importorskip("nbformat")
+
+LESSONS = os.path.join(REPO, "lessons")
+
+# notebook, exercise, script, ranks (0: the script starts the mpiexec runs itself), diagnostic
+BLANKS = [
+    ("05_data_parallel.ipynb", "my_ddp", "05_yours.py", 2,
+     r"rank \d: step 0, bucket 0 \(lm_head\.weight.*S = 16384 bytes\): the ranks sent 0 bytes each on "
+     r"average, the ring moves 2\(p-1\)/p·S = 16384"),
+    ("06_zero.ipynb", "zero3_step", "06_yours.py", 4,
+     r"rank \d: step 0: 0 all-gathers for 4 layers; ZeRO-3 gathers every layer twice"),
+    ("08_pipeline.ipynb", "stage_executor", "08_yours.py", 3,
+     r"rank 0: ran nothing; this rank's 1F1B list is F0 F1 F2 B0 F3 B1 B2 B3"),
+    ("15_elastic.ipynb", "supervise", "15_yours.py", 0,
+     r"1 attempt\(s\), exit statuses \[1\]: the injected failures end attempts 1 and 2"),
+    ("16_context_parallel.ipynb", "ring_loop", "16_yours.py", 4,
+     r"rank (\d): the output of query block \1 \(must see key blocks 0\.\.\1\) differs from one "
+     r"process's causal attention by [\d.e+-]+; it covers no key block at all"),
+]
+
+
+def blank(notebook, name, tmp_path):
+    """The exercise cell as the learner finds it, written where its %%writefile would."""
+    nb = nbformat.read(os.path.join(LESSONS, notebook), as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("exercise") == name]
+    first, _, body = cell.source.partition("\n")
+    assert first.startswith("%%writefile {MINE}/"), f"{notebook}: {name} is not a %%writefile exercise"
+    path = tmp_path / first.rsplit("/", 1)[1]
+    path.write_text(body)
+    return str(path)
+
+
+@pytest.mark.parametrize("notebook,name,script,ranks,diagnostic", BLANKS, ids=[b[1] for b in BLANKS])
+def test_a_blank_fails_with_its_diagnostic(notebook, name, script, ranks, diagnostic, tmp_path):
+    args = [os.path.join("lessons", script), "--file", blank(notebook, name, tmp_path)]
+    if ranks:
+        proc = run_mpi(ranks, args, timeout=180, check=False)
+    else:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+        proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"the blank {name} passed its check:\n{out[-3000:]}"
+    assert re.search(diagnostic, out), f"no diagnostic /{diagnostic}/ in:\n{out[-3000:]}"
+    assert "Traceback" not in out, f"the blank {name} crashed instead of failing its check:\n{out[-3000:]}"
