@@ -57,8 +57,13 @@ def trial(i, ranks, work, rng):
         index = checkpoint.open_checkpoint(path).index
         if sorted(index["files"]) != sorted(f for f in os.listdir(path) if f.endswith(".bin")):
             problems.append(f"{path} lacks files its index names")
-    params, _, meta = checkpoint.load_full(save)
-    if meta["step"] != step - 2 or not all(np.isfinite(a).all() for a in params.values()):
+    try:
+        params, _, meta = checkpoint.load_full(save)
+        loads = meta["step"] == step - 2 and all(np.isfinite(a).all() for a in params.values())
+    except (OSError, ValueError) as err:
+        loads = False
+        problems.append(str(err))
+    if not loads:
         problems.append("the previous checkpoint does not load")
     resumed = ""
     if i % 5 == 0 and not problems:
