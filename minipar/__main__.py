@@ -3,6 +3,7 @@
     mpiexec -n N python -m minipar train [layout] [numerics] [model] [run] [output]
     python -m minipar profile [train's model/run flags] [--steps N] [--top K] [--json FILE]
     python -m minipar sample --resume DIR [--prompt TEXT]
+    python -m minipar checkpoint inspect DIR | consolidate DIR OUT | upgrade OLD NEW
     python -m minipar report LOG.json [LOG2.json ...] --out DIR
     python -m minipar plan --ranks N [--nodes K] [--profile P] [model/run flags]
     python -m minipar tokenize --data stdlib|PATH --vocab V --out DIR
@@ -112,6 +113,10 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     out.add_argument("--peak-tflops", type=float, help="peak FLOP/s of one rank, for MFU")
     out.add_argument("--save", help="directory to write the final checkpoint to")
     out.add_argument("--save-every", type=int, default=0, help="also save every K steps")
+    out.add_argument("--keep", type=int, default=D.keep,
+                     help=f"complete checkpoints kept in --save (default {D.keep}; 0: all)")
+    out.add_argument("--save-async", action="store_true",
+                     help="write checkpoints in a background thread while training goes on")
     out.add_argument("--resume", help="checkpoint directory to continue from")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     out.add_argument("--hang-timeout", type=float, default=300.0,
@@ -137,6 +142,10 @@ def build_parser():
     sample.add_argument("--top-k", type=int, default=40)
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--backend", default=None, choices=["numpy", "cupy"])
+    ckpt = sub.add_parser("checkpoint", help="inspect, consolidate or upgrade a checkpoint")
+    ckpt.add_argument("action", choices=["inspect", "consolidate", "upgrade"])
+    ckpt.add_argument("directory", help="the --save directory, or one step-N directory of it")
+    ckpt.add_argument("out", nargs="?", help="consolidate/upgrade: the directory to write")
     report = sub.add_parser("report", help="plots and an HTML page of one or more --log-json runs")
     report.add_argument("rest", nargs=argparse.REMAINDER, help="LOG.json [...] --out DIR [--label NAME ...]")
     for name, text in (("plan", "rank every layout for a model and a cluster (performance model)"),
@@ -254,6 +263,14 @@ def _run(args):
             sample_main(args)
         except SampleError as err:
             _stop(f"minipar sample: {err}", 2)
+    elif args.command == "checkpoint":
+        from minipar.checkpoint.tools import main as checkpoint_main
+        if args.action != "inspect" and not args.out:
+            raise CommandError(f"{args.action} needs OUT, the directory to write")
+        try:
+            return checkpoint_main(args)
+        except (ValueError, FileNotFoundError, OSError) as err:
+            raise CommandError(str(err)) from None
     elif args.command == "bench":
         if args.what == "comm":
             from minipar.comm.bench import main as bench_main

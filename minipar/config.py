@@ -80,6 +80,8 @@ class TrainConfig:
     peak_tflops: Optional[float] = None
     save: Optional[str] = None
     save_every: int = 0
+    keep: int = 2                       # complete checkpoints kept in `save` (0: all)
+    save_async: bool = False            # write checkpoints in a background thread
     resume: Optional[str] = None
     quiet: bool = False
     hang_timeout: float = 300.0         # seconds a rank may wait on a peer; 0: no limit

@@ -7,7 +7,6 @@ layout is refused too, never silently ignored.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from minipar.backend import backend_name
@@ -42,7 +41,7 @@ def _numbers(config):
         value = getattr(c, name)
         if not (_finite(value) and value >= 0):
             raise ConfigError(f"`{name}` must be a finite number >= 0 (0 turns it off), got {value}")
-    for name in ("eval_batches", "warmup", "save_every", "seed", "hang_timeout"):
+    for name in ("eval_batches", "warmup", "save_every", "keep", "seed", "hang_timeout"):
         value = getattr(c, name)
         if value is not None and value < 0:
             raise ConfigError(f"`{name}` must be >= 0, got {value}")
@@ -182,6 +181,8 @@ def _flags_have_effect(config):
                           "`skip_memory_check` turns off; drop one")
     if config.save_every and not config.save:
         raise ConfigError("`save_every` needs `save` DIR")
+    if config.save_async and not config.save:
+        raise ConfigError("`save_async` needs `save` DIR")
     if config.recompute != "none" and (config.dropout or 0) > 0 and backend_name() == "cupy":
         raise ConfigError("`recompute` with dropout on CuPy is not supported: replaying the "
                           "dropout masks needs the generator's state, which CuPy does not expose")
@@ -220,8 +221,8 @@ def check(config, world_size):
         raise ConfigError(f"`batch_size` {config.batch_size} must be divisible by "
                           f"dp·grad-accum = {dp}·{config.grad_accum}")
     if config.resume:
-        from minipar.checkpoint import FILENAME
-        if not os.path.isfile(os.path.join(config.resume, FILENAME)):
+        from minipar.checkpoint import exists
+        if not exists(config.resume):
             raise ConfigError(f"`resume` {config.resume}: no checkpoint there")
     bucket_mb = config.bucket_mb
     if bucket_mb is None and config.zero < 3:

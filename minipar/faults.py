@@ -5,10 +5,20 @@
     MINIPAR_SLOW_RANK="R:F"        world rank R computes F times slower: after each piece
                                    of compute it sleeps (F-1)× its duration (``straggle``) —
                                    a straggler for load balancing and pipeline traces
+    MINIPAR_SAVE_FAULT="R:K:WHERE" world rank R kills itself (SIGKILL, as kill -9) inside the
+                                   save of step K's checkpoint, at WHERE: "file" (half its
+                                   file written), "report" (written, before agreeing), or
+                                   rank 0's "commit" (before the rename) / "latest" (renamed,
+                                   ``latest`` not yet replaced) — ``save_fault``; WHERE
+                                   "enospc": its file write fails (a full disk) instead
+    MINIPAR_SAVE_SLOW_S="S"        every rank sleeps S seconds half way through writing its
+                                   checkpoint file (a slow disk: async saves, kill tests)
 """
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import time
 
 
@@ -33,3 +43,16 @@ def straggle(rank, seconds):
     factor = slow_rank_factor(rank)
     if factor > 1:
         time.sleep((factor - 1) * seconds)
+
+
+def save_fault(where, rank, step):
+    """Die like kill -9 where MINIPAR_SAVE_FAULT says; sleep where MINIPAR_SAVE_SLOW_S says."""
+    if where == "file" and os.environ.get("MINIPAR_SAVE_SLOW_S"):
+        time.sleep(float(os.environ["MINIPAR_SAVE_SLOW_S"]))
+    spec = os.environ.get("MINIPAR_SAVE_FAULT")
+    if spec:
+        r, k, at = spec.split(":")
+        if (int(r), int(k)) == (rank, step) and where == "file" and at == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if (int(r), int(k), at) == (rank, step, where):
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -55,7 +55,8 @@ MATMULS = ("MatMul", "Linear")
 PHASES = ("forward", "backward", "optimizer", "comm")
 NOT_PROFILED = {   # train flags that mean nothing here: refused, never ignored
     "stop_at": "it runs --steps steps after one warm-up", "save": "it keeps no checkpoint",
-    "save_every": "it keeps no checkpoint", "resume": "a step's time does not depend on weights",
+    "save_every": "it keeps no checkpoint", "keep": "it keeps no checkpoint",
+    "save_async": "it keeps no checkpoint", "resume": "a step's time does not depend on weights",
     "log_json": "--json FILE writes its tables", "trace": "pipelines are not profiled",
     "eval_batches": "it evaluates nothing", "quiet": "it shows no progress bar",
     "balance": "every replica gets an even share of the batch here"}

@@ -21,21 +21,24 @@ class SampleError(ValueError):
 
 
 def load_model(directory):
-    """(the model in eval mode, its tokenizer or None for bytes) of a checkpoint."""
+    """(the model in eval mode, its tokenizer or None for bytes) of a checkpoint, read
+    tensor by tensor from its pieces (``checkpoint.open_checkpoint``)."""
     try:
-        params, _, meta = checkpoint.load(directory)
+        ckpt = checkpoint.open_checkpoint(directory)
+        meta = ckpt.meta
         cfg = GPTConfig(**meta["model"])
         tokenizer = Tokenizer.from_dict(meta["tokenizer"]) if "tokenizer" in meta else None
     except (ValueError, FileNotFoundError, TypeError, KeyError) as err:
         raise SampleError(f"--resume {directory}: {err}") from None
     # checkpoints hold fp32 weights (fp32 masters for fp16/bf16 runs), fp64 ones for fp64 runs
-    backend.set_default_dtype(backend.dtype_of("fp64" if meta.get("precision") == "fp64" else "fp32"))
-    model = make_model(cfg)
+    precision = "fp64" if meta.get("precision") == "fp64" else "fp32"
+    backend.set_default_dtype(backend.dtype_of(precision))
+    model = make_model(cfg, materialize=False)     # placeholders, filled one tensor at a time
     try:
-        checkpoint.check_loadable(params, model, "fp64" if meta.get("precision") == "fp64" else "fp32")
+        checkpoint.check_loadable(ckpt, model, precision)
     except ValueError as err:
         raise SampleError(f"--resume {directory}: {err}") from None
-    model.load_state_dict(params)
+    model.load_state_dict(ckpt.tensors_of("param"))   # every parameter, LayerNorm's too
     return model.eval(), tokenizer
 
 

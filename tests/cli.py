@@ -11,6 +11,17 @@ SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "1
 COMMON = ["--seed", "0", "--quiet", "--eval-batches", "0"]
 
 
+def write_full(directory, params, state, meta):
+    """A one-file checkpoint of whole arrays (tests edit checkpoints this way)."""
+    whole = lambda a: ((0,) * a.ndim, a.shape)  # noqa: E731
+    pieces = [("param", n, a.shape, whole(a), a) for n, a in params.items()]
+    for kind, slot in (("adam_m", "m"), ("adam_v", "v")):
+        pieces += [(kind, n, a.shape, whole(a), a) for n, a in state.get(slot, {}).items()]
+    meta = dict(meta, optimizer_step=state.get("step", 0))
+    failure = checkpoint.save(None, directory, meta["step"], meta, pieces)
+    assert failure is None, failure
+
+
 def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=True, model=SMALL):
     """Run train; returns (losses, params, optimizer state), or the CompletedProcess
     when check=False."""
@@ -22,7 +33,7 @@ def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=
     if not check:
         return proc
     losses = [r["loss"] for r in step_records(log)]
-    params, state, meta = checkpoint.load(ckpt)
+    params, state, meta = checkpoint.load_full(ckpt)
     return losses, params, state
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from minipar import checkpoint
 from minipar.monitor import step_records
+from tests.cli import write_full
 from tests.mpirun import REPO, run_mpi
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "8"]
@@ -28,8 +29,15 @@ def minipar(*args, timeout=60):
 
 
 def digest(directory):
-    with open(os.path.join(directory, checkpoint.FILENAME), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """One hash of every file under ``directory`` (names and bytes)."""
+    h = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(directory)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, directory).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +50,11 @@ def good(tmp_path_factory):
 
 
 def _edited(tmp_path, good, edit):
-    """A copy of the good checkpoint with valid CRCs but edited contents."""
-    params, state, meta = checkpoint.load(good)
+    """A copy of the good checkpoint with a valid index but edited contents."""
+    params, state, meta = checkpoint.load_full(good)
     edit(params, meta)
     out = tmp_path / "edited"
-    checkpoint.save(out, params, state, meta)
+    write_full(out, params, state, meta)
     return out
 
 
@@ -88,7 +96,7 @@ def paths(tmp_path_factory, good):
     (t / "afile").write_text("not a folder")
     corrupt = t / "corrupt"
     corrupt.mkdir()
-    (corrupt / checkpoint.FILENAME).write_bytes(b"PK\x03\x04 not really a zip")
+    (corrupt / "index.json").write_text('{"format": "minipar-checkpoint-2", "tens')
 
     def drop(params, meta):
         del params["ln_f.bias"]
@@ -148,7 +156,7 @@ def test_non_finite_training_stops_before_saving(tmp_path, good):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and ("is nan" in lines[0] or "is inf" in lines[0]), proc.stderr
     assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr
-    params, _, meta = checkpoint.load(good)   # saved every step while finite, never after
+    params, _, meta = checkpoint.load_full(good)   # saved every step while finite, never after
     assert all(np.isfinite(a).all() for a in params.values())
     stopped_at = int(lines[0].split("step ")[1].split(":")[0])
     assert meta["step"] == stopped_at and (meta["step"] > 3 or digest(good) == before)
@@ -156,17 +164,19 @@ def test_non_finite_training_stops_before_saving(tmp_path, good):
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     params, state = {"w": np.ones(3)}, {"step": 1, "m": {"w": np.zeros(3)}, "v": {"w": np.zeros(3)}}
-    checkpoint.save(tmp_path, params, state, {"step": 1})
-    (tmp_path / (checkpoint.FILENAME + ".tmp-99999")).write_bytes(b"left by a crash")
-    before = digest(tmp_path)
+    write_full(tmp_path, params, state, {"step": 1})
+    (tmp_path / "step-0000002.tmp-99-1").mkdir()           # left by a crash
+    (tmp_path / "step-0000002.tmp-99-1" / "rank-00000.bin").write_bytes(b"half")
+    before = digest(tmp_path / "step-0000001")
 
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(np, "savez", full_disk)
-    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left on device"):
-        checkpoint.save(tmp_path, params, state, {"step": 2})
-    assert digest(tmp_path) == before
-    assert os.listdir(tmp_path) == [checkpoint.FILENAME]    # its tmp file and the crash's: gone
+    monkeypatch.setattr(checkpoint.write, "write_pieces", full_disk)
+    failure = checkpoint.save(None, tmp_path, 2, {"step": 2}, [])
+    assert "No space left on device" in failure and "previous checkpoint is unchanged" in failure
+    assert digest(tmp_path / "step-0000001") == before
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step-0000001"]   # its tmp and the crash's: gone
+    assert checkpoint.latest(tmp_path).endswith("step-0000001")
 
 
 def _two_ranks(*flags):
@@ -223,7 +233,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path):
     assert proc.returncode == 130, err
     lines = [l for l in err.strip().splitlines() if l.startswith("minipar train")]
     assert len(lines) == 1 and "interrupted after step" in lines[0] and "Traceback" not in err
-    done = checkpoint.load(ckpt)[2]["step"]
+    done = checkpoint.load_full(ckpt)[2]["step"]
     first = [r["loss"] for r in step_records(log)]
     assert len(first) == done
     resumed_log = tmp_path / "resumed.json"

@@ -41,22 +41,29 @@ def test_folder_corpus_and_errors(tmp_path):
 
 
 def test_checkpoint_roundtrip_atomic_and_corrupt(tmp_path):
-    params = {"w": np.arange(6.0).reshape(2, 3)}
-    state = {"step": 3, "m": {"w": np.ones((2, 3))}, "v": {"w": np.zeros((2, 3))}}
-    checkpoint.save(tmp_path, params, state, {"model": {"d_model": 4}, "step": 3})
-    assert os.listdir(tmp_path) == ["checkpoint.npz"]       # no temporary file left behind
-    p2, s2, meta = checkpoint.load(tmp_path)
-    np.testing.assert_array_equal(p2["w"], params["w"])
-    assert s2["step"] == 3 and meta["step"] == 3
-    checkpoint.check_compatible(meta, {"d_model": 4})
+    w = np.arange(6.0).reshape(2, 3)
+    pieces = [("param", "w", (2, 3), ((0, 0), (2, 2)), w[:, :2]),     # two ranks' columns
+              ("param", "w", (2, 3), ((0, 2), (2, 1)), w[:, 2:]),
+              ("adam_m", "w", (2, 3), ((0, 0), (2, 3)), np.ones((2, 3)))]
+    assert checkpoint.save(None, tmp_path, 3, {"model": {"d_model": 4}, "optimizer_step": 3},
+                           pieces) is None
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step-0000003"]   # no temporary left
+    ckpt = checkpoint.open_checkpoint(tmp_path)
+    np.testing.assert_array_equal(ckpt.tensor("w"), w)
+    np.testing.assert_array_equal(ckpt.read("param", "w", ((1, 1), (1, 2))), w[1:, 1:])
+    assert ckpt.meta["step"] == 3 and ckpt.names("adam_m") == ["w"]
+    checkpoint.check_compatible(ckpt.meta, {"d_model": 4})
     with pytest.raises(ValueError, match="another model"):
-        checkpoint.check_compatible(meta, {"d_model": 8})
-    path = tmp_path / "checkpoint.npz"
-    path.write_bytes(path.read_bytes()[:100])
+        checkpoint.check_compatible(ckpt.meta, {"d_model": 8})
+    data = tmp_path / "step-0000003" / "rank-00000.bin"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ValueError, match="truncated"):
+        checkpoint.open_checkpoint(tmp_path).tensor("w", "adam_m")
+    (tmp_path / "step-0000003" / "index.json").write_text("{not json")
     with pytest.raises(ValueError, match="corrupt"):
-        checkpoint.load(tmp_path)
+        checkpoint.open_checkpoint(tmp_path / "step-0000003")
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        checkpoint.load(tmp_path / "nowhere")
+        checkpoint.open_checkpoint(tmp_path / "nowhere")
 
 
 def test_backend_seam():

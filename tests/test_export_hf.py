@@ -68,8 +68,9 @@ def _hf_python():
 @pytest.mark.parametrize("flags, architecture", [
     (["--model", "tiny"], "GPT2LMHeadModel"),
     (["--model", "tiny", "--tie-weights"], "GPT2LMHeadModel"),
-    (["--model", "llama-tiny", "--n-kv-head", "2", "--rope-theta", "500"], "LlamaForCausalLM")],
-    ids=["gpt2-untied", "gpt2-tied", "llama-gqa"])
+    (["--model", "llama-tiny", "--n-kv-head", "2", "--rope-theta", "500"], "LlamaForCausalLM"),
+    (["--model", "tiny", "--pad-vocab-to", "96"], "GPT2LMHeadModel")],
+    ids=["gpt2-untied", "gpt2-tied", "llama-gqa", "gpt2-padded-vocab"])
 def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, architecture):
     run = tmp_path / "run"
     out = run_cli(["train", *flags, "--steps", "3", "--batch-size", "2", "--eval-batches", "0",
@@ -80,7 +81,10 @@ def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, ar
     assert out.returncode == 0, out.stderr
     config = json.loads((hf_dir / "config.json").read_text())
     assert config["architectures"] == [architecture]
-    names = set(safetensors_file.read(str(hf_dir / "model.safetensors")))
+    tensors = safetensors_file.read(str(hf_dir / "model.safetensors"))
+    names = set(tensors)
+    embedding = tensors.get("transformer.wte.weight", tensors.get("model.embed_tokens.weight"))
+    assert embedding.shape[0] == config["vocab_size"]        # a padded vocabulary cut back to V
     assert ("transformer.h.0.attn.c_attn.weight" if architecture == "GPT2LMHeadModel"
             else "model.layers.0.self_attn.k_proj.weight") in names
     assert ("lm_head.weight" in names) == ("--tie-weights" not in flags)
@@ -88,6 +92,10 @@ def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, ar
     from minipar.sample import load_model
     from minipar import backend
     model, _ = load_model(str(run))
+    from minipar.checkpoint import open_checkpoint
+    saved = open_checkpoint(str(run))
+    for name, p in model.named_parameters():          # sample's model is the trained one, all of it
+        assert np.array_equal(backend.to_host(p.data), saved.tensor(name)), name
     ids = np.random.default_rng(1).integers(0, config["vocab_size"], size=(2, 40))
     mine = backend.to_host(model(backend.to_device(ids)).data).astype(np.float64)
     python = _hf_python()

@@ -358,7 +358,7 @@ In training (`mpiexec -n 4 python -m minipar train --tp 2 --sequence-parallel --
 (`minipar.parallel.step.Optimizer`) does the rest: `sync.finish()` averages over the data-parallel group,
 `sum_partial_over_tp` sums the sequence-parallel partial gradients, the global norm counts a weight
 replicated on the $t$ ranks once (`ParamRules.norm_weight` = $1/t$, summed over tp), AdamW updates the
-local slices; checkpoints are gathered to the plain GPT's names and shapes, loadable by any layout.
+local slices; checkpoints record each slice as a box of the plain GPT's tensor (by name), loadable by any layout.
 
 ## In PyTorch / DeepSpeed / Megatron this is …
 

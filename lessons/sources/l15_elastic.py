@@ -20,12 +20,12 @@ scale a training job is not a program that runs, it is a program that **keeps co
 
 `python -m minipar launch --np N [--min-np M] [--hosts FILE] -- train ...` is a supervisor that does
 these four things. It leans on two properties: the global batch of step $k$ is a function of (seed, $k$)
-alone, and a checkpoint names every array by parameter, not by rank, so the job can continue on **any**
+alone, and a checkpoint's index names every piece it holds by parameter and global box, not by rank, so the job can continue on **any**
 number of ranks and still make exactly the updates of one process. How the arrays get to disk matters at
 scale: gathering them onto rank 0 and writing one file works for this course's models, not for a 70B
 model, whose weights and Adam state (~1 TB) fit in no host's memory and would take one writer most of an
-hour — real systems write one shard per rank plus an index of which piece of which array each holds, and
-cut them again on load (PyTorch DCP, Megatron's distributed checkpoint). Everything in this lesson goes
+hour — so minipar, like PyTorch DCP and Megatron's distributed checkpoint, writes one shard per rank plus
+an index of which piece of which array each holds, and cuts them again on load. Everything in this lesson goes
 through the CLI (`--save`, `--save-every`, `--resume`), whichever format sits behind it.
 
 Plan: (1) kill a rank and watch the job shrink; (2) a hang; (3) **you write** a supervisor loop that
@@ -336,7 +336,7 @@ print(inspect.getsource(agent.main))
   **blacklisted** — minipar's `--hosts` does the same.
 - **DeepSpeed**: elastic training computes the batch sizes compatible with a range of GPU counts
   (`elasticity` config), and *universal checkpointing* converts a ZeRO/TP/PP checkpoint to another layout —
-  what minipar's layout-free checkpoints give for free.
+  what minipar's sharded checkpoints do on load (each rank reads the boxes it owns).
 - **Goodput** (Google's ML goodput), **Young/Daly interval**, **MTBF**; asynchronous checkpoints
   (PyTorch DCP `async_save`), in-memory checkpoints to peers (Gemini), hot spares.
 - **Stragglers**: per-rank step times in the logs (lesson 13's monitor), data-parallel load balancing as

@@ -23,12 +23,9 @@ the work thrown away, the detection, the teardown and the restart.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-
-import numpy as np
 
 from minipar import checkpoint
 from minipar.config import ConfigError
@@ -53,11 +50,10 @@ def _exit_on_sigterm(signum, frame):
 
 
 def checkpoint_step(directory):
-    """The step of the checkpoint in ``directory`` (only its metadata is read), or None."""
-    path = os.path.join(directory, checkpoint.FILENAME)
+    """The step of the checkpoint ``--resume directory`` finds (only its index is
+    read), or None."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return int(json.loads(z["meta"].tobytes().decode())["step"])
+        return int(checkpoint.open_checkpoint(directory).meta["step"])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -108,8 +104,8 @@ class Supervisor:
     def resume_point(self):
         """(directory, step) to resume from: this run's newest checkpoint, else the user's
         --resume, else (None, 0)."""
-        path = os.path.join(self.save, checkpoint.FILENAME)
-        if os.path.exists(path) and os.path.getmtime(path) >= self.started:
+        path = checkpoint.latest(self.save)           # committed by this run?
+        if path and os.path.getmtime(path) >= self.started:
             step = checkpoint_step(self.save)
             if step is not None:
                 return self.save, step

@@ -79,13 +79,14 @@ class Module:
             raise ValueError(f"state dict does not match the model: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}")
         for name, p in own.items():
-            if tuple(state[name].shape) != tuple(p.shape):
-                raise ValueError(f"{name}: checkpoint shape {tuple(state[name].shape)} "
+            value = state[name]              # once: ``state`` may read it from disk
+            if tuple(value.shape) != tuple(p.shape):
+                raise ValueError(f"{name}: checkpoint shape {tuple(value.shape)} "
                                  f"!= model shape {tuple(p.shape)}")
             if is_placeholder(p.data):       # not drawn yet (nn/init.py): take these
-                p.data = memory.track(to_device(state[name], dtype=p.dtype))
+                p.data = memory.track(to_device(value, dtype=p.dtype))
             else:
-                p.data[...] = to_device(state[name], dtype=p.dtype)
+                p.data[...] = to_device(value, dtype=p.dtype)
 
     def num_parameters(self):
         return sum(p.size for p in self.parameters())

@@ -65,13 +65,18 @@ def _compression_hook(config):
                      start=config.compression_start)
 
 
-def _piece_drawer(specs, seed, tp_model, grid):
+def _piece_drawer(specs, seed, tp_model, grid, checkpoint=None):
     """name -> this rank's tp piece of that weight, drawn from (seed, name): one full
-    tensor on the host at a time (``nn/init.py``, ``placement.py``)."""
+    tensor on the host at a time (``nn/init.py``, ``placement.py``).  Resuming from a
+    ``checkpoint``, zeros: the optimizer's slots then read exactly the elements they own
+    (``train/saving.load_state``), so nothing is drawn and no whole tensor is read."""
+    import numpy as np
     from minipar.nn.init import initial_value
     from minipar.parallel.placement import tp_placements
     shapes = {n: shape for n, (shape, _) in specs.items()}
     table = tp_placements(shapes, tp_model, grid.tp_comm)
+    if checkpoint is not None:
+        return lambda name: np.zeros(table[name].piece_shape)
 
     def piece(name):
         shape, spec = specs[name]
@@ -99,10 +104,11 @@ def make_sync(module, config, grid, rules, model=None, initial_piece=None):
                     half_dtype=half, initial_piece=initial_piece)
 
 
-def parallelize(model, config, grid):
+def parallelize(model, config, grid, checkpoint=None):
     """Steps 1-4 above; returns a ``Parallelized``.  ``model`` is not modified when tp > 1
     (it is sliced into a copy) unless its weights are placeholders (then it is used up);
-    otherwise its blocks are wrapped in place."""
+    otherwise its blocks are wrapped in place.  ``checkpoint`` (an open ``Checkpoint``):
+    a model of placeholders is built as zeros, not drawn; its weights are read later."""
     from minipar.nn.init import init_specs, initialise, is_unmade
     from minipar.parallel.placement import placements
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -135,7 +141,7 @@ def parallelize(model, config, grid):
                                 dtype=backend.dtype_of(config.precision))
     piece = None
     if specs is not None:                                           # 3b. construction
-        piece = _piece_drawer(specs, seed, tp_model, grid)
+        piece = _piece_drawer(specs, seed, tp_model, grid, checkpoint)
     sync = make_sync(module, config, grid, rules, initial_piece=piece)   # 4. synchroniser
     if piece is not None and is_unmade(module):    # weights no synchroniser packed
         initialise(module, piece)

@@ -69,6 +69,25 @@ class Placement:
             out.append((tuple(offsets), tuple(lengths)))
         return out
 
+    def to_global(self, box):
+        """A box of the tp piece as [(that part of the box, the same elements as a box of
+        the global tensor)]: one pair, or one per group the box crosses (qkv's q, k and v
+        columns sit side by side in the piece, a block apart in the global tensor)."""
+        if self.tp is None:
+            return [(box, box)]
+        axis, (offsets, lengths) = self.tp.axis, box
+        bounds = self.tp.bounds(self.shape, self.tp_size)
+        lo, hi = bounds[self.tp_rank], bounds[self.tp_rank + 1]
+        width, block = hi - lo, self.shape[axis] // self.tp.groups
+        out = []
+        for g in range(self.tp.groups):       # group g: piece columns [g·width, (g+1)·width)
+            a = max(offsets[axis], g * width)
+            b = min(offsets[axis] + lengths[axis], (g + 1) * width)
+            if a < b:
+                part = (_put(offsets, axis, a), _put(lengths, axis, b - a))
+                out.append((part, (_put(offsets, axis, g * block + lo + a - g * width), part[1])))
+        return out
+
     def piece(self, full):
         """The tp piece of the full array (a contiguous host copy, or ``full`` itself)."""
         if self.tp is None:
@@ -82,6 +101,10 @@ class Placement:
             return part
         _, lo, hi = self.flat
         return part.reshape(-1)[lo:hi]
+
+
+def _put(values, axis, value):
+    return tuple(value if i == axis else v for i, v in enumerate(values))
 
 
 def placements(parallel, global_shapes, tp_comm=None):

@@ -13,7 +13,7 @@ The data path of one run, file by file (see ``docs/architecture.md``):
     parallel/step   the one optimizer step: finish -> unscale -> found_inf -> norm ->
                     clip -> AdamW -> publish
     train/loop      the step loop: data, the step, the log, checkpoints, evaluation
-    train/saving    layout-free checkpoints (full arrays by parameter name)
+    train/saving    sharded checkpoints: each rank writes and reads what it owns
 
 ``--batch-size`` is the global batch, so every layout sees the same data and makes the
 same update as the single-process run.
@@ -30,26 +30,26 @@ def _world_size():
 
 
 def load_resume(config, model, tokenizer=None):
-    """(params, optimizer state, meta) of ``config.resume``, or None.  A missing, corrupt
-    or foreign checkpoint, or one this run cannot continue (another tokenizer, other
-    parameters, shapes, dtypes or precision, non-finite weights, a step past the run's
-    end) stops every rank here, before any message."""
+    """The open ``Checkpoint`` of ``config.resume`` (its index; no array is read yet),
+    or None.  A missing, corrupt or foreign checkpoint, or one this run cannot continue
+    (another tokenizer, other parameters, shapes, dtypes or precision, non-finite
+    weights, a step past the run's end) stops every rank here, before any message."""
     if not config.resume:
         return None
     from minipar.config_checks import check_resumed_step  # noqa: F401 (same layer)
     try:
-        resume = checkpoint.load(config.resume)
-        meta = resume[2]
+        ckpt = checkpoint.open_checkpoint(config.resume)
+        meta = ckpt.meta
         check_same_tokenizer(meta, tokenizer)
         checkpoint.check_compatible(meta, model.config.to_dict())
         if meta.get("precision", config.precision) != config.precision:
             raise ValueError(f"it was written by a {meta['precision']} run; this run is "
                              f"{config.precision} (pass --precision {meta['precision']})")
-        checkpoint.check_loadable(resume[0], model, config.precision)
+        checkpoint.check_loadable(ckpt, model, config.precision)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"`resume` {config.resume}: {err}") from None
     check_resumed_step(config, int(meta["step"]))
-    return resume
+    return ckpt
 
 
 def _tokens_of(tokenizer_dict):
@@ -101,7 +101,7 @@ def setup(config: TrainConfig):
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
     from minipar.train.loop import Run
-    from minipar.train.saving import load_optimizer_state
+    from minipar.train.saving import load_state
     from minipar.train.fits import check_fits
     config = config.resolve(_world_size())
     check_outputs(config)
@@ -120,11 +120,9 @@ def setup(config: TrainConfig):
         raise ConfigError(f"`data` {config.data} has a vocabulary of {dataset.vocab_size}, "
                           f"the model {cfg.vocab_size}")
     # placeholders only: parallelize cuts them and each rank draws just its own part
-    # (nn/init.py); a resumed run loads the checkpoint's full arrays instead
+    # (nn/init.py); a resumed run builds zeros and reads its part of the checkpoint after
     model = make_model(cfg, seed=config.seed, materialize=False)
     resume = load_resume(config, model, dataset.tokenizer)
-    if resume is not None:
-        model.load_state_dict(resume[0])
     if config.world_size > 1:
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
@@ -132,9 +130,12 @@ def setup(config: TrainConfig):
     from minipar.threads import budget_threads
     budget_threads(grid.world)     # collective: MPI's count of the ranks sharing this node
     n_params = model.num_parameters()
-    parallel = parallelize(model, config, grid)
+    parallel = parallelize(model, config, grid, checkpoint=resume)
     optimizer = build_optimizer(parallel, config, grid)
-    start = load_optimizer_state(optimizer, parallel, resume, config, grid.rank) if resume else 0
+    start = 0
+    if resume is not None:
+        start = load_state(optimizer, parallel, resume, config, grid.rank)
+        resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
     run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit

@@ -21,7 +21,7 @@ from minipar.procmem import ProcessMemory
 from minipar.faults import inject_failure, straggle
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
-from minipar.train.saving import save_checkpoint
+from minipar.train.saving import Saver, save_checkpoint
 from minipar.train.steps import evaluate, forward_backward, global_loss, pipeline_forward_backward
 
 
@@ -39,6 +39,7 @@ class Run:
         self.balancer = Balancer(grid, config.batch_size, config.grad_accum, config.balance)
         self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
         self.process_memory = process_memory or ProcessMemory()   # peaks per phase (procmem)
+        self.saver = Saver(self)        # sharded checkpoints, maybe in the background
 
     @property
     def model(self):
@@ -110,15 +111,19 @@ class Run:
             with Interrupt() as interrupt:
                 for step in range(self.start, self.end):
                     self._one_step(step)
+                    self.saver.poll()           # a background save done everywhere: commit it
                     if self._interrupted(interrupt):
                         self._stop_interrupted(step + 1)
                     if c.save and c.save_every and (step + 1) % c.save_every == 0:
                         save_checkpoint(self, step + 1)
         except TrainingStopped:
+            self._finish_background_save()
             self.monitor.finish(None)           # the steps that were done, and their log
             raise
-        if c.save:
+        saved_last = c.save_every and self.end % c.save_every == 0   # by the loop, just now
+        if c.save and not saved_last:
             save_checkpoint(self, self.end)
+        self.saver.wait()
         if c.eval_batches:   # on every rank: tp, ZeRO-3 and pipelined forwards are collective
             self.val_loss = global_loss(self.grid, evaluate(self.parallel, self.dataset, c, self.grid))
         pm = self.process_memory
@@ -128,6 +133,14 @@ class Run:
         self.monitor.finish(self.val_loss)
         if self.val_loss is not None and self.grid.rank == 0:
             print(f"val loss {self.val_loss!r} after {self.end} steps", flush=True)  # every digit
+
+    def _finish_background_save(self):
+        """Stopping: a save still being written is finished (and committed) first; the
+        reason for stopping stays the one reported."""
+        try:
+            self.saver.wait()
+        except TrainingStopped:
+            pass
 
     def _predicted_peak(self, floor):
         """The performance model's process peak for this rank (NaN if it cannot say)."""

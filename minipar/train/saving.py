@@ -1,81 +1,176 @@
-"""Layout-free checkpoints: full arrays by parameter name, whatever the layout.
+"""Sharded checkpoints of a run: every rank writes what it owns, resumes read what they own.
 
-Saving gathers: ZeRO shards over dp (``sync.to_named``), tensor slices over tp, stages
-merged over pp, and world rank 0 writes (``checkpoint.save``, atomic).  Loading slices:
-the plain model loads the full weights before ``parallelize`` cuts them, and the
-optimizer state is cut by the same rules.
+Saving (``Saver.save``; collective): each rank lists its pieces — for every slot the
+optimizer updates, the masters, Adam m and v as global boxes (``checkpoint/shards.py``),
+replicas once — plus its gradient-compression state, and writes them to its own file;
+rank 0 writes the index and commits (``checkpoint/write.py``).  Nothing is gathered but
+the index's metadata.
+
+With ``--save-async`` the pieces are first copied to host buffers (the state the step
+after will change), a background thread writes the file while training goes on, and at
+each step boundary the ranks agree (one small all-reduce) whether every file is written;
+then they commit.  The next save, and the end of the run, wait for it.  A failed write
+stops the run with one line at that boundary, as a synchronous save does (torchtitan's
+async checkpointing re-raises a failed save the same way); the previous checkpoint stays.
+
+Loading: the run is built with zeros (``parallelize(checkpoint=...)``: nothing drawn),
+then ``load_state`` reads each slot's boxes of the masters, m and v: a rank reads the
+bytes it owns and nothing else, and no rank holds a whole tensor it does not own.
 """
 from __future__ import annotations
 
+import os
+import threading
+
+import numpy as np
+
 from minipar import checkpoint
+from minipar.backend import to_device, to_host
+from minipar.checkpoint.shards import owned_pieces, read_slot, slot_segments, writes
 from minipar.train.errors import TrainingStopped
 
 
+def local_pieces(run, copy=False):
+    """[(kind, name, global shape, global box, host array)]: everything this rank
+    writes.  ``copy``: host copies the training can go on changing under (async)."""
+    opt, table = run.optimizer, run.parallel.placements
+    sync = opt.sync
+    pieces = []
+    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(sync))):
+        segments = [s for s in segments if writes(sync, table[s[0]])]
+        if not segments:
+            continue
+        for kind, array in (("param", slot.master), ("adam_m", opt.m[i]), ("adam_v", opt.v[i])):
+            flat = to_host(array).reshape(-1)
+            if copy and isinstance(array, np.ndarray):
+                flat = flat.copy()
+            pieces += owned_pieces(kind, flat, segments, table)
+    hook = getattr(sync, "comm_hook", None)
+    if hasattr(hook, "state_dict"):               # error feedback differs per rank: every rank's
+        for key, a in hook.state_dict().items():
+            a = np.asarray(a)
+            pieces.append(("hook", f"{run.grid.rank}/{key}", a.shape,
+                           ((0,) * a.ndim, a.shape), a))
+    return pieces
+
+
+def checkpoint_meta(run, step):
+    """The index's metadata: what a resume, ``sample`` and ``inspect`` need."""
+    c, grid, opt = run.config, run.grid, run.optimizer
+    meta = {"model": run.cfg.to_dict(), "step": step, "optimizer_step": opt.step_count,
+            "seed": c.seed, "precision": c.precision, "config": c.to_dict(),
+            "layout": {"name": c.layout_name(), "world_size": grid.world.size, "dp": grid.dp,
+                       "tp": grid.tp, "pp": grid.pp, "cp": c.cp, "zero": c.zero,
+                       "chunks": c.chunks, "sequence_parallel": bool(c.sequence_parallel)},
+            "data": {"seed": c.seed, "next_step": step, "batch_size": c.batch_size}}
+    if run.dataset.tokenizer is not None:          # sample and resume decode with it
+        meta["tokenizer"] = run.dataset.tokenizer.to_dict()
+    if hasattr(getattr(opt.sync, "comm_hook", None), "state_dict"):
+        meta["compression"] = {"method": c.grad_compression, "world_size": grid.world.size,
+                               "layout": c.layout_name()}
+    if opt.scaler:
+        meta["loss_scaler"] = opt.scaler.state_dict()
+    return meta
+
+
+class Saver:
+    """The checkpoints of one run, written now or in the background (``--save-async``)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.comm = run.grid.world.mpi
+        self.pending, self.thread = None, None
+
+    def save(self, step):
+        """Collective.  Its memory peak is the run's "save" phase."""
+        self.wait()                                  # the previous save first
+        c = self.run.config
+        with self.run.process_memory.phase("save"):
+            try:
+                pending = checkpoint.PendingSave(self.comm, c.save, step,
+                                                 checkpoint_meta(self.run, step), c.keep)
+            except checkpoint.CheckpointWriteError as err:
+                raise TrainingStopped(f"step {step}: {err}") from None
+            if not c.save_async:
+                pending.write(local_pieces(self.run))
+                self._report(pending.commit(), step)
+                return
+            self.pending = pending
+            self.thread = threading.Thread(target=_write_in_background, daemon=True,
+                                           args=(pending, local_pieces(self.run, copy=True)),
+                                           name=f"checkpoint-{step}")
+            self.thread.start()
+
+    def poll(self):
+        """At a step boundary: commit the background save once every rank's file is
+        written (agreed by one all-reduce), else return at once."""
+        if self.pending is None:
+            return
+        done = int(not self.thread.is_alive())
+        if self.comm.Get_size() > 1:
+            from mpi4py import MPI
+            done = self.comm.allreduce(done, op=MPI.MIN)
+        if done:
+            self._commit()
+
+    def wait(self):
+        """Finish the background save, if any (collective)."""
+        if self.pending is not None:
+            self.thread.join()
+            self._commit()
+
+    def _commit(self):
+        pending, self.pending, self.thread = self.pending, None, None
+        self._report(pending.commit(), pending.step)
+
+    @staticmethod
+    def _report(failure, step):
+        if failure:
+            raise TrainingStopped(f"step {step}: {failure}")
+
+
+def _write_in_background(pending, pieces):
+    """The background thread: yield the CPU to training (Linux nices a thread by its own
+    id; elsewhere nothing changes), then write this rank's file."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+    pending.write(pieces)
+
+
 def save_checkpoint(run, step):
-    """Collective: every rank calls it.  Its memory peak is the run's "save" phase."""
-    with run.process_memory.phase("save"):
-        _save_checkpoint(run, step)
+    """Collective: the checkpoint of ``step`` (see ``Saver``)."""
+    run.saver.save(step)
 
 
-def _save_checkpoint(run, step):
-    optimizer, grid, tp_model = run.optimizer, run.grid, run.parallel.tp_model
-    state = optimizer.state_dict()            # collective: gathers ZeRO shards
-    params = optimizer.model_state_dict()     # collective under ZeRO
-    if tp_model is not None:                  # collective over tp: slices -> full arrays
-        params = tp_model.gather_full_arrays(params)
-        state = dict(state, m=tp_model.gather_full_arrays(state["m"]),
-                     v=tp_model.gather_full_arrays(state["v"]))
-    if grid.pp > 1:                           # each stage holds other names: merge them
-        parts = grid.pp_comm.mpi.gather((params, state), root=0)
-        if parts is not None:
-            params = {k: v for p, _ in parts for k, v in p.items()}
-            state = {"step": state["step"], "m": {k: v for _, s in parts for k, v in s["m"].items()},
-                     "v": {k: v for _, s in parts for k, v in s["v"].items()}}
-    hook = getattr(optimizer.sync, "comm_hook", None)
-    if hasattr(hook, "state_dict"):           # compression residuals differ per rank: all of them
-        states = grid.world.mpi.gather(hook.state_dict(), root=0)
-        if states is not None:
-            state = dict(state, hook=dict(enumerate(states)))
-    failure = None
-    if grid.rank == 0:
-        c = run.config
-        meta = {"model": run.cfg.to_dict(), "step": step, "seed": c.seed, "precision": c.precision}
-        if run.dataset.tokenizer is not None:     # sample and resume decode with it
-            meta["tokenizer"] = run.dataset.tokenizer.to_dict()
-        if hasattr(hook, "state_dict"):
-            meta["compression"] = {"method": c.grad_compression, "world_size": grid.world.size,
-                                   "layout": c.layout_name()}
-        if optimizer.scaler:
-            meta["loss_scaler"] = optimizer.scaler.state_dict()
-        try:
-            checkpoint.save(c.save, params, state, meta)
-        except checkpoint.CheckpointWriteError as err:
-            failure = str(err)
-    if grid.world.size > 1:                   # every rank learns the outcome: all stop alike
-        failure = grid.world.mpi.bcast(failure, root=0)
-    if failure:
-        raise TrainingStopped(f"step {step}: {failure}")
-
-
-def load_optimizer_state(optimizer, parallel, resume, config=None, rank=0):
-    """Load a resumed checkpoint's m, v (cut for this rank), loss scaler and gradient
-    compression state; returns the step to continue from.  Compression state is per rank:
-    it is loaded when the run has the checkpoint's method and layout, else started afresh
-    (said once)."""
-    _, state, meta = resume
-    hook = getattr(optimizer.sync, "comm_hook", None)
+def load_state(optimizer, parallel, ckpt, config=None, rank=0):
+    """Load a resumed checkpoint into a run built with zeros: each slot's masters, Adam m
+    and v (the boxes this rank's slots own, read from the pieces they intersect — a
+    ZeRO-3 rank reads its shard, nothing more), then ``publish`` makes the model's
+    weights from the masters (ZeRO-1/2: one all-gather; mixed precision: the rounding).
+    Also the loss scaler and gradient-compression state; returns the step to continue
+    from.  Compression state is per rank: it is loaded when the run has the checkpoint's
+    method and layout, else started afresh (said once)."""
+    meta, sync, table = ckpt.meta, optimizer.sync, parallel.placements
+    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(sync))):
+        for kind, target in (("param", slot.master), ("adam_m", optimizer.m[i]),
+                             ("adam_v", optimizer.v[i])):
+            flat = np.zeros(target.size, dtype=to_host(target.reshape(-1)[:0]).dtype)
+            read_slot(ckpt, kind, flat, segments, table)
+            target[...] = to_device(flat).reshape(target.shape)
+    sync.publish()
+    optimizer.step_count = int(meta["optimizer_step"])
+    hook = getattr(sync, "comm_hook", None)
     saved = meta.get("compression")
     if hasattr(hook, "load_state_dict") and config is not None:
+        mine = [n for n in ckpt.names("hook") if n.split("/", 1)[0] == str(rank)]
         if saved and saved["method"] == config.grad_compression and \
-                saved["layout"] == config.layout_name() and rank in state.get("hook", {}):
-            hook.load_state_dict(state["hook"][rank])
+                saved["layout"] == config.layout_name() and mine:
+            hook.load_state_dict({n.split("/", 1)[1]: ckpt.tensor(n, "hook") for n in mine})
         elif rank == 0:
             print(f"minipar train: note: no {config.grad_compression} state for this layout in the "
                   "checkpoint; error feedback starts from zero", flush=True)
-    if parallel.tp_model is not None:
-        state = dict(state, m=parallel.tp_model.shard_full_arrays(state["m"]),
-                     v=parallel.tp_model.shard_full_arrays(state["v"]))
-    optimizer.load_state_dict(state)
     if "loss_scaler" in meta and optimizer.scaler:
         optimizer.scaler.load_state_dict(meta["loss_scaler"])
     return int(meta["step"])
