@@ -34,7 +34,17 @@ ROOT = os.path.abspath("..")
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 WORK = tempfile.mkdtemp(prefix="minipar_l17_")
+MINE = tempfile.mkdtemp(prefix="minipar_l17_mine_")       # your exercise files go here
 MiB = 2 ** 20
+
+
+def mpirun(n, args, timeout=300):
+    """mpiexec -n N python ARGS... from lessons/, failing with every rank's output."""
+    proc = subprocess.run(["mpiexec", "-n", str(n), sys.executable, *map(str, args)],
+                          cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
 
 
 def train(ranks, *flags, name):
@@ -156,6 +166,11 @@ boxes (or `None`), and `my_read(pieces, want)`: `pieces` is a list of `(box, arr
 the box to assemble; return the array of `want`'s shape, every element copied from the piece that
 holds it, and raise an error if some element of `want` is in no piece.
 ''', r'''%exercise reshard
+%%writefile {MINE}/reshard.py
+"""Your reshard read (lesson 17): checked in the notebook and by 17_yours.py under mpiexec."""
+import numpy as np
+
+
 def my_intersect(a, b):
     raise NotImplementedError("hint: in each dimension the overlap of two intervals starts at the later "
                               "start and ends at the earlier end; empty in any dimension means none")
@@ -165,6 +180,13 @@ def my_read(pieces, want):
     raise NotImplementedError("hint: for each piece that overlaps, the overlap sits at one offset inside "
                               "the piece and another inside the result; count what you fill")
 ''', r'''
+sys.path.insert(0, MINE)
+import importlib
+import reshard as yours
+importlib.reload(yours)
+my_intersect, my_read = yours.my_intersect, yours.my_read
+
+
 def cut(full, axis, parts):
     """Boxes and arrays of `full` split along `axis` into `parts` (np.array_split's rule)."""
     edges = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(full.shape[axis]), parts)])
@@ -198,11 +220,22 @@ else:
                          f"{len(saved)} pieces without an error: its first piece is missing")
 print("correct: 300 random reshards, and a missing piece is refused")
 ''', r'''%md
-Under ZeRO-3 a rank's bytes are a flat range of the (tp piece of the) tensor rather than a box: the same
-intersection in one dimension, over the flattened tensor. minipar's checkpoint does exactly this for every
-tensor and every layout (dp, ZeRO stage, tp, sp, pp, chunks, cp, world size) — `python -m minipar
-checkpoint inspect DIR` shows a checkpoint's files and who wrote what. The test suite resumes runs saved
-under one layout in several others and checks the loss curve against the uninterrupted single process.
+Under ZeRO-3 a rank's bytes are a flat range of the (tp piece of the) tensor rather than a box; minipar's
+checkpoint cuts each such range into the few boxes it covers (`checkpoint/boxes.py: flat_to_boxes` — a
+partial first row, whole rows, a partial last row), so the index holds boxes only and one read serves every
+layout. Part 1 saved a checkpoint under dp2 ZeRO-3. Below, 2 ranks play a tensor-parallel layout: each wants
+the r-th slice of every tensor's last axis and reads it **with your `my_read`**, from the saved pieces as
+memory-mapped views of the rank files — only the overlapping bytes are touched, nothing is gathered. Each
+slice is checked against the library's read, and one all-reduce checks that the ranks read every element
+exactly once.
+''', r'''
+print(mpirun(2, ["17_yours.py", "--file", f"{MINE}/reshard.py", "--checkpoint", f"{WORK}/ck-dp2"]).stdout)
+print(subprocess.run([sys.executable, "-m", "minipar", "checkpoint", "inspect", f"{WORK}/ck-dp2"], cwd=ROOT,
+                     env=ENV, capture_output=True, text=True).stdout[-1500:])
+''', r'''%md
+The library does the same for every tensor and every layout (dp, ZeRO stage, tp, sp, pp, chunks, cp, world
+size); the test suite resumes runs saved under one layout in several others and checks the loss curve
+against the uninterrupted single process.
 
 ## What changes on GPU nodes and at scale
 
