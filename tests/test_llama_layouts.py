@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from minipar.config import ConfigError, TrainConfig
+from minipar.monitor import step_records
 from minipar.parallel.placement import Placement
 from minipar.parallel.tensor.sharding import Shard
 from tests.cli import train
@@ -71,3 +72,24 @@ BASE = dict(model="llama-tiny", n_layer=2, d_model=32, n_head=4, n_kv_head=2, se
 def test_llama_layouts_refused_before_any_message(overrides, world, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TrainConfig(**{**BASE, **overrides}).resolve(world_size=world)
+
+
+def test_llama_saved_with_copied_kv_heads_resumes_under_other_layouts(tmp_path):
+    """tp4 with 2 KV heads holds each KV head on two ranks: the checkpoint keeps one copy
+    (the first holder writes it) and a resume under dp2 ZeRO-3 or one process reads it
+    back: the losses of the uninterrupted run."""
+    from minipar.checkpoint import open_checkpoint
+    from tests.mpirun import run_mpi
+    common = ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--eval-batches", "0",
+              "--precision", "fp64", "--batch-size", "8", "--steps", "6"]
+
+    def losses(n, name, *flags):
+        run_mpi(n, [*common, "--log-json", tmp_path / f"{name}.json", *flags], timeout=240)
+        return [r["loss"] for r in step_records(tmp_path / f"{name}.json")]
+    straight = losses(1, "straight")
+    first = losses(4, "tp4", "--tp", "4", "--stop-at", "3", "--save", tmp_path / "ck")
+    k_proj = open_checkpoint(tmp_path / "ck").entry("param", "blocks.0.attn.k_proj.weight")
+    assert len(k_proj["pieces"]) == 2                     # 2 KV heads, each written once
+    for n, flags in ((2, ["--dp", "2", "--zero", "3"]), (1, [])):
+        rest = losses(n, f"resume{n}", *flags, "--resume", tmp_path / "ck")
+        np.testing.assert_allclose(first + rest, straight, rtol=1e-9, atol=0)

@@ -47,10 +47,14 @@ def slot_segments(sync):
 
 
 def writes(sync, placement):
-    """Does this rank write its copy of ``placement``'s parameter (replicas: once)?"""
+    """Does this rank write its copy of ``placement``'s parameter (replicas: once)?
+    Replicated over dp (DDP slots): dp rank 0 writes; over tp: tp rank 0; a tp part held
+    by several tp ranks (``Shard.replicas``: a KV head copied for grouped-query
+    attention): the first of them."""
     sharded_over_dp = hasattr(sync, "stage")
-    return ((sharded_over_dp or sync.comm.rank == 0)
-            and (placement.tp is not None or placement.tp_rank == 0))
+    tp = placement.tp
+    first_holder = placement.tp_rank == 0 if tp is None else placement.tp_rank % tp.replicas == 0
+    return (sharded_over_dp or sync.comm.rank == 0) and first_holder
 
 
 def owned_pieces(kind, flat, segments, table):

@@ -76,8 +76,7 @@ class Placement:
         if self.tp is None:
             return [(box, box)]
         axis, (offsets, lengths) = self.tp.axis, box
-        bounds = self.tp.bounds(self.shape, self.tp_size)
-        lo, hi = bounds[self.tp_rank], bounds[self.tp_rank + 1]
+        lo, hi = self.tp.part(self.shape, self.tp_rank, self.tp_size)
         width, block = hi - lo, self.shape[axis] // self.tp.groups
         out = []
         for g in range(self.tp.groups):       # group g: piece columns [g·width, (g+1)·width)

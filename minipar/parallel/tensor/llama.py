@@ -22,8 +22,8 @@ head h reads key/value head h // (H/Hkv).
   holds KV head r // (t/Hkv)).  Each copy's gradient is only its rank's share,
   dW = xᵀ·dk_r (the rank's query heads' part of dk), so the copies' gradients are
   summed over the t/Hkv ranks that share the head, in backward, by an all-reduce on
-  a sub-communicator of the tp group (``SumOverReplicas`` on the weight, before its
-  use: its gradient arrives summed, identical on the replicas, and the input gradient
+  a sub-communicator of the tp group (Megatron's f, ``copy_to_tp_region``, applied to the
+  weight before its use: identity forward, all-reduce backward; its gradient arrives summed, identical on the replicas, and the input gradient
   dx = dk_r·Wᵀ stays each rank's own share, summed by f as usual).  In the gradient
   norm each copy counts 1/(t/Hkv) (``ParamRules.norm_weight``); checkpoints read one
   copy (``Shard.join``).  (picotron, nanotron and torchtitan refuse t > Hkv instead.)
@@ -33,24 +33,9 @@ head h reads key/value head h // (H/Hkv).
 from __future__ import annotations
 
 from minipar.autograd import ops
-from minipar.autograd.function import Function
 from minipar.parallel.tensor.layers import (ColumnParallelLinear, RowParallelLinear,
                                             SequenceParallelDropout, TensorParallelInput)
-from minipar.parallel.tensor.regions import all_reduce_copy
-
-
-class SumOverReplicas(Function):
-    """Identity forward; backward all-reduces the gradient over ``comm`` (the ranks
-    holding copies of the same weight)."""
-
-    @staticmethod
-    def forward(ctx, weight, comm=None):
-        ctx.comm = comm
-        return weight
-
-    @staticmethod
-    def backward(ctx, g):
-        return all_reduce_copy(ctx.comm, g)
+from minipar.parallel.tensor.regions import copy_to_tp_region
 
 
 class ReplicatedColumnLinear(ColumnParallelLinear):
@@ -69,7 +54,7 @@ class ReplicatedColumnLinear(ColumnParallelLinear):
         return layer
 
     def forward(self, x):
-        return ops.linear(x, SumOverReplicas.apply(self.weight, self.replica_comm))
+        return ops.linear(x, copy_to_tp_region(self.weight, self.replica_comm))
 
 
 def kv_replicas(n_kv_head, tp):
