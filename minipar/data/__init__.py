@@ -1,6 +1,6 @@
 """Corpora and batches.
 
-Tokens are bytes (vocabulary 256), so any text works with no tokenizer to train.
+Here tokens are bytes (vocabulary 256), so any text works with no tokenizer to train.
 The default corpus is the running Python's own standard library: every ``.py``
 file under ``sysconfig``'s stdlib path (site-packages excluded), read in sorted
 path order, joined by a blank line.  It is always present and needs no download.
@@ -11,7 +11,8 @@ layout can compute it and take its slice, and a resumed run sees the same data.
 
 Tokens instead of bytes: ``build.py`` (``python -m minipar tokenize``) writes a corpus as
 llm.c-format shards (``shards.py``); ``tokens.py`` reads them through memory maps with the
-same batch rule, and ``open_dataset`` picks bytes or tokens for ``--data``.
+same batch rule, and ``open_dataset`` picks bytes or tokens for ``--data``.  ``named.py``:
+``--data stdlib`` is the stdlib tokenized once and cached, ``stdlib-bytes`` these bytes.
 """
 from __future__ import annotations
 
@@ -42,16 +43,17 @@ def stdlib_files():
 
 def corpus_paths(source="stdlib"):
     """The files of a text corpus, in the order they are joined: the standard library's
-    ``.py`` files, a folder's files (recursively, sorted by path), or one file.
+    ``.py`` files (``stdlib``, or ``stdlib-bytes`` as ``--data`` names it), a folder's
+    files (recursively, sorted by path), or one file.
     FileNotFoundError with one line for anything else."""
-    if source == "stdlib":
+    if source in ("stdlib", "stdlib-bytes"):
         return stdlib_files()
     if os.path.isdir(source):
         return sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
     if os.path.isfile(source):
         return [source]
-    raise FileNotFoundError(f"{source!r}: no such file or folder (give 'stdlib', a text file "
-                            "or a folder)")
+    raise FileNotFoundError(f"{source!r}: no such file or folder (give 'stdlib', "
+                            "'stdlib-bytes', a text file or a folder)")
 
 
 def _read_files(paths, max_bytes):
