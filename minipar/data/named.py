@@ -13,9 +13,10 @@ than a byte model of the same width, and the loss per byte falls faster
 Where the cache lives: ``$XDG_CACHE_HOME/minipar/tokens`` (``~/.cache/minipar/tokens``),
 one folder per (corpus, vocabulary): ``stdlib-4096-<hash>``, the hash over the stdlib's
 file names, sizes and modification times, so another Python or an edited stdlib gets
-its own folder (delete the folder to rebuild).  Every rank of a job resolves the name; the first takes a file lock and
-builds the folder, the others wait on the lock and then find it built.  No message
-between ranks is needed, so a bad cache stops each rank before the job's first one.
+its own folder (delete a folder to rebuild it).  Every rank of a job resolves the name:
+the first takes a file lock and builds the folder, the others wait on the lock and then
+find it built.  No message between ranks is needed, so a bad cache stops each rank
+before the job's first one.
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ import hashlib
 import os
 
 STDLIB_VOCAB = 4096
-BYTES_SUFFIX = "-bytes"
 
 
 def cache_root():
