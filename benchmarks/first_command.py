@@ -34,6 +34,7 @@ CANDIDATES = {
     "bytes small lr 5e-3 (old default)": ("stdlib-bytes", []),
     "bpe 4096 small lr 5e-3": ("bpe:4096", []),
     "bpe 4096 small lr 1e-2": ("bpe:4096", ["--lr", "1e-2"]),
+    "bpe 4096 small lr 3e-3": ("bpe:4096", ["--lr", "3e-3"]),
     "bpe 2048 small lr 5e-3": ("bpe:2048", []),
     "bpe 4096 small d192 lr 5e-3": ("bpe:4096", ["--d-model", "192", "--n-head", "6"]),
     "bpe 4096 small batch 16 lr 5e-3": ("bpe:4096", ["--batch-size", "16"]),
