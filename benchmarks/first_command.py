@@ -1,6 +1,7 @@
 """Choosing the first command's defaults: val bits per byte of candidates at equal wall time.
 
     python benchmarks/first_command.py [--budget 100] [--only NAME ...]
+    python benchmarks/first_command.py --steps 1500 --only NAME ...
 
 Each candidate is the README's first command (``mpiexec -n 2 python -m minipar train``)
 with other data, model or learning rate.  For each, back to back on the same machine:
@@ -12,8 +13,11 @@ with other data, model or learning rate.  For each, back to back on the same mac
        wall time are printed with the load average around it.
 
 The tokenized stdlib is built (or found in the cache) first; its time is not in the
-budget.  On a shared machine the load changes between candidates: compare a row's
-steps/s with its load, and rerun close calls.
+budget.  On a shared machine the load changes between candidates and with it the seconds
+a step costs, so equal wall time is only roughly equal work: compare a row's s/step with
+its load, and rerun close calls.  ``--steps N`` skips the calibration and gives every
+candidate N steps: equal work for candidates of one model and data (learning rates),
+whatever the load.
 """
 from __future__ import annotations
 
@@ -68,6 +72,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=100.0, help="seconds of training per candidate")
     p.add_argument("--only", nargs="+", help="candidate names (default: all)")
+    p.add_argument("--steps", type=int, help="the same steps for every candidate (no calibration)")
     args = p.parse_args(argv)
     from minipar.data.named import tokenized
     names = args.only or list(CANDIDATES)
@@ -78,7 +83,8 @@ def main(argv=None):
             t0 = time.perf_counter()
             folders[data] = tokenized("stdlib", int(data[4:]), quiet=True)
             print(f"{data}: {folders[data]} ({time.perf_counter() - t0:.1f} s, load {load()})")
-    print(f"each candidate: {args.budget:.0f} s of training on 2 ranks; {os.cpu_count()} cores")
+    each = f"{args.steps} steps" if args.steps else f"{args.budget:.0f} s of training"
+    print(f"each candidate: {each} on 2 ranks; {os.cpu_count()} cores")
     print(f"{'candidate':36s} {'s/step':>7s} {'steps':>6s} {'train s':>8s} {'all s':>6s} "
           f"{'val bits/byte':>14s}  load before/after")
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,8 +92,11 @@ def main(argv=None):
             data, extra = CANDIDATES[name]
             data = folders.get(data, data)
             before = load()
-            cost = seconds_per_step(data, extra, os.path.join(tmp, "calibrate.json"))
-            steps = max(10, round(args.budget / cost))
+            if args.steps:
+                steps, cost = args.steps, float("nan")
+            else:
+                cost = seconds_per_step(data, extra, os.path.join(tmp, "calibrate.json"))
+                steps = max(10, round(args.budget / cost))
             wall, records = train(data, extra, steps, os.path.join(tmp, "run.json"))
             final = records[-1]["final"]
             print(f"{name:36s} {cost:7.3f} {steps:6d} {final['wall_s']:8.1f} {wall:6.1f} "
