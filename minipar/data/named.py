@@ -1,14 +1,15 @@
 """Named datasets: ``--data stdlib`` is the standard library cut into BPE tokens.
 
     stdlib          the stdlib's .py files, tokenized with a STDLIB_VOCAB-token BPE the
-                    first time (trained here, ~20 s on 2 cores) and cached: later runs
-                    reuse the shards
+                    first time (trained here: 11 s on the 2-core machine at load ~2) and
+                    cached: later runs reuse the shards
     stdlib-bytes    the same text, one token per byte (vocabulary 256, no tokenizer)
     anything else   a text file or folder (bytes), or a ``minipar tokenize`` folder
 
-Why tokens by default: at equal wall time a BPE model sees ~3.5x more text per step
-than a byte model of the same width, and the loss per byte falls faster
-(``benchmarks/first_command.py`` measures it).  Bytes stay one flag away.
+Why tokens by default: a BPE step of the same model costs ~1.3x a byte step and reads
+~3.5x more text, and the loss per byte falls faster: the first command's 1,500 steps
+end at 1.74 val bits per byte where 1,800 byte steps ended at 2.39
+(``benchmarks/first_command.py``, ``benchmarks/first_run.py``).  Bytes stay one flag away.
 
 Where the cache lives: ``$XDG_CACHE_HOME/minipar/tokens`` (``~/.cache/minipar/tokens``),
 one folder per (corpus, vocabulary): ``stdlib-4096-<hash>``, the hash over the stdlib's
