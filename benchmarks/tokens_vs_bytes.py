@@ -47,7 +47,7 @@ def main():
     p.add_argument("--model", default="small")
     p.add_argument("--cache", default=os.path.join(REPO, "runs", "tokens"))
     args = p.parse_args()
-    datasets = {"bytes": "stdlib"}
+    datasets = {"bytes": "stdlib-bytes"}
     for v in args.vocab:
         out = os.path.join(args.cache, f"stdlib-{v}")
         minipar("tokenize", "--data", "stdlib", "--vocab", v, "--out", out, "--quiet")

@@ -98,8 +98,10 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     run.add_argument("--weight-decay", type=float, default=0.1)
     run.add_argument("--grad-clip", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--data", default="stdlib", help="'stdlib', a text file or a folder (bytes), "
-                     "or a folder written by `minipar tokenize` (tokens)")
+    run.add_argument("--data", default="stdlib", help="'stdlib' (the standard library in BPE "
+                     "tokens, built once and cached), 'stdlib-bytes' (the same text as bytes), "
+                     "a text file or a folder (bytes), or a folder written by `minipar "
+                     "tokenize` (tokens)")
     run.add_argument("--eval-batches", type=int,
                      help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
     run.add_argument("--mem-per-rank", type=float, metavar="GIB",

@@ -189,13 +189,17 @@ def _flags_have_effect(config):
 
 
 def with_data_vocabulary(config):
-    """The model's vocabulary is the data's: 256 bytes, or a tokenized dataset's."""
-    if config.vocab_size is not None:
-        return config
+    """The data a name stands for (``stdlib``: its cached BPE shards, built the first
+    time, ``data/named.py``), and the model's vocabulary: the data's (256 for bytes, or a
+    tokenized dataset's) unless given."""
+    from minipar.data.named import resolve_data
     from minipar.data.tokens import vocab_size_of
     try:
+        config = replace(config, data=resolve_data(config.data, quiet=config.quiet))
+        if config.vocab_size is not None:
+            return config
         return replace(config, vocab_size=vocab_size_of(config.data))
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         raise ConfigError(str(err)) from None
 
 

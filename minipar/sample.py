@@ -4,6 +4,13 @@ Autoregressive sampling: feed the last ``seq_len`` tokens, take the logits of th
 final position, divide by the temperature, keep the ``top_k`` largest, sample
 one token from their softmax, append, repeat.  Tokens are bytes, or the ids of the
 BPE tokenizer the checkpoint carries (a run on a tokenized dataset saves it there).
+
+Token healing (BPE only).  A prompt is cut into tokens where *it* ends, not where the
+training text went on: "def " ends in a lone space token, and in the training text a
+lone space comes before a number (" name" is one chunk, so a name never follows one).
+Sampled as is, "def " continues "def 0x00...".  So the prompt's last token is dropped
+and the first sampled token may be any token whose bytes start with it (" f", " test",
+" __init__", ...): the model chooses where the prompt's last chunk really ends.
 """
 from __future__ import annotations
 
@@ -42,14 +49,31 @@ def load_model(directory):
     return model.eval(), tokenizer
 
 
-def generate(model, prompt_ids, tokens, temperature=0.8, top_k=40, seed=0):
+def healed_prompt(tokenizer, text):
+    """(the prompt's tokens less the last, the tokens the first sample may be): those
+    that start with the dropped token's bytes (special tokens excluded)."""
+    ids = [int(i) for i in tokenizer.encode(text)]
+    if not ids:
+        return ids, None
+    tail = tokenizer.token_bytes[ids[-1]]
+    ordinary = tokenizer.token_bytes[:tokenizer.vocab_size - len(tokenizer.special)]
+    return ids[:-1], np.array([t for t, b in enumerate(ordinary) if b.startswith(tail)])
+
+
+def generate(model, prompt_ids, tokens, temperature=0.8, top_k=40, seed=0, first_of=None):
+    """``prompt_ids`` and ``tokens`` sampled ids after them; ``first_of``: the ids the
+    first one must be among (token healing), or None."""
     rng = np.random.default_rng(seed)
     ids = list(int(i) for i in prompt_ids) or [ord("\n")]
     window = model.config.seq_len
     with no_grad():
-        for _ in range(tokens):
+        for step in range(tokens):
             context = backend.to_device(np.array([ids[-window:]], dtype=np.int64))
             logits = backend.to_host(model(context).data[0, -1]).astype(np.float64)
+            if step == 0 and first_of is not None:
+                allowed = np.full(len(logits), -np.inf)
+                allowed[first_of] = 0.0
+                logits += allowed
             logits /= max(temperature, 1e-6)
             if top_k and top_k < len(logits):
                 logits[logits < np.sort(logits)[-top_k]] = -np.inf
@@ -72,6 +96,10 @@ def check_sample_flags(args):
 def sample_main(args):
     check_sample_flags(args)
     model, tokenizer = load_model(args.resume)
-    prompt = tokenizer.encode(args.prompt) if tokenizer else encode(args.prompt)
-    out = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
-    print(tokenizer.decode(out) if tokenizer else decode(out))
+    if tokenizer is None:
+        out = generate(model, encode(args.prompt), args.tokens, args.temperature, args.top_k, args.seed)
+        print(decode(out))
+        return
+    prompt, first_of = healed_prompt(tokenizer, args.prompt)
+    out = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed, first_of)
+    print(tokenizer.decode(out if prompt else out[1:]))

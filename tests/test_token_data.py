@@ -150,7 +150,7 @@ def _copy(tokens, tmp_path, name):
 
 
 def test_bad_token_data_is_one_line_before_any_message(tmp_path, tokens, corpus):
-    train(tmp_path, "bytes", 1, model=MODEL, batch=8, steps=1)
+    train(tmp_path, "bytes", 1, "--data", "stdlib-bytes", model=MODEL, batch=8, steps=1)
     cases = []
     bad, m = _copy(tokens, tmp_path, "magic")
     path = bad / m["train"][0]["file"]

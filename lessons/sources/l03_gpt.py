@@ -297,13 +297,14 @@ assert spaces > 10 / 256
 layouts. `--log-json` writes one JSON line per step — the numbers every later lesson plots —
 between a first line `{"header": …}` (the resolved configuration) and a last one `{"final": …}`
 (the evaluation and totals); `minipar.monitor.read_log(path)` returns the three parts and
-`step_records(path)` the steps. With the same seed, batch size and step count it must reproduce our loop exactly: this
-"single-process oracle" is what every parallel layout is later compared against.
+`step_records(path)` the steps. With the same seed, batch size and step count — and the same
+bytes: `--data stdlib-bytes`, since `train`'s default `stdlib` is the same text in BPE tokens
+(lesson 18) — it must reproduce our loop exactly: this "single-process oracle" is what every parallel layout is later compared against.
 ''', r'''
 with tempfile.TemporaryDirectory() as tmp:
     log_path = os.path.join(tmp, "log.jsonl")
-    cmd = [sys.executable, "-m", "minipar", "train", "--model", "tiny", "--steps", "50",
-           "--batch-size", "8", "--log-json", log_path, "--quiet", "--eval-batches", "1"]
+    cmd = [sys.executable, "-m", "minipar", "train", "--data", "stdlib-bytes", "--model", "tiny",
+           "--steps", "50", "--batch-size", "8", "--log-json", log_path, "--quiet", "--eval-batches", "1"]
     print("$", " ".join(["python"] + cmd[1:]))
     t0 = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)

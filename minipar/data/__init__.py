@@ -1,6 +1,6 @@
 """Corpora and batches.
 
-Tokens are bytes (vocabulary 256), so any text works with no tokenizer to train.
+Here tokens are bytes (vocabulary 256), so any text works with no tokenizer to train.
 The default corpus is the running Python's own standard library: every ``.py``
 file under ``sysconfig``'s stdlib path (site-packages excluded), read in sorted
 path order, joined by a blank line.  It is always present and needs no download.
@@ -11,7 +11,8 @@ layout can compute it and take its slice, and a resumed run sees the same data.
 
 Tokens instead of bytes: ``build.py`` (``python -m minipar tokenize``) writes a corpus as
 llm.c-format shards (``shards.py``); ``tokens.py`` reads them through memory maps with the
-same batch rule, and ``open_dataset`` picks bytes or tokens for ``--data``.
+same batch rule, and ``open_dataset`` picks bytes or tokens for ``--data``.  ``named.py``:
+``--data stdlib`` is the stdlib tokenized once and cached, ``stdlib-bytes`` these bytes.
 """
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ def stdlib_files():
     return sorted(files)
 
 
+def corpus_paths(source="stdlib"):
+    """The files of a text corpus, in the order they are joined: the standard library's
+    ``.py`` files (``stdlib``, or ``stdlib-bytes`` as ``--data`` names it), a folder's
+    files (recursively, sorted by path), or one file.
+    FileNotFoundError with one line for anything else."""
+    if source in ("stdlib", "stdlib-bytes"):
+        return stdlib_files()
+    if os.path.isdir(source):
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
+    if os.path.isfile(source):
+        return [source]
+    raise FileNotFoundError(f"{source!r}: no such file or folder (give 'stdlib', "
+                            "'stdlib-bytes', a text file or a folder)")
+
+
 def _read_files(paths, max_bytes):
     """The files' bytes joined by a blank line (between files, not after the last)."""
     chunks, total = [], 0
@@ -56,43 +72,39 @@ def _read_files(paths, max_bytes):
 def corpus_bytes(source="stdlib"):
     """The size of a corpus before reading it (0 when it cannot be read: load_corpus says
     why).  Loading holds it twice at its peak: the files read, then joined."""
-    if source == "stdlib":
-        paths = stdlib_files()
-    elif os.path.isfile(os.path.join(str(source), "manifest.json")):
+    from minipar.data.tokens import is_token_dataset
+    if is_token_dataset(source):
         return 0            # a tokenized dataset: memory-mapped, only a batch's windows are copied
-    elif os.path.isdir(source):
-        paths = [os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs]
-    else:
-        paths = [source]
     try:
-        return sum(os.path.getsize(p) for p in paths)
+        return sum(os.path.getsize(p) for p in corpus_paths(source))
     except OSError:
         return 0
 
 
 def load_corpus(source="stdlib", max_bytes=None) -> np.ndarray:
-    """Bytes of the corpus as a uint8 array: ``"stdlib"``, a text file, or a folder
-    (its files read recursively in sorted order).  Raises ValueError with one clear
-    line for a missing, unreadable or empty source."""
+    """Bytes of the corpus as a uint8 array (``corpus_paths`` says which files).  Raises
+    ValueError with one clear line for a missing, unreadable or empty source."""
     try:
-        if source == "stdlib":
-            raw = _read_files(stdlib_files(), max_bytes)
-        elif os.path.isdir(source):
-            paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
-            raw = _read_files(paths, max_bytes)
-        elif os.path.isfile(source):
-            raw = _read_files([source], max_bytes)
-        else:
-            raw = None
+        paths = corpus_paths(source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"`data` {err}") from None
+    try:
+        raw = _read_files(paths, max_bytes)
     except OSError as err:
         raise ValueError(f"`data` {source!r}: cannot read {err.filename or source}: "
                          f"{err.strerror or err}") from None
-    if raw is None:
-        raise FileNotFoundError(f"`data` {source!r}: no such file or folder (give 'stdlib', a "
-                                "text file or a folder)")
     if len(raw) < 2:
         raise ValueError(f"`data` {source!r} holds {len(raw)} bytes: nothing to train on")
     return np.frombuffer(raw, dtype=np.uint8)
+
+
+def window_starts(seed, step, batch_size, n_tokens, seq_len, split="train"):
+    """The first token of each of the ``batch_size`` windows of step ``step``: drawn
+    from ``default_rng([seed, step, split])`` over [0, n_tokens - seq_len - 1), so a
+    window of seq_len + 1 tokens always fits.  A pure function of its arguments: every
+    rank of every layout, and a resumed run, computes the same batch."""
+    rng = np.random.default_rng([seed, step, 0 if split == "train" else 1])
+    return rng.integers(0, n_tokens - seq_len - 1, size=batch_size)
 
 
 class Dataset:
@@ -113,10 +125,8 @@ class Dataset:
         """(inputs, targets), each (batch_size, seq_len) int64: random windows of the
         split, targets shifted by one.  Depends only on (seed, step, split)."""
         data = self.train if split == "train" else self.val
-        rng = np.random.default_rng([seed, step, 0 if split == "train" else 1])
-        starts = rng.integers(0, len(data) - self.seq_len - 1, size=batch_size)
-        window = starts[:, None] + np.arange(self.seq_len + 1)
-        chunk = data[window].astype(np.int64)
+        starts = window_starts(seed, step, batch_size, len(data), self.seq_len, split)
+        chunk = data[starts[:, None] + np.arange(self.seq_len + 1)].astype(np.int64)
         return chunk[:, :-1], chunk[:, 1:]
 
 

@@ -27,9 +27,8 @@ import numpy as np
 
 from minipar.cli_checks import OneLineParser
 
-FORMAT = "minipar-tokens-1"
-MANIFEST = "manifest.json"
-TOKENIZER_FILE = "tokenizer.json"
+from minipar.data.tokens import FORMAT, MANIFEST, TOKENIZER_FILE
+
 SHARD_TOKENS = 100_000_000        # llm.c's shard size
 
 
@@ -38,15 +37,11 @@ class TokenizeError(ValueError):
 
 
 def document_paths(source):
-    from minipar.data import stdlib_files
-    if source == "stdlib":
-        return stdlib_files()
-    if os.path.isdir(source):
-        return sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
-    if os.path.isfile(source):
-        return [source]
-    raise TokenizeError(f"--data {source!r}: no such file or folder (give 'stdlib', a text "
-                        "file or a folder)")
+    from minipar.data import corpus_paths
+    try:
+        return corpus_paths(source)
+    except FileNotFoundError as err:
+        raise TokenizeError(f"--data {err}") from None
 
 
 def fingerprint(paths, args, tokenizer_text):
@@ -178,6 +173,7 @@ def encode_split(name, docs, tok, out, workers, shard_tokens, bar):
 
 def tokenize(args):
     """Build (or find cached) the tokenized dataset of ``args``; returns its manifest."""
+    from minipar.data.shards import HEADER_INTS, MAGIC, VERSION
     from minipar.progress import progress
     from minipar.tokenizer import Tokenizer
     paths = document_paths(args.data)
@@ -228,7 +224,8 @@ def tokenize(args):
         "train": train, "val": val,
         "train_tokens": sum(s["tokens"] for s in train), "val_tokens": sum(s["tokens"] for s in val),
         "train_bytes": sum(map(len, train_docs)), "val_bytes": val_bytes,
-        "shard_format": {"magic": 20240520, "version": 1, "header_int32": 256, "dtype": "uint16"},
+        "shard_format": {"magic": MAGIC, "version": VERSION, "header_int32": HEADER_INTS,
+                         "dtype": "uint16"},
         "seconds": round(time.perf_counter() - t0, 2)}
     manifest["val_bytes_per_token"] = val_bytes / manifest["val_tokens"]
     tmp = os.path.join(args.out, MANIFEST + ".tmp")
@@ -273,9 +270,7 @@ def check_args(args):
         raise TokenizeError(f"--out {args.out} exists and is not a folder")
     from minipar.data import corpus_bytes
     from minipar.paths import PathError, probe_output_dir
-    if args.data != "stdlib" and not os.path.exists(args.data):   # before --out is made
-        raise TokenizeError(f"--data {args.data!r}: no such file or folder (give 'stdlib', "
-                            "a text file or a folder)")
+    document_paths(args.data)            # a missing --data is refused before --out is made
     try:        # room for the shards: 2 bytes a token, at most a token a byte of text
         probe_output_dir(args.out, need_bytes=2 * corpus_bytes(args.data))
     except PathError as err:

@@ -28,7 +28,9 @@ import numpy as np
 
 from minipar.data.shards import ShardError, map_tokens, max_token, read_header
 
-MANIFEST = "manifest.json"
+FORMAT = "minipar-tokens-1"             # what a manifest says it is
+MANIFEST = "manifest.json"              # written last by ``tokenize``: its presence says "done"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 def is_token_dataset(source):
@@ -42,8 +44,8 @@ def read_manifest(directory):
             manifest = json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise ValueError(f"`data` {directory}: cannot read {MANIFEST}: {err}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != "minipar-tokens-1":
-        raise ValueError(f"`data` {directory}: {MANIFEST} is not a minipar-tokens-1 manifest "
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"`data` {directory}: {MANIFEST} is not a {FORMAT} manifest "
                          "(make one with python -m minipar tokenize)")
     return manifest
 
@@ -72,21 +74,17 @@ class Shards:
         return self.size
 
     def windows(self, starts, length):
-        """(len(starts), length) int64: the tokens [s, s+length) for each start, read
-        through maps that are closed again before returning."""
-        out = np.empty((len(starts), length), dtype=np.int64)
-        maps = {}
-        for row, s in enumerate(starts):
-            filled, pos = 0, int(s)
-            while filled < length:
-                i = int(np.searchsorted(self.starts, pos, side="right")) - 1
-                if i not in maps:
-                    maps[i] = map_tokens(self.paths[i], self.counts[i])
-                take = min(length - filled, int(self.starts[i + 1]) - pos)
-                local = pos - int(self.starts[i])
-                out[row, filled:filled + take] = maps[i][local:local + take]
-                filled, pos = filled + take, pos + take
-        del maps
+        """(len(starts), length) int64: the tokens [s, s+length) for each start.  One
+        gather per shard: every position is assigned to the shard holding it, and each
+        shard's positions are read through one map, closed again before returning."""
+        positions = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(length)
+        shard = np.searchsorted(self.starts, positions, side="right") - 1
+        out = np.empty(positions.shape, dtype=np.int64)
+        for i in np.unique(shard):
+            here = shard == i
+            tokens = map_tokens(self.paths[i], self.counts[i])
+            out[here] = tokens[positions[here] - self.starts[i]]
+            del tokens
         return out
 
 
@@ -118,9 +116,9 @@ class TokenDataset:
     def batch(self, seed: int, step: int, batch_size: int, split="train"):
         """(inputs, targets), each (batch_size, seq_len) int64, targets shifted by one;
         a pure function of (seed, step, split)."""
+        from minipar.data import window_starts
         data = self.train if split == "train" else self.val
-        rng = np.random.default_rng([seed, step, 0 if split == "train" else 1])
-        starts = rng.integers(0, len(data) - self.seq_len - 1, size=batch_size)
+        starts = window_starts(seed, step, batch_size, len(data), self.seq_len, split)
         chunk = data.windows(starts, self.seq_len + 1)
         return chunk[:, :-1], chunk[:, 1:]
 

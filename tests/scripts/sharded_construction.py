@@ -6,7 +6,8 @@ cut, then drawn by name) and the old way (the whole plain GPT, then cut), and ch
 every rank that
   - what it holds equals, bit for bit, the old way's arrays and the placement's cut of
     the single-process weights (``placement.local(full)``);
-  - the largest tensor drawn is the largest parameter (one at a time);
+  - the largest tensor drawn is the largest parameter this rank holds a part of (one at
+    a time; a middle pipeline stage never draws the embedding);
   - the Python/NumPy allocations at their peak during construction (tracemalloc) stay
     under what is still allocated at its end + two full tensors (the one drawn and its
     cut piece) + a margin: no whole model passes through a rank.
@@ -76,7 +77,8 @@ for layout in LAYOUTS[world.size]:
     else:
         kept = sum(v.nbytes for v in mine.values())
     total = sum(a.nbytes for a in full.values())
-    assert drawn == largest, (layout, drawn, largest)     # drawn one whole tensor at a time, no more
+    largest_here = max(full[name].size for name in sharded.placements)
+    assert drawn == largest_here, (layout, drawn, largest_here)   # one whole tensor at a time
     sharded_layout = config.zero == 3 or config.tp > 1 or config.pp > 1
     if sharded_layout:
         # what it keeps (weights, and the synchroniser's gradients and masks) + one full
