@@ -57,3 +57,27 @@ def test_a_blank_fails_with_its_diagnostic(notebook, name, script, ranks, diagno
     assert proc.returncode != 0, f"the blank {name} passed its check:\n{out[-3000:]}"
     assert re.search(diagnostic, out), f"no diagnostic /{diagnostic}/ in:\n{out[-3000:]}"
     assert "Traceback" not in out, f"the blank {name} crashed instead of failing its check:\n{out[-3000:]}"
+
+
+def test_the_blank_reshard_read_names_the_tensor_and_box(tmp_path):
+    """Lesson 17: the blank my_read (zeros) on a real dp2 ZeRO-3 checkpoint."""
+    ck = tmp_path / "ck"
+    run_mpi(2, ["-m", "minipar", "train", "--model", "tiny", "--n-layer", "1", "--steps", "1",
+                "--data", "stdlib-bytes", "--zero", "3", "--quiet", "--eval-batches", "0",
+                "--save", ck])
+    args = [os.path.join("lessons", "17_yours.py"), "--file", blank("17_memory.ipynb", "reshard", tmp_path),
+            "--checkpoint", ck]
+    out = run_mpi(2, args, timeout=180, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert re.search(r"rank \d: \S+: the box at offsets \(.*\), lengths \(.*\) read from \d+ saved "
+                     r"pieces differs from the library's read", text), text[-3000:]
+
+
+def test_the_blank_rope_names_the_rank_and_its_true_positions(tmp_path):
+    """Lesson 19: the blank my_rope (x unrotated) under context parallelism."""
+    args = [os.path.join("lessons", "19_yours.py"), "rope", "--file", blank("19_decoder.ipynb", "rope", tmp_path)]
+    out = run_mpi(2, args, timeout=180, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert re.search(r"rank \d: token \d+ \(true position \d+\) differs from minipar's RoPE", text), text[-3000:]
