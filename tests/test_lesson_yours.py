@@ -81,3 +81,18 @@ def test_the_blank_rope_names_the_rank_and_its_true_positions(tmp_path):
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
     assert re.search(r"rank \d: token \d+ \(true position \d+\) differs from minipar's RoPE", text), text[-3000:]
+
+
+def test_the_blank_window_sampler_names_the_step_and_window(tmp_path):
+    """Lesson 18: the blank my_batch (zeros) under dp2, on shards tokenized here."""
+    text = tmp_path / "text.txt"
+    text.write_text(open(os.path.join(REPO, "minipar", "nn", "gpt.py")).read() * 6)
+    run_mpi(1, ["-m", "minipar", "tokenize", "--data", text, "--vocab", "300", "--out", tmp_path / "tok",
+                "--shard-tokens", "20000", "--workers", "1", "--quiet"])
+    args = [os.path.join("lessons", "18_yours.py"), "--file", blank("18_tokens.ipynb", "window_sampler", tmp_path),
+            "--data", tmp_path / "tok"]
+    out = run_mpi(2, args, timeout=180, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert re.search(r"rank \d: step 0, my row 0 \(global window \d\): token 0 differs, yours 0, "
+                     r"minipar's \d+", text), text[-3000:]

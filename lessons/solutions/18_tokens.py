@@ -33,6 +33,11 @@ def my_learn_merges(chunk_counts, n_merges):
     return merges
 ''',
     "window_sampler": r'''
+%%writefile {MINE}/sampler.py
+"""Your window sampler (lesson 18): checked here and by 18_yours.py under mpiexec."""
+import numpy as np
+
+
 def my_batch(shards, seed, step, batch_size, seq_len):
     """Step `step`'s windows: starts from (seed, step) alone, read across shard boundaries."""
     first = np.cumsum([0] + [len(s) for s in shards])        # the global index of each shard's token 0

@@ -43,6 +43,7 @@ from minipar.tokenizer.train import merge_pair
 ROOT = os.path.abspath("..")
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 WORK = tempfile.mkdtemp(prefix="minipar_l18_")
+MINE = tempfile.mkdtemp(prefix="minipar_l18_mine_")       # your multi-rank exercise goes here
 ''', r'''%md
 ## 1. BPE by hand
 
@@ -184,10 +185,23 @@ tokens, split 0 = training), read each window of `seq_len + 1` tokens — **a wi
 shard into the next** — and return `(inputs, targets)`, each `(batch_size, seq_len)` int64. It is checked
 window by window against `TokenDataset.batch`, steps in a shuffled order.
 ''', r'''%exercise window_sampler
+%%writefile {MINE}/sampler.py
+"""Your window sampler (lesson 18): checked here and by 18_yours.py under mpiexec."""
+import numpy as np
+
+
 def my_batch(shards, seed, step, batch_size, seq_len):
-    raise NotImplementedError("hint: number every token of the shards 0..N-1, one shard after another; "
-                              "a start says which shard a token is in and where inside it")
+    # hint: number every token of the shards 0..N-1, one shard after another; a start says
+    # which shard a token is in and where inside it
+    zeros = np.zeros((batch_size, seq_len), dtype=np.int64)
+    return zeros, zeros
 ''', r'''
+sys.path.insert(0, MINE)
+import importlib
+import sampler as yours
+importlib.reload(yours)
+my_batch = yours.my_batch
+
 seq_len, batch_size = 32, 16
 dataset = TokenDataset(data_dir, seq_len)
 shards = [map_tokens(p, n) for p, n in zip(dataset.train.paths, dataset.train.counts)]
@@ -203,6 +217,18 @@ for step in np.random.default_rng(1).permutation(30):
                                  f"minipar's {want_x[i][j]}); minipar's window starts with {list(want_x[i][:5])}")
 print("correct: 30 steps in shuffled order; shard boundaries at", np.cumsum(dataset.train.counts)[:-1].tolist())
 print(inspect.getsource(Shards.windows))
+''', r'''%md
+Nothing in your sampler knows how many ranks there are: that is the point. Under data parallelism every
+rank draws the same global batch from $(\text{seed}, k)$ and keeps its own rows, with no message about
+the data at all. Below, 2 ranks each run your `my_batch` on the memory-mapped shards, keep their half of
+the rows, and check them against their half of minipar's batch; one all-gather then checks that the
+halves make the global batch on every rank.
+''', r'''
+proc = subprocess.run(["mpiexec", "-n", "2", sys.executable, "18_yours.py", "--file", f"{MINE}/sampler.py",
+                       "--data", data_dir], cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True,
+                      text=True, timeout=300)
+assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+print(proc.stdout)
 ''', r'''%md
 ## 5. Why memory stays flat
 
