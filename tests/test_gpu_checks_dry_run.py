@@ -1,4 +1,5 @@
-"""``benchmarks/gpu_checks.sh``'s issue-36 section, dry-run on the CPU with the fake CuPy.
+"""``benchmarks/gpu_checks.sh``'s throughput section (issue 36), dry-run on the CPU with the fake CuPy
+(its attention section, at full sizes, would take the CPU emulator many minutes).
 
 The section a lent GPU runs — ``benchmarks/train_throughput.py`` launching ``minipar train
 --backend cupy`` in fp32, fp16 and bf16, reading tokens/s from each run's log, printing the
@@ -27,7 +28,7 @@ TINY = ("--frameworks minipar --layers 1 --d-model 16 --heads 2 --seq 16 --batch
 def test_throughput_section_runs_on_the_fake_cupy(tmp_path):
     pytest.importorskip("ml_dtypes")   # bf16 on the (fake) CuPy
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_CUPY, REPO]), OMP_NUM_THREADS="1",
-               OUT=str(tmp_path), SECTIONS="issue36", THROUGHPUT_ARGS=TINY,
+               OUT=str(tmp_path), SECTIONS="throughput", THROUGHPUT_ARGS=TINY,
                MINIPAR_CUDA_KERNELS="0")
     out = subprocess.run(["bash", "benchmarks/gpu_checks.sh"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600)
