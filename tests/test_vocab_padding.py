@@ -96,11 +96,12 @@ def test_train_padded_single_and_tensor_parallel_match_unpadded(tmp_path):
     """The byte vocabulary (256) padded to 384 on one rank, and to 512 under tp=2 with
     sequence parallelism — rank 1 then holds ids 256..511, padding only — against the
     unpadded single process, fp64: the same losses and real weights; the padding stays 0."""
-    losses, params, _ = train(tmp_path, "plain", 1, steps=3)
+    data = ["--data", "stdlib-bytes"]          # the byte vocabulary, whatever the default data
+    losses, params, _ = train(tmp_path, "plain", 1, *data, steps=3)
     for name, ranks, flags in (("pad384", 1, ["--pad-vocab-to", "384"]),
                                ("tp2pad512", 2, ["--pad-vocab-to", "512", "--tp", "2",
                                                  "--sequence-parallel"])):
-        other, oparams, _ = train(tmp_path, name, ranks, *flags, steps=3)
+        other, oparams, _ = train(tmp_path, name, ranks, *data, *flags, steps=3)
         np.testing.assert_allclose(other, losses, rtol=1e-12, atol=0, err_msg=name)
         real = _real_rows(oparams)
         for key, w in params.items():
