@@ -27,7 +27,9 @@ def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=
     when check=False."""
     log, ckpt = tmp_path / f"{name}.json", tmp_path / name
     precision = [] if "--precision" in flags else ["--precision", "fp64"]
-    args = ["-m", "minipar", "train", *model, *COMMON, *precision, "--steps", str(steps),
+    # layouts are checked on the byte corpus (a 256-row head: fast); the token data has its own
+    data = [] if "--data" in flags else ["--data", "stdlib-bytes"]
+    args = ["-m", "minipar", "train", *model, *COMMON, *precision, *data, "--steps", str(steps),
             "--batch-size", str(batch), "--log-json", log, "--save", ckpt, *flags]
     proc = run_mpi(nprocs, args, timeout=timeout, check=check)
     if not check:

@@ -13,7 +13,8 @@ from minipar.monitor import step_records
 from tests.mpirun import run_mpi
 
 MODEL = ["--model", "tiny", "--n-layer", "4", "--d-model", "32", "--seq-len", "16"]
-COMMON = ["--seed", "0", "--quiet", "--eval-batches", "0", "--precision", "fp64", "--batch-size", "8"]
+COMMON = ["--seed", "0", "--quiet", "--eval-batches", "0", "--precision", "fp64", "--batch-size", "8",
+          "--data", "stdlib-bytes"]   # the byte corpus: a 256-row head keeps the chain fast
 CHAIN = [  # each segment resumes the one before under another layout: 5 reshards
     (1, []),
     (2, ["--dp", "2", "--zero", "3"]),

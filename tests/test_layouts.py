@@ -127,8 +127,8 @@ def test_bad_configurations_through_mpiexec(tmp_path):
     cases.append((1, ["--resume", corrupt], "corrupt"))
     for n, flags, message in cases:
         start = time.time()
-        proc = run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", "1", "--quiet", *flags],
-                       timeout=60, check=False)
+        proc = run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", "1", "--quiet",
+                           "--data", "stdlib-bytes", *flags], timeout=60, check=False)
         assert proc.returncode != 0, flags
         assert message in proc.stderr, (flags, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -80,7 +80,7 @@ def test_llama_saved_with_copied_kv_heads_resumes_under_other_layouts(tmp_path):
     back: the losses of the uninterrupted run."""
     from minipar.checkpoint import open_checkpoint
     from tests.mpirun import run_mpi
-    common = ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--eval-batches", "0",
+    common = ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--eval-batches", "0", "--data", "stdlib-bytes",
               "--precision", "fp64", "--batch-size", "8", "--steps", "6"]
 
     def losses(n, name, *flags):
