@@ -54,6 +54,12 @@ def _locked(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+# the stdlib's folder per (vocab, root), once found built in this process: walking and
+# hashing its ~1,600 files costs ~10 ms, and `plan` resolves thousands of configs (a
+# folder of the user's own is hashed every time: it may be edited while a process runs)
+_FOUND = {}
+
+
 def tokenized(source="stdlib", vocab=STDLIB_VOCAB, quiet=False, root=None):
     """The folder of ``source`` (a ``corpus_paths`` name) tokenized at ``vocab``, under
     ``root`` (default ``cache_root()``); built first, under a lock, if not cached."""
@@ -61,10 +67,15 @@ def tokenized(source="stdlib", vocab=STDLIB_VOCAB, quiet=False, root=None):
     from minipar.data import corpus_paths
     from minipar.data.build import SHARD_TOKENS, cached, tokenize
     root = root or cache_root()
+    found = _FOUND.get((source, vocab, root))
+    if found is not None and os.path.isdir(found):
+        return found
     paths = corpus_paths(source)
     name = "stdlib" if source == "stdlib" else os.path.basename(os.path.abspath(source))
     out = os.path.join(root, f"{name}-{vocab}-{corpus_key(paths)}")
     if cached(out) is not None:
+        if source == "stdlib":
+            _FOUND[(source, vocab, root)] = out
         return out
     os.makedirs(root, exist_ok=True)
     with _locked(out + ".lock"):          # another rank may be building it: wait, then reuse
@@ -72,6 +83,8 @@ def tokenized(source="stdlib", vocab=STDLIB_VOCAB, quiet=False, root=None):
             tokenize(Namespace(data=source, vocab=vocab, out=out, tokenizer=None,
                                val_fraction=0.05, shard_tokens=SHARD_TOKENS,
                                workers=os.cpu_count() or 1, quiet=quiet))
+    if source == "stdlib":
+        _FOUND[(source, vocab, root)] = out
     return out
 
 
