@@ -379,6 +379,16 @@ else:
   counted to the byte: linear in batch, quadratic in sequence length, and usually larger than the
   parameters.
 ''', r'''%md
+## What changes on GPU nodes and at scale
+
+- The dtype decides the speed there, not only the memory: the H100 profile (spec sheet) gives 989
+  TFLOP/s for fp16/bf16 tensor cores against 67 for fp32, and 3.35 TB/s of HBM (A100 2.0, H200 4.8).
+- NumPy-2 promotion rules follow you to CuPy: an fp16 array times a float32 scalar is float32, a silent
+  upcast of a whole activation; minipar's CPU checks count such upcasts on a fake CuPy (issue 36).
+- Measured on one H200 before wave 3: fp16 training ran *slower* than fp32 (8,513 against 24,532
+  tokens/s), through CuPy's upcasting batched matmul and one host sync per tensor — the reasons the
+  GPU path is now checked on the CPU (`tests/test_gpu_step_counts.py`).
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 | here | there |

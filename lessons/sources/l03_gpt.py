@@ -337,6 +337,14 @@ plt.xlabel("step"); plt.ylabel("loss"); plt.legend(); plt.grid(alpha=0.3); plt.s
   parallelism splits (lesson 07) and pipeline parallelism distributes by layer (lesson 08).
 - This single-process run is the oracle: every parallel layout must reproduce its losses.
 ''', r'''%md
+## What changes on GPU nodes and at scale
+
+- Measured on one H200: a GPT-2-small step (12 layers, d 768, seq 1024, batch 8, fp32) takes 150 ms
+  on minipar's CuPy backend, about 55K tokens/s. Tuned bf16 trainers (llm.c, nanoGPT) reach roughly
+  375–460K tokens/s per H100: tensor cores, fused kernels, flash attention.
+- The model here has a byte or 4,096-token vocabulary; GPT-2's 50,257 (padded to 50,304 for the tensor
+  cores) makes the head one of the largest matmuls, and Llama 3's 128K makes it larger still.
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 | here | there |

@@ -360,6 +360,15 @@ In training (`mpiexec -n 4 python -m minipar train --tp 2 --sequence-parallel --
 replicated on the $t$ ranks once (`ParamRules.norm_weight` = $1/t$, summed over tp), AdamW updates the
 local slices; checkpoints record each slice as a box of the plain GPT's tensor (by name), loadable by any layout.
 
+## What changes on GPU nodes and at scale
+
+- Tensor parallelism all-reduces activations twice per layer in forward and twice in backward, on the
+  critical path. Inside an H100 node NVLink gives 450 GB/s per GPU per direction; across nodes
+  InfiniBand gives 50 GB/s (the repository's H100 profile, spec sheet): 9× less, which is why tp stays
+  within the 8 GPUs of a node (Megatron's `--tensor-model-parallel-size` ≤ 8).
+- Sequence parallelism keeps the same bytes but turns each all-reduce into a reduce-scatter and an
+  all-gather, and cuts the LayerNorm/dropout activations by t — it matters most at long sequences.
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **Megatron-Core**: `tensor_parallel.ColumnParallelLinear` / `RowParallelLinear` (`gather_output`,

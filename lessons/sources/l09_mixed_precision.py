@@ -454,6 +454,15 @@ every rank; afterwards every rank stepped again and its loss kept falling.
   step: `python -m minipar train --precision fp16`.
 
 ''', r'''%md
+## What changes on GPU nodes and at scale
+
+- On tensor cores half precision is the point: 989 TFLOP/s of bf16 against 67 of fp32 on an H100
+  (spec-sheet profile). bf16 needs no loss scaling (fp32's exponent range); fp16 does.
+- The loss scaler's overflow check must not read each gradient back to the host: one fused kernel
+  over all gradient buffers writes a flag that is read once per step (PyTorch's GradScaler, minipar's
+  `unscale_check_norm`, counted on the fake CuPy: at most 2 host syncs per step).
+- Measured on one H200 before those fixes, fp16 ran at 0.35× fp32's tokens/s (8,513 against 24,532).
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **PyTorch**: `torch.autocast(device_type="cuda", dtype=torch.float16)` picks half or fp32

@@ -300,6 +300,15 @@ few points (minipar's tests check it with one deliberately slowed stage at m = 4
   `pipeline_wait_s` and `compute_s`, and the pipeline trace, show which one dominates.
 
 ''', r'''%md
+## What changes on GPU nodes and at scale
+
+- The grid maps onto the machine: tp inside a node (NVLink, 300 GB/s per GPU on an A100 node, 450 on
+  H100), pp and dp across nodes (InfiniBand 25 and 50 GB/s per GPU) — the repository's spec-sheet
+  profiles. `python -m minipar plan --ranks 1024 --nodes 128 --profile a100` ranks every layout with
+  these numbers; lesson 13 plans a 175B model that way.
+- At scale dp is often hybrid-sharded (ZeRO-3/FSDP inside a node, replicas across), and cp joins the grid
+  for long sequences (lesson 16).
+
 ## In PyTorch / DeepSpeed / Megatron this is …
 
 - **Megatron-LM**: `--tensor-model-parallel-size`, `--pipeline-model-parallel-size` (data

@@ -298,4 +298,13 @@ tokenizers share an axis.
 
 What next: `python -m minipar tokenize --data stdlib --vocab 4096 --out runs/tok` and `train --data
 runs/tok` — or just `train`, whose default `--data stdlib` is that dataset, built once and cached.
+''', r'''%md
+## What changes on GPU nodes and at scale
+
+- Data is rarely the bottleneck of an LLM: at ~400K tokens/s per H100 (llm.c's bf16 GPT-2) a GPU reads
+  ~0.8 MB/s of uint16 tokens, which memory maps serve from the page cache; the tokenizer runs once,
+  offline (nanotron's datatrove, llm.c's shard writers), on CPUs.
+- The vocabulary is a GPU matter: it sets the head's matmul (V × d per token) and the logits' memory
+  (b·s·V); GPT-2's 50,257 is padded to 50,304 for the tensor cores, Llama 3 uses 128K tokens, and
+  vocabulary-parallel cross-entropy (lesson 07) keeps the logits sharded over tp.
 ''']
