@@ -70,7 +70,7 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
                      help="array library (default: $MINIPAR_BACKEND or numpy)")
     model = p.add_argument_group("model")
-    model.add_argument("--model", default="small", help="preset: tiny, small, medium, gpt2, "
+    model.add_argument("--model", default=D.model, help=f"preset (default {D.model}): tiny, small, medium, gpt2, "
                        "llama-tiny, llama-small, llama-medium")
     model.add_argument("--arch", choices=["gpt2", "llama"],
                        help="the block: gpt2 (LayerNorm, learned positions, GELU) or llama "

@@ -48,7 +48,7 @@ class TrainConfig:
     attention: str = "naive"
     backend: Optional[str] = None
     # model
-    model: str = "small"
+    model: str = "llama-small"          # chosen by measurement: benchmarks/first_command.py
     arch: Optional[str] = None          # gpt2 | llama; None: the preset's
     n_layer: Optional[int] = None
     d_model: Optional[int] = None

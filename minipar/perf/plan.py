@@ -204,7 +204,7 @@ def plan_main(argv=None):
     ap.add_argument("--mem-per-rank", type=float, default=None, help="GiB")
     ap.add_argument("--json", default=None, help="write the full ranking here")
     ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--model", default="small")
+    ap.add_argument("--model", default=TrainConfig.model)
     ap.add_argument("--arch", default=None, choices=["gpt2", "llama"],
                     help="the block (default: the preset's)")
     for f in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "seq_len", "vocab"):
