@@ -14,7 +14,6 @@ AdamW steps of a small GPT in float64, each rank on its half of the global batch
 - **parity**: after finish() every gradient equals one process's on the whole batch
   (relative 1e-10), and so do the losses after three AdamW steps.
 """
-import argparse
 import os
 import sys
 
@@ -27,12 +26,11 @@ import numpy as np
 
 from minipar import backend
 from minipar.backend import to_device, to_host
-from minipar.comm import Communicator
 from minipar.data import shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
 from minipar.parallel.buckets import make_buckets
-from yours import check_on_every_rank, load
+from yours import main
 
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, d_model=32, n_head=4)
 BUCKET_BYTES, STEPS, LR = 16 * 1024, 3, 3e-3
@@ -123,15 +121,5 @@ def check(comm, MyDDP):
                   f"all-reduced from its last gradient's hook with 2(p-1)/p·S bytes", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", required=True, help="the learner's MyDDP")
-    parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
-    args = parser.parse_args()
-    backend.set_backend(args.backend)
-    comm = Communicator(hang_timeout=20)
-    check_on_every_rank(comm, check, load(args.file, "MyDDP"))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "MyDDP")

@@ -18,7 +18,6 @@ moment nothing refers to it).  Three SGD steps in float64, each rank on its rows
   ZeRO-3, 3(p-1)/p·Ψ per rank (two all-gathers and one reduce-scatter of Ψ bytes);
 - **parity**: the loss and every gradient shard equal one process's on the whole batch.
 """
-import argparse
 import os
 import sys
 import weakref
@@ -32,8 +31,8 @@ import numpy as np
 
 from minipar import backend
 from minipar.backend import to_device, to_host
-from minipar.comm import Communicator, all_gather, chunk_bounds
-from yours import check_on_every_rank, load
+from minipar.comm import all_gather, chunk_bounds
+from yours import main
 
 D, LAYERS, ROWS, STEPS, LR = 64, 4, 4, 3, 0.5
 
@@ -120,15 +119,5 @@ def check(comm, zero3_step):
                   f"{D * D * 8} + the shards {spy.shard_bytes}", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", required=True, help="the learner's zero3_step")
-    parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
-    args = parser.parse_args()
-    backend.set_backend(args.backend)
-    comm = Communicator(hang_timeout=20)
-    check_on_every_rank(comm, check, load(args.file, "zero3_step"))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "zero3_step")

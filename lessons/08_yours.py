@@ -22,7 +22,6 @@ the simulator's costs.  It checks:
 
 ``--json``: rank 0 writes the measured spans and the simulated ones, for drawing.
 """
-import argparse
 import json
 import os
 import sys
@@ -38,9 +37,8 @@ import numpy as np
 
 from minipar import backend
 from minipar.backend import to_device, to_host, xp
-from minipar.comm import Communicator
 from minipar.parallel.pipeline import build_schedule, simulate
-from yours import check_on_every_rank, load
+from yours import main
 
 D, ROWS, MICRO, T_F, T_B = 32, 4, 4, 0.03, 0.06
 
@@ -159,16 +157,6 @@ def check(comm, run_stage, json_path):
                                                             for k, v in sim.timelines.items()}}, f)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", required=True, help="the learner's run_stage")
-    parser.add_argument("--json", help="rank 0 writes the measured and simulated timelines here")
-    parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
-    args = parser.parse_args()
-    backend.set_backend(args.backend)
-    comm = Communicator(hang_timeout=20)
-    check_on_every_rank(comm, check, load(args.file, "run_stage"), args.json)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "run_stage",
+         ("--json", "rank 0 writes the measured and simulated timelines here (optional)"))

@@ -14,7 +14,6 @@ ring and merged each block's result with the online softmax.  In float64 it chec
   matches, or says none does (a wrong mask or merge);
 - **traffic**: every rank sent C - 1 K/V blocks, (C-1)·(k.nbytes + v.nbytes) bytes.
 """
-import argparse
 import itertools
 import math
 import os
@@ -29,8 +28,7 @@ import numpy as np
 
 from minipar import backend
 from minipar.backend import to_device, to_host
-from minipar.comm import Communicator
-from yours import check_on_every_rank, load
+from yours import main
 
 B, H, N, D = 1, 2, 8, 16           # N query rows per rank
 
@@ -81,15 +79,5 @@ def check(comm, ring_attention):
               f"each rank sent C-1 = {p - 1} K/V blocks ({sent} bytes)", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", required=True, help="the learner's ring_attention")
-    parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
-    args = parser.parse_args()
-    backend.set_backend(args.backend)
-    comm = Communicator(hang_timeout=20)
-    check_on_every_rank(comm, check, load(args.file, "ring_attention"))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "ring_attention")

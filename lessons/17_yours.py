@@ -12,7 +12,6 @@ overlaps are touched.  Checked: every slice equals the library's ``Checkpoint.re
 the same box, and over the ranks every element of every tensor is read exactly once
 (one all-reduce of the counts: nothing gathered, nothing read twice).
 """
-import argparse
 import os
 import sys
 
@@ -24,8 +23,8 @@ except ImportError:  # run from a checkout without installing: use the repositor
 import numpy as np
 
 from minipar.checkpoint import open_checkpoint
-from minipar.comm import Communicator, all_reduce
-from yours import check_on_every_rank, load
+from minipar.comm import all_reduce
+from yours import main
 
 
 def my_slice(shape, rank, size):
@@ -60,14 +59,5 @@ def check(comm, my_read, directory):
               f"{total:,} elements, each once", flush=True)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--file", required=True)
-    p.add_argument("--checkpoint", required=True)
-    args = p.parse_args()
-    comm = Communicator()
-    check_on_every_rank(comm, check, load(args.file, "my_read"), args.checkpoint)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "my_read", ("--checkpoint", "a dp2 ZeRO-3 checkpoint directory"))

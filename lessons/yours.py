@@ -1,4 +1,4 @@
-"""Running the learner's code under mpiexec (lessons 05, 06, 08, 15, 16).
+"""Running the learner's code under mpiexec (the lessons' NN_yours.py scripts).
 
 An exercise that needs several ranks cannot run inside the notebook's one process.  Its
 cell starts with ``%%writefile {MINE}/name.py``: running the cell writes the learner's code
@@ -11,6 +11,7 @@ bucket, which layer, which micro-batch, which byte count) and ends the job on ev
 so a wrong exercise never leaves the other ranks waiting.  Lesson 15's exercise is the
 supervisor that starts mpiexec runs, so its check runs in one process (``check_here``).
 """
+import argparse
 import importlib.util
 import sys
 import traceback
@@ -24,6 +25,26 @@ def load(path, name):
     if not hasattr(module, name):
         raise SystemExit(f"{path} defines no {name!r}: keep the name the exercise gives")
     return getattr(module, name)
+
+
+def main(doc, check, name, *options):
+    """The command line of every ``NN_yours.py``: ``--file`` (the learner's code, which must
+    define ``name``), ``--backend``, and ``options`` (``(flag, help)`` pairs, e.g.
+    ``("--data", "the tokenized dataset")``; a help ending in "(optional)" makes the flag
+    optional).  Sets the backend, then runs ``check(comm, learner's name, *option values)``
+    on every rank."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--file", required=True, help=f"the learner's {name}")
+    parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
+    for flag, text in options:
+        parser.add_argument(flag, required=not text.endswith("(optional)"), help=text)
+    args = parser.parse_args()
+    from minipar import backend
+    from minipar.comm import Communicator
+    backend.set_backend(args.backend)
+    comm = Communicator(hang_timeout=20)
+    values = [getattr(args, flag.lstrip("-").replace("-", "_")) for flag, _ in options]
+    check_on_every_rank(comm, check, load(args.file, name), *values)
 
 
 def check_on_every_rank(comm, check, *args):

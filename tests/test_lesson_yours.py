@@ -24,7 +24,7 @@ BLANKS = [
     ("06_zero.ipynb", "zero3_step", "06_yours.py", 4,
      r"rank \d: step 0: 0 all-gathers for 4 layers; ZeRO-3 gathers every layer twice"),
     ("08_pipeline.ipynb", "stage_executor", "08_yours.py", 3,
-     r"rank 0: ran nothing; this rank's 1F1B list is F0 F1 F2 B0 F3 B1 B2 B3"),
+     r"rank \d: ran nothing; this rank's 1F1B list is F0( [FB]\d){7}"),   # whichever rank stops first
     ("15_elastic.ipynb", "supervise", "15_yours.py", 0,
      r"1 attempt\(s\), exit statuses \[1\]: the injected failures end attempts 1 and 2"),
     ("16_context_parallel.ipynb", "ring_loop", "16_yours.py", 4,
