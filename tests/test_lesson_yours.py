@@ -1,4 +1,4 @@
-"""The multi-rank exercises (lessons 05, 06, 08, 15, 16; ``lessons/yours.py``): a blank
+"""The multi-rank exercises (lessons 05, 06, 08, 15, 16, 20; ``lessons/yours.py``): a blank
 exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
 that says what is wrong — which rank, step, bucket, layer, block or byte count — not
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
@@ -30,6 +30,10 @@ BLANKS = [
     ("16_context_parallel.ipynb", "ring_loop", "16_yours.py", 4,
      r"rank (\d): the output of query block \1 \(must see key blocks 0\.\.\1\) differs from one "
      r"process's causal attention by [\d.e+-]+; it covers no key block at all"),
+    ("20_cluster.ipynb", "hierarchical_all_reduce", "20_yours.py", 4,
+     r"rank \d: n = 1000 float64 \(S = 8000 bytes\), nodes of q = 2 ranks: phase 1 \(reduce-scatter inside "
+     r"node \d\), shard \d \(elements \d+\.\.\d+\): it is still this rank's own input, not the sum of node "
+     r"\d's ranks \[\d, \d\]; sent 0 bytes off node \d, the hierarchical all-reduce sends S/q·2\(m-1\)/m = 4000"),
 ]
 
 

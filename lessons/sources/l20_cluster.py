@@ -1,6 +1,7 @@
 """Lesson 20: the cells of lessons/20_cluster.ipynb (``%md`` cells are markdown).
 
 Edit here, then run ``python lessons/make_notebooks.py``."""
+from launch import LAUNCH   # the cell that defines mpirun() and MINE for the exercise's runs
 
 NOTEBOOK = "20_cluster.ipynb"
 
@@ -22,9 +23,10 @@ namespace through a small stand-in for `ssh`; inside a node MPI keeps shared mem
 its bytes cross the capped link. Nothing in minipar's training code knows.
 
 Plan: (1) the model first — a collective as **steps of messages**, each priced by the link it crosses;
-**you write** the price of a step and the hierarchical all-reduce's steps; (2) bring a cluster up and
-measure ring, tree and hierarchical across it against your model; (3) overlap, where there is a wire;
-(4) a node lost. Parts 2–4 need root and iproute2 (`ip`, `tc`); without them they say so and skip.
+**you write** the price of a step and the hierarchical all-reduce's steps; (2) **you write** the
+hierarchical all-reduce itself, over real messages, on 4 ranks in 2 "nodes"; (3) bring a cluster up and
+measure ring, tree, hierarchical and yours across it against your model; (4) overlap, where there is a
+wire; (5) a node lost. Parts 3–5 need root and iproute2 (`ip`, `tc`); without them they say so and skip.
 Solutions: `lessons/solutions/20_cluster.py`.
 ''', r'''
 import inspect
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -43,7 +46,8 @@ from minipar.comm.cost_model import CostParams
 from minipar.monitor import step_records
 
 %matplotlib inline
-ROOT = os.path.abspath("..")
+''' + LAUNCH + r'''
+# the cluster's commands below time collectives: no check mode (the ENV above turns it on)
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 WORK = tempfile.mkdtemp(prefix="minipar_l20_")
 PREFIX = "mpl20"
@@ -67,7 +71,7 @@ def can_build_a_cluster():
 
 
 CLUSTER = can_build_a_cluster()
-print("a cluster can be built here" if CLUSTER else "no root / ip / tc: parts 2-4 will be skipped")
+print("a cluster can be built here" if CLUSTER else "no root / ip / tc: parts 3-5 will be skipped")
 ''', r'''%md
 ## 1. A collective as steps of messages
 
@@ -149,13 +153,62 @@ less when the nodes are few, and far fewer latencies across the wire. NCCL does 
 and across nodes, or a tree across nodes) and so does Megatron when it keeps tensor parallelism inside
 a node: the bytes that must cross, cross once.
 
-## 2. A cluster, and the model against it
+## 2. The hierarchical all-reduce, over real messages
+
+**Exercise — your hierarchical all-reduce.** The steps above are data; now the algorithm itself, on four
+processes. Write `my_hierarchical_all_reduce(comm, x, q)`: sum the 1-D float64 array `x` over every rank
+of `comm`, in place, where a node holds $q$ consecutive ranks — rank $r$ is local rank $r \bmod q$ of
+node $r // q$. Use minipar's communicator as lesson 04 did: `comm.rank`, `comm.size`, and
+`comm.sendrecv(send, dest, recv, source)`, which sends one contiguous array to `dest` while it receives
+another from `source` (no deadlock when every rank of a ring does it at once). `chunk_bounds(n, parts)`
+is the library's cut of $n$ elements into parts: part $i$ is `[b[i], b[i+1])`, sizes differing by at
+most one, some empty when $n$ < parts.
+
+Things to decide before you type:
+
+- A ring needs only "who is on my right, who is on my left", and those can come from *any* list of
+  ranks, not only `0..p-1`. Which list is your node? Which list holds the ranks whose shard is yours?
+- Phase 1 is lesson 04's reduce-scatter and phase 3 its all-gather, on the first list; phase 2 is a
+  whole all-reduce of one shard on the second. Written once for a list, the ring serves all three.
+- A slice of an array is a view: what you reduce into `x[lo:hi]` lands in `x`.
+- Only the shard you own after phase 1 may cross to another node.
+
+`20_yours.py` runs your file under `mpiexec -n 4` (2 nodes × 2 ranks) and checks on every rank, for
+arrays of 1000, 0, 1, 3, 7, 1001 and 4099 elements and nodes of 2, 1 and 4 ranks: the result equals
+NumPy's sum of every rank's array; the bytes the rank sent to ranks **off its node** (it wraps the
+communicator's `send`, `isend` and `sendrecv` to count them, by destination) equal what
+`two_level.hierarchical_steps` — the steps you wrote above — says, $\frac{S}{q}\cdot\frac{2(m-1)}{m}$
+on $m$ nodes; and a node sends fewer bytes across than the flat ring would. When the sums are wrong it
+says which phase left which shard wrong.
+''', r'''%exercise hierarchical_all_reduce
+%%writefile {MINE}/hierarchical.py
+"""Your hierarchical all-reduce over real messages (lesson 20): run under mpiexec by 20_yours.py."""
+from minipar.backend import xp
+from minipar.comm.chunks import chunk_bounds
+
+
+def my_hierarchical_all_reduce(comm, x, q):
+    """Sum the 1-D array x over every rank of comm, in place; nodes of q consecutive ranks."""
+    # 1. reduce-scatter among the ranks of my node
+    # 2. all-reduce my shard among the ranks that own the same shard, one on every node
+    # 3. all-gather among the ranks of my node
+    return x
+''', r'''
+proc = mpirun(4, ["20_yours.py", "--file", f"{MINE}/hierarchical.py", "--backend", BACKEND])
+print(proc.stdout)
+''', r'''%md
+The library's version is `minipar/comm/hierarchical.py`: the same three phases, with the two groups
+built once as communicators of their own (`comm.split`, cached) and lesson 04's ring functions run on
+them; when the nodes differ in size the shards cannot line up, and it falls back to a tree to each
+node's first rank. What those bytes cost when the link between the nodes is a real one is next.
+
+## 3. A cluster, and the model against it
 
 Two nodes of two ranks, 1 Gbit/s between them. `cluster run -- bench comm` runs lesson 04's benchmark on
 the four ranks: it calibrates α and β inside a node (ranks 0 and 1) *and across* (ranks 0 and 2), times
 every algorithm against MPICH's own Allreduce, and prints the two-level model's prediction.
 ''', r'''
-bench = {}
+bench, BIG = {}, 1 << 23                                 # BIG: the size your all-reduce is timed at
 if CLUSTER:
     minipar("cluster", "down", "--prefix", PREFIX)
     print(minipar("cluster", "up", "--prefix", PREFIX, "--nodes", 2, "--ranks-per-node", 2,
@@ -164,6 +217,9 @@ if CLUSTER:
         out = f"{WORK}/bench.json"
         minipar("cluster", "run", "--prefix", PREFIX, "--", "bench", "comm", "--min-size", "64K",
                 "--max-size", "4M", "--budget", "0.3", "--algorithms", "ring,tree,hierarchical", "--json", out)
+        run = minipar("cluster", "run", "--prefix", PREFIX, "--", "lessons/20_yours.py", "--file",
+                      f"{MINE}/hierarchical.py", "--time", BIG)     # yours, across the wire (next cells)
+        yours = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1])
         status = minipar("cluster", "status", "--prefix", PREFIX).stdout
         print(status)                                     # the link's byte counters: they moved
     finally:
@@ -189,7 +245,33 @@ if bench:
     ax.set_title("measured (o) and your two-level model (--), 2 nodes x 2 ranks, 1 Gbit/s")
     plt.show()
 ''', r'''%md
-## 3. Overlap, where there is a wire
+And your all-reduce of §2, on the same cluster: 8 MiB of float64 (the median of 3 runs, the slowest
+rank's time), beside what your steps of §1 priced by your `my_step_seconds` predict with the constants
+just calibrated, and beside the library's hierarchical all-reduce and its flat ring measured in the same
+run. Your model leaves out the reductions and the pipelining into 1 MiB segments, and its β across was
+calibrated a minute ago on a machine that may have been busier or quieter than now, so do not expect the
+milliseconds to agree; what it must get right is the order and roughly the ratio — across a slow link,
+the bytes that cross decide. (Run once on a busy 2-core machine: yours 90 ms measured against 176
+predicted, the flat ring 107 against 210 — the calibration saw 60 MB/s on the 125 MB/s link — and yours
+over the ring 0.83 measured, 0.84 predicted.)
+''', r'''
+if bench:
+    inside, between = (c.alpha, c.beta), (c.alpha_inter, c.beta_inter)
+    S, ranks = float(yours["bytes"]), [0, 1, 2, 3]
+    model = {name: sum(my_step_seconds(m, 2, inside, between) for m, _ in steps) * 1e3
+             for name, steps in (("yours", my_hierarchical_steps(ranks, S, 2)),
+                                 ("ring", two_level.ring_steps(ranks, S)))}
+    ms = {name: seconds * 1e3 for name, seconds in yours.items() if name.endswith("_s")}
+    print(f"{S / 2**20:.0f} MiB over 2 nodes x 2 ranks, 1 Gbit/s between them (ms):")
+    print(f"  yours (hierarchical)   measured {ms['yours_s']:7.1f}   your model {model['yours']:7.1f}")
+    print(f"  library hierarchical   measured {ms['hierarchical_s']:7.1f}")
+    print(f"  library flat ring      measured {ms['ring_s']:7.1f}   your model {model['ring']:7.1f}")
+    print(f"  yours / flat ring: measured {yours['yours_s'] / yours['ring_s']:.2f}, "
+          f"your model {model['yours'] / model['ring']:.2f}")
+else:
+    print("skipped: needs root, ip and tc (your all-reduce ran on 4 local ranks in section 2)")
+''', r'''%md
+## 4. Overlap, where there is a wire
 
 Lesson 05 found that overlapping the gradients' all-reduce with backward barely paid on one machine:
 over shared memory the "transfer" is the ranks' own copying, so moving it into backward moves work,
@@ -214,7 +296,7 @@ if CLUSTER:
     print({k: f"{v * 1e3:.0f} ms" for k, v in steps.items()},
           f"overlap / no overlap = {steps['overlap'] / steps['no overlap']:.2f}")
 ''', r'''%md
-## 4. A node lost
+## 5. A node lost
 
 `cluster fail-node 1` kills every process in node 1's namespace with SIGKILL and removes the namespace:
 a power cut. Nothing is reported — the ranks that died cannot say so — so `launch` (lesson 15) sees a
