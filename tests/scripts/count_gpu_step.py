@@ -91,8 +91,13 @@ def main():
         spans.clear()
         counted("step", run.step)(step)
         steps.append(dict(spans))
-    print(json.dumps({"rank": run.grid.rank, "precision": args.precision, "fused_kernels": args.fused_kernels,
-                      "min_upcast_size": min_size, "steps": steps}))
+    line = json.dumps({"rank": run.grid.rank, "precision": args.precision,
+                       "fused_kernels": args.fused_kernels, "min_upcast_size": min_size,
+                       "steps": steps})
+    for rank in range(run.grid.world.size):    # one whole line per rank, in rank order
+        if rank == run.grid.rank:
+            print(line, flush=True)
+        run.grid.world.barrier()
 
 
 if __name__ == "__main__":
