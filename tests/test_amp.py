@@ -253,10 +253,19 @@ def test_norm_fn_sees_named_unscaled_master_grads():
     assert all(g.dtype == np.float32 and np.abs(g).max() < 10 for g in seen.values())
 
 
-@pytest.mark.parametrize("nprocs", [3])
+@pytest.mark.parametrize("nprocs", [2])
 def test_overflow_on_one_rank_skips_every_rank(nprocs):
     proc = run_mpi(nprocs, ["tests/scripts/amp_overflow.py"], timeout=120)
     assert proc.stdout.count("OK ") == nprocs, proc.stdout
+
+
+def test_trainer_step_skips_on_every_rank_when_one_rank_overflows():
+    """The trainer's step (``parallel.step.Optimizer``) under dp2 x tp2 DDP and dp2 x pp2
+    ZeRO-1: an inf in the last rank's gradient after the synchroniser makes every rank skip
+    and halve the scale, through the one all-reduce that also sums ||g||² (which matches
+    the group-by-group sum on clean steps)."""
+    proc = run_mpi(4, ["tests/scripts/overflow_one_rank.py"], timeout=180)
+    assert proc.stdout.count("OK ") == 8, proc.stdout
 
 
 def test_fp16_data_parallel_matches_single_process():

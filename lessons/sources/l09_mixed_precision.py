@@ -439,6 +439,12 @@ Only rank 2 saw an inf; all three skipped steps 3 and 4 and left their state as 
 the scale was kept at the first overflow (hysteresis 2) and halved at the second, on
 every rank; afterwards every rank stepped again and its loss kept falling.
 
+The trainer's step (`parallel.step.Optimizer`) spends no collective on the flag alone: it
+travels in the all-reduce that sums the gradient norm, one sum over every rank of
+[Σ w·g² / copies, flag], where copies counts the ranks holding the same part (DDP's
+replicas; `parallel/norm.py`). A sum of flags ≥ 0 is > 0 exactly when one is, and the
+norm comes out as the sum over the norm's own groups would give it.
+
 ## Summary
 
 - fp16: 5 exponent bits; range 6e-8 .. 65504. bf16: fp32's range, 3 significant digits.

@@ -14,9 +14,10 @@ in float32 (Micikevicius et al., 2018, "Mixed Precision Training"):
   6e-8), so small gradients underflow to 0.  ``DynamicLossScaler`` multiplies the
   loss by S (2^16 at first): every gradient is S times larger, inside fp16's range,
   and the fp32 master gradients are divided by S again.  If any gradient came out
-  inf/NaN, S was too large: the step is skipped (on every rank: the flag is reduced
-  with max over the whole grid) and S is halved — after ``hysteresis`` consecutive
-  overflows (DeepSpeed).  After ``growth_interval`` clean steps S doubles (PyTorch's
+  inf/NaN, S was too large: the step is skipped (on every rank: the flag is agreed
+  over the whole grid, by a max here and, in the trainer's step, inside the one
+  all-reduce that also sums the gradient norm) and S is halved — after ``hysteresis``
+  consecutive overflows (DeepSpeed).  After ``growth_interval`` clean steps S doubles (PyTorch's
   GradScaler), so S hovers just below the largest value that does not overflow.
 - bf16 has fp32's 8 exponent bits (range ~1e-38 .. 3e38) but 8 bits of mantissa:
   no loss scaling (the scaler is disabled, S = 1), but the fp32 masters are kept.

@@ -17,7 +17,9 @@ class DynamicLossScaler:
                 in a row S = S·growth.
     ``enabled=False`` (bf16, fp32): S stays 1, nothing is checked, nothing is skipped.
     ``comm`` (a ``minipar.comm.Communicator`` over every rank of the grid) makes
-    ``found_inf`` the same on all ranks, so no replica steps while another skips.
+    ``found_inf`` the same on all ranks, so no replica steps while another skips (the
+    trainer's step agrees ``unscale_and_check``'s local flag over the same ranks itself,
+    inside the gradient norm's one all-reduce).
     """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
@@ -54,9 +56,11 @@ class DynamicLossScaler:
         return bool(to_host(self.inf_flag(grads))[0] > 0)
 
     def unscale_and_check(self, grads):
-        """``unscale_`` then ``inf_flag``, in one pass per gradient where a fused kernel
-        takes it (``kernels/fused_cuda.unscale_check``: g *= 1/S and the flag together);
-        else the two array passes, with the same numbers."""
+        """``unscale_`` then this rank's own overflow flag [f], NOT yet agreed over ``comm``:
+        the trainer's step agrees it in the all-reduce that sums the gradient norm
+        (``parallel.norm.GlobalNorm.summed_with_flag``).  One pass per gradient where a
+        fused kernel takes it (``kernels/fused_cuda.unscale_check``: g *= 1/S and the flag
+        together); else the two array passes, with the same numbers."""
         inv = 1.0 / self.scale
         flag = xp.zeros(1, dtype=xp.float32)
         rest = []
@@ -67,12 +71,11 @@ class DynamicLossScaler:
             else:
                 rest.append(g)
         self.unscale_(rest)
-        return self.inf_flag(rest, flag)
+        return self.local_inf_flag(rest, flag)
 
-    def inf_flag(self, grads, flag=None):
-        """The overflow verdict as a device array [f]: f > 0 if any gradient on any rank
-        of ``comm`` holds inf or NaN, else 0; agreed with max over ranks, never read here
-        (``flag``: one to go on from, ``unscale_and_check``'s).
+    def local_inf_flag(self, grads, flag=None):
+        """This rank's overflow verdict as a device array [f]: f > 0 if any of ``grads``
+        holds inf or NaN, else 0 (``flag``: one to go on from), never read here.
 
         Reading ``isfinite(g).all()`` per gradient would be one device->host wait per
         parameter; the flag stays on the device and the caller reads it once per step
@@ -82,7 +85,11 @@ class DynamicLossScaler:
         for g in grads:
             if g is not None:
                 flag = xp.maximum(flag, xp.logical_not(xp.isfinite(g)).any())
-        return self.agree(flag)
+        return flag
+
+    def inf_flag(self, grads, flag=None):
+        """``local_inf_flag`` agreed over ``comm`` (max): the same on every rank."""
+        return self.agree(self.local_inf_flag(grads, flag))
 
     def agree(self, flag):
         """The flag [f] made the same on every rank of ``comm`` (max), on the device."""

@@ -12,6 +12,19 @@ that hold other parts:
   ``tp_comm``; a weight replicated on all t ranks (LayerNorm, biases of row-parallel
   layers, positions) would be counted t times, so its weight is w = 1/t.
 
+Under fp16 loss scaling the overflow flag must be agreed by EVERY rank that steps
+together, a larger set than the groups above (DDP's dp replicas hold the same
+gradient and are not summed over).  Both then travel in ONE all-reduce over the world:
+
+    [ Σ w·g² / copies ,  flag ]   summed over every rank
+    copies = world size / Π group sizes    (ranks holding the same part: DDP's dp·cp)
+
+The first element is ||g||² again (each part counted copies times, 1/copies each: the
+w = 1/t rule above, applied to whole replicas); the second is > 0 iff some rank's
+gradient holds inf or NaN (flags are >= 0, so their sum is their "any").  One
+collective instead of one per group plus one for the flag; without loss scaling the
+groups are summed one by one as above (no flag to agree, and over the groups alone).
+
 This is the only place the norm is computed; ``optim.global_grad_norm`` is the
 one-process case (no groups, w = 1).
 """
@@ -36,24 +49,28 @@ def sum_of_squares(grad, weight=1.0):
 
 
 class GlobalNorm:
-    def __init__(self, comms=(), weight=None):
+    """``comms``: the groups holding other parts of the gradient; ``weight(name)``: w;
+    ``world``: every rank that steps together, for ``summed_with_flag`` (None: one
+    process, or no flag to agree)."""
+
+    def __init__(self, comms=(), weight=None, world=None):
         self.comms = [c for c in comms if c is not None and c.size > 1]
         self.weight = weight or (lambda name: 1.0)
+        self.world = world if world is not None and world.size > 1 else None
+        held = math.prod(c.size for c in self.comms)
+        if self.world is not None and self.world.size % held:
+            raise ValueError(f"the norm's groups ({held} ranks in all) do not tile the "
+                             f"world of {self.world.size} ranks")
+        self.copies = self.world.size // held if self.world is not None else 1
 
     def local_sq(self, named_grads):
         """Σ w_p ||g_p||² over (name, grad) pairs held here."""
         return sum(sum_of_squares(g, self.weight(name)) for name, g in named_grads if g is not None)
 
-    def of_slots(self, slots):
-        """||g|| from a synchroniser's slots (each with its own norm weights)."""
-        return self.total(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
-                              if s.grad is not None))
-
-    def squares_of_slots(self, slots):
-        """[||g||²] as a float64 array of the backend, summed over the groups but not read:
-        the caller reads it once, with anything else it needs from the device."""
-        return self.summed(sum(sum_of_squares(s.grad, s.norm_weight) for s in slots
-                               if s.grad is not None))
+    def local_sq_of_slots(self, slots):
+        """Σ w·g² over a synchroniser's slots held here (each with its own norm weights):
+        a float on the host, a 0-d float64 array on a device; not summed over the groups."""
+        return sum(sum_of_squares(s.grad, s.norm_weight) for s in slots if s.grad is not None)
 
     def summed(self, local_sq):
         """[Σ_groups local_sq] as a float64 array (1,) of the backend."""
@@ -61,6 +78,15 @@ class GlobalNorm:
         for comm in self.comms:
             value = all_reduce(comm, value)
         return value
+
+    def summed_with_flag(self, local_sq, flag):
+        """[||g||², Σ_world flag] as a float64 array (2,) of the backend, in one all-reduce
+        over ``world`` (see the module docstring); without a world, the squares summed over
+        the groups and the flag as it is."""
+        if self.world is None:
+            return xp.concatenate([self.summed(local_sq), xp.asarray(flag, dtype=xp.float64)])
+        local = xp.asarray(local_sq, dtype=xp.float64).reshape(1) / self.copies
+        return all_reduce(self.world, xp.concatenate([local, xp.asarray(flag, dtype=xp.float64)]))
 
     def total(self, local_sq):
         """sqrt of the sum of ``local_sq`` over the groups."""

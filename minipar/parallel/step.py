@@ -4,13 +4,16 @@
     sum partial gradients over tp         sequence parallelism: replicated weights saw
                                           only this rank's tokens, dW = Σ_tp dW_r
     unscale: g /= S                       fp16: the loss was multiplied by S
-    found_inf, agreed by every rank       any non-finite g anywhere -> every rank skips
-    ||g|| = sqrt(Σ_groups Σ w·g²)         each element counted once over dp, tp and pp
-                                          (the flag and ||g||² stay on the device and are
-                                          read together, with the loss for the log: one
-                                          device->host wait per step; on a GPU with every
-                                          master gradient in one buffer, unscale, flag
-                                          and squares are one kernel launch)
+    found_inf and ||g||² = Σ_groups Σ w·g²
+                                          each element counted once over dp, tp and pp;
+                                          under fp16 ONE all-reduce over every rank
+                                          carries both, [Σ w·g²/copies, flag], so any
+                                          non-finite g anywhere -> every rank skips
+                                          (``parallel/norm.py``).  Both stay on the
+                                          device and are read together, with the loss for
+                                          the log: one device->host wait per step; on a
+                                          GPU with every master gradient in one buffer,
+                                          unscale, flag and squares are one kernel launch
     clip: g *= max_norm / ||g||           when ||g|| > max_norm
     AdamW on each slot                    ``optim.adamw_update``, m and v held here
     sync.publish()                        the model's weights from the updated masters
@@ -64,7 +67,9 @@ class Optimizer:
                  scaler=None, norm_comms=(), tp_comm=None):
         self.sync, self.scaler, self.tp_comm = sync, scaler, tp_comm
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.norm = GlobalNorm(list(sync.norm_comms) + list(norm_comms))
+        # under fp16 the norm's all-reduce also agrees the overflow flag over every rank
+        world = scaler.comm if scaler is not None and scaler.enabled else None
+        self.norm = GlobalNorm(list(sync.norm_comms) + list(norm_comms), world=world)
         self.step_count = 0
         self.m = [xp.zeros_like(s.master) for s in sync.slots]
         self.v = [xp.zeros_like(s.master) for s in sync.slots]
@@ -91,19 +96,20 @@ class Optimizer:
         scaling = self.scaler is not None and self.scaler.enabled
         if scaling:
             self.last_scale = self.scaler.scale
-        flag, squares = self._check_and_square(slots, scaling)  # on the device, agreed by all ranks
-        # the step's one device->host read: the skip decision, ||g||² and what rides along
-        parts = [flag.astype(xp.float64), squares] + ([] if read_along is None else
-                                                     [xp.asarray(read_along, dtype=xp.float64).reshape(-1)])
+        # [||g||², flag] on the device, agreed by all ranks; then the step's one device->host
+        # read: the skip decision, ||g||² and what rides along
+        agreed = self._square_and_check(slots, scaling)
+        parts = [agreed] + ([] if read_along is None else
+                            [xp.asarray(read_along, dtype=xp.float64).reshape(-1)])
         host = to_host(xp.concatenate(parts))
         self.read_along = None if read_along is None else host[2:]
-        self.last_skipped = bool(host[0] > 0)
+        self.last_skipped = bool(host[1] > 0)
         if scaling:
             self.scaler.update(self.last_skipped)
             if self.last_skipped:
                 self.sync.zero_grad()
                 return None
-        norm = math.sqrt(float(host[1]))
+        norm = math.sqrt(float(host[0]))
         if not math.isfinite(norm):     # the same on every rank: all stop, nothing updated
             self.sync.zero_grad()
             raise FloatingPointError(f"the gradient norm is {norm}")
@@ -120,11 +126,13 @@ class Optimizer:
         self.sync.zero_grad()
         return norm
 
-    def _check_and_square(self, slots, scaling):
-        """([overflow flag], [||g||²]) as device arrays, unscaled first when ``scaling``
-        (the flag is then 0).  Where the synchroniser holds every gradient in one buffer and
-        a kernel takes it, one launch does all three (``kernels/fused_cuda.unscale_check_norm``);
-        else a pass per gradient, the squares summed in float64."""
+    def _square_and_check(self, slots, scaling):
+        """[||g||², overflow flag] as a float64 device array, summed over the norm's groups
+        and the flag agreed over every rank (``GlobalNorm.summed_with_flag``: one
+        all-reduce), unscaled first when ``scaling`` (else the flag is 0).  Where the
+        synchroniser holds every gradient in one buffer and a kernel takes it, one launch
+        does unscale, check and squares (``kernels/fused_cuda.unscale_check_norm``); else a
+        pass per gradient, the squares summed in float64."""
         flat = getattr(self.sync, "flat_grads", lambda: None)()
         fused = fused_kernels("unscale_check_norm", flat[0]) if flat is not None else None
         if fused is not None:
@@ -132,13 +140,12 @@ class Optimizer:
             flag, squares = xp.zeros(1, dtype=xp.float32), xp.zeros(1, dtype=xp.float32)
             fused.unscale_check_norm(buffer, ends, weights, 1.0 / self.scaler.scale if scaling else 1.0,
                                      flag, squares)
-            flag = self.scaler.agree(flag) if scaling else xp.zeros(1, dtype=xp.float32)
-            return flag, self.norm.summed(squares)
-        if scaling:
-            flag = self.scaler.unscale_and_check([s.grad for s in slots])
         else:
+            flag = self.scaler.unscale_and_check([s.grad for s in slots]) if scaling else None
+            squares = self.norm.local_sq_of_slots(slots)
+        if not scaling:     # bf16, fp32: nothing is skipped (a non-finite norm stops the run)
             flag = xp.zeros(1, dtype=xp.float32)
-        return flag, self.norm.squares_of_slots(slots)
+        return self.norm.summed_with_flag(squares, flag)
 
     def zero_grad(self):
         self.sync.zero_grad()

@@ -1,23 +1,29 @@
 """Count what the trainer's steps would cost on a GPU, on the fake CuPy (issue 36).
 
     PYTHONPATH=tests/fake_cupy:. python tests/scripts/count_gpu_step.py fp16 [--steps 3]
+    PYTHONPATH=tests/fake_cupy:. mpiexec -n 4 python tests/scripts/count_gpu_step.py fp16 --tp 2
 
-Builds the trainer's own run (``train.setup``: the tiny GPT, DDP on one rank, the
-optimizer with its loss scaler) on the cupy backend and, per step, reads the fake's
-counters (``tests/fake_cupy/cupy/_counters.py``) over three spans: ``forward_backward``,
-``optimizer`` (``Optimizer.step``: unscale, overflow check, norm, clip, AdamW, publish) and
-``step`` (the whole ``Run.step``, the loss for the log included).  Prints one JSON object:
-{"precision", "min_upcast_size", "steps": [{span: summary}]}.  Only APIs that main had
-before issue 36 are used (but ``--fused-kernels optimizer``), so the same script measures
-the code before and after.
+Builds the trainer's own run (``train.setup``: the tiny GPT, DDP on one rank or the layout
+of ``--tp/--pp/--zero`` under mpiexec, the optimizer with its loss scaler) on the cupy
+backend and, per step, reads the fake's counters (``tests/fake_cupy/cupy/_counters.py``)
+over three spans: ``forward_backward``, ``optimizer`` (``Optimizer.step``: unscale,
+overflow check, norm, clip, AdamW, publish) and ``step`` (the whole ``Run.step``, the loss
+for the log included).  Each span also lists its collectives over more than one rank,
+"name/ranks/elements" -> calls (a staged device array costs a sync per message, so they
+show in ``syncs`` too).  Prints one JSON object per rank: {"rank", "precision",
+"min_upcast_size", "steps": [{span: summary}]}.  Only APIs that main had before issue 36
+are used (but ``--fused-kernels optimizer``), so the same script measures the code before
+and after.
 """
 import argparse
 import json
 import types
+from collections import Counter
 
 from cupy import _counts   # the fake's counters; a real CuPy has none
 
 from minipar import backend
+from minipar.comm import collectives
 from minipar.train import TrainConfig, setup
 import minipar.train.loop as loop
 
@@ -35,6 +41,9 @@ def main():
     ap.add_argument("--d-model", type=int, default=None, help="default: the tiny preset's 64")
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--zero", type=int, default=0)
     args = ap.parse_args()
     backend.set_backend("cupy")
     if args.fused_kernels != "on":
@@ -47,21 +56,32 @@ def main():
     scale = {"initial_loss_scale": 2.0 ** 10} if args.precision == "fp16" else {}  # no overflow:
     config = TrainConfig(model="tiny", precision=args.precision, steps=args.steps,  # clean steps
                          batch_size=args.batch_size, seq_len=args.seq_len, n_layer=args.n_layer,
-                         d_model=args.d_model,
+                         d_model=args.d_model, tp=args.tp, pp=args.pp, zero=args.zero,
                          quiet=True, eval_batches=0, backend="cupy", warmup=1, **scale)
     run = setup(config)
     run.warmup = 1
     # an activation: at least one d_model row per token of the batch
     min_size = config.batch_size * run.cfg.seq_len * run.cfg.d_model
-    spans = {}
+    spans, calls = {}, []
+    check = collectives.check
+
+    def noted(ctx, name, local):     # every collective checks its arguments here first
+        def local_noted():
+            fields, elements, *rest = local()
+            if ctx.size > 1:
+                calls.append(f"{name}/{ctx.size}/{elements}")
+            return (fields, elements, *rest)
+        return check(ctx, name, local_noted)
+    collectives.check = noted
 
     def counted(name, fn):
         def call(*a, **k):
-            mark = _counts.mark()
+            mark, first = _counts.mark(), len(calls)
             try:
                 return fn(*a, **k)
             finally:
                 spans[name] = _counts.summary(min_size, since=mark)
+                spans[name]["collectives"] = dict(sorted(Counter(calls[first:]).items()))
         return call
 
     loop.forward_backward = counted("forward_backward", loop.forward_backward)
@@ -71,8 +91,13 @@ def main():
         spans.clear()
         counted("step", run.step)(step)
         steps.append(dict(spans))
-    print(json.dumps({"precision": args.precision, "fused_kernels": args.fused_kernels,
-                      "min_upcast_size": min_size, "steps": steps}))
+    line = json.dumps({"rank": run.grid.rank, "precision": args.precision,
+                       "fused_kernels": args.fused_kernels, "min_upcast_size": min_size,
+                       "steps": steps})
+    for rank in range(run.grid.world.size):    # one whole line per rank, in rank order
+        if rank == run.grid.rank:
+            print(line, flush=True)
+        run.grid.world.barrier()
 
 
 if __name__ == "__main__":
