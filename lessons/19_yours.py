@@ -68,7 +68,7 @@ def variant(q, k, v, table, r, rotate="true", mask="true", kv_head="group", keys
 MISTAKES = [
     ("q and k are not rotated at all", dict(rotate="none")),
     ("q and k are rotated at their row on each rank (0..n-1), not at their true positions", dict(rotate="local")),
-    ("query head h reads KV head h % H_kv; it reads h // G", dict(kv_head="interleaved")),
+    ("query head h reads KV head h % H_kv instead of h // G", dict(kv_head="interleaved")),
     ("the mask compares rows of the gathered K in rank order, not true positions", dict(mask="index")),
     ("there is no causal mask", dict(mask="none")),
     ("the queries see only this rank's own keys", dict(keys="own")),
@@ -96,10 +96,37 @@ def no_repeated_kv(kv_size):
 
 
 def first_difference(got, want):
-    """(row, head) of the first token by true position, then head, where got and want differ."""
+    """(row, head) where got and want first differ: the first row (a zig-zag rank's rows are in
+    true-position order), then the first query head."""
     bad = ~np.isclose(got, want, rtol=1e-10, atol=1e-12).all(axis=(0, 3))       # (H, n)
     heads, rows = np.nonzero(bad)
     return rows.min(), heads[rows == rows.min()].min()
+
+
+def check_parity(out, want, q, k, v, table, r):
+    if out.shape != want.shape:
+        raise AssertionError(f"returned shape {out.shape}; the rank's queries give (B, H, n, d) = {want.shape}")
+    if np.allclose(out, want, rtol=1e-10, atol=1e-12):
+        return
+    row, head = first_difference(out, want)
+    in_rank_order = [x[:, :, table.ravel()] for x in (q, k, v)]          # the sequence as a gather lays it out
+    named = [what for what, choice in MISTAKES
+             if np.allclose(out, variant(*in_rank_order, table, r, **choice), rtol=1e-10, atol=1e-12)]
+    cause = (f"it matches attention where {' — or where '.join(named)}" if named else
+             "it matches none of the usual mistakes (rotation at local rows, head h % H_kv, mask by row, "
+             "no mask, own keys only)")
+    raise AssertionError(f"the token at true position {table[r][row]} (row {row} here), query head {head} "
+                         f"(reads KV head {head // G}): differs from minipar's one-process llama attention by "
+                         f"{np.abs(out - want)[:, head, row].max():.1e}; {cause}")
+
+
+def check_traffic(received, cp, n):
+    volume = (cp - 1) * 2 * B * H_KV * n * D * 8
+    if received != volume:
+        repeated = " — the K/V of all H query heads: send the H_kv heads, repeat nothing" if received == G * volume else ""
+        raise AssertionError(f"received {received} bytes{repeated}; the other ranks' K and V of H_kv = {H_KV} heads "
+                             f"are (cp-1)·2·B·H_kv·n·d·8 = {volume} bytes")
+    return volume
 
 
 def check(comm, my_cp_attention):
@@ -110,32 +137,12 @@ def check(comm, my_cp_attention):
     q, k, v = rng.standard_normal((B, H, seq, D)), *rng.standard_normal((2, B, H_KV, seq, D))
     table = np.stack([positions_of(s, cp, seq, zigzag=True) for s in range(cp)])     # (cp, n)
     mine = table[r]
-    n = len(mine)
     comm.reset_counters()
-    with no_repeated_kv(B * H_KV * n * D):
+    with no_repeated_kv(B * H_KV * len(mine) * D):
         out = my_cp_attention(comm, *(np.ascontiguousarray(x[:, :, mine]) for x in (q, k, v)), table.copy(), BASE)
     received = comm.bytes_recv
-    out = np.asarray(out, dtype=np.float64)
-    want = minipar_attention(q, k, v)[:, :, mine]
-    if out.shape != want.shape:
-        raise AssertionError(f"returned shape {out.shape}; the rank's queries give (B, H, n, d) = {want.shape}")
-    if not np.allclose(out, want, rtol=1e-10, atol=1e-12):
-        row, head = first_difference(out, want)
-        in_rank_order = [x[:, :, table.ravel()] for x in (q, k, v)]          # what a gather gives
-        named = [what for what, choice in MISTAKES
-                 if np.allclose(out, variant(*in_rank_order, table, r, **choice), rtol=1e-10, atol=1e-12)]
-        raise AssertionError(
-            f"the token at true position {mine[row]} (row {row} here), query head {head} (reads KV head "
-            f"{head // G}): differs from minipar's one-process llama attention by "
-            f"{np.abs(out - want)[:, head, row].max():.1e}; "
-            + (f"it matches attention where {named[0]}" if named else
-               "it matches none of the usual mistakes (rotation at local rows, head h % H_kv, mask by row, "
-               "no mask, own keys only)"))
-    volume = (cp - 1) * 2 * B * H_KV * n * D * 8
-    if received != volume:
-        repeated = " — the K/V of all H query heads: send the H_kv heads, repeat nothing" if received == G * volume else ""
-        raise AssertionError(f"received {received} bytes{repeated}; the other ranks' K and V of H_kv = {H_KV} heads "
-                             f"are (cp-1)·2·B·H_kv·n·d·8 = {volume} bytes")
+    check_parity(np.asarray(out, dtype=np.float64), minipar_attention(q, k, v)[:, :, mine], q, k, v, table, r)
+    volume = check_traffic(received, cp, len(mine))
     if r == 0:
         print(f"{cp} ranks, zig-zag positions {'; '.join(str(row.tolist()) for row in table)}: every rank's output "
               f"equals minipar's one-process llama attention (RoPE, H = {H} query heads on H_kv = {H_KV}), and each "
