@@ -34,7 +34,7 @@ import numpy as np
 from minipar.comm import Communicator, barrier
 from minipar.data import stdlib_files
 from minipar.data.build import encode_split
-from minipar.data.shards import HEADER_BYTES, ShardError, map_tokens, read_header
+from minipar.data.shards import ShardError, map_tokens, read_header
 from minipar.data.tokens import Shards
 from minipar.tokenizer import Tokenizer, count_chunks, learn_merges
 from yours import check_on_every_rank, load
@@ -140,6 +140,19 @@ def check_index(p, out, vocab_size, reference):
         "the shards of the index, one after another, are not minipar's token sequence"
 
 
+def minipar_tokens(comm, paths, tok, out):
+    """A fresh folder ``out`` for your shards, and beside it minipar's one-process encoding of
+    the files as one shard (rank 0 writes it); its tokens."""
+    reference = os.path.join(os.path.dirname(out), "minipar_one_process")
+    if comm.rank == 0:
+        for folder in (out, reference):
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+        encode_split("train", [read(path) for path in paths], tok, reference, 1, 10 ** 9, None)
+    barrier(comm)
+    return body(os.path.join(reference, "train_000000.bin"))
+
+
 def check(comm, my_tokenize, tokenizer_path, out):
     p, r = comm.size, comm.rank
     paths = corpus()
@@ -148,14 +161,7 @@ def check(comm, my_tokenize, tokenizer_path, out):
         tok = Tokenizer.load(tokenizer_path)
     else:
         tok = Tokenizer(learn_merges(count_chunks(map(read, paths)), 200))
-    reference_dir = os.path.join(os.path.dirname(out), "minipar_one_process")
-    if r == 0:                                 # a fresh folder for yours, and minipar's encoding beside it
-        for folder in (out, reference_dir):
-            shutil.rmtree(folder, ignore_errors=True)
-            os.makedirs(folder)
-        encode_split("train", [read(path) for path in paths], tok, reference_dir, 1, 10 ** 9, None)
-    barrier(comm)
-    reference = body(os.path.join(reference_dir, "train_000000.bin"))
+    reference = minipar_tokens(comm, paths, tok, out)
     log = FileLog()
     log.recording = True
     my_tokenize(comm, list(paths), tok, out)
@@ -181,6 +187,8 @@ def main():
     ap.add_argument("--file", required=True, help="the learner's my_tokenize")
     ap.add_argument("--tokenizer", help="a tokenizer.json (default: 200 merges learned here)")
     args = ap.parse_args()
+    if args.tokenizer and not os.path.isfile(args.tokenizer):
+        raise SystemExit(f"18_yours.py: --tokenizer {args.tokenizer}: no such file")
     comm = Communicator(hang_timeout=30)
     out = os.path.join(os.path.dirname(os.path.abspath(args.file)), "shards")
     check_on_every_rank(comm, check, load(args.file, "my_tokenize"), args.tokenizer, out)

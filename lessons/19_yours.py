@@ -123,7 +123,8 @@ def check_parity(out, want, q, k, v, table, r):
 def check_traffic(received, cp, n):
     volume = (cp - 1) * 2 * B * H_KV * n * D * 8
     if received != volume:
-        repeated = " — the K/V of all H query heads: send the H_kv heads, repeat nothing" if received == G * volume else ""
+        repeated = (" — the K/V of all H query heads: send the H_kv heads, repeat nothing"
+                    if received == G * volume else "")
         raise AssertionError(f"received {received} bytes{repeated}; the other ranks' K and V of H_kv = {H_KV} heads "
                              f"are (cp-1)·2·B·H_kv·n·d·8 = {volume} bytes")
     return volume

@@ -175,9 +175,10 @@ print("header:", header[:4], "... size", os.path.getsize(first), "= 1024 + 2 ·"
 
 `tokenize` encodes in worker processes of one machine, and one process writes every shard. A corpus of
 terabytes is tokenized by many machines at once (each of datatrove's tasks, say, takes its files and
-writes its own output), and then no process may read it all, nor gather the tokens in one place. Each rank takes a **share of the files**,
-encodes only those, and writes **its own shard**; the only message is a few integers — how many tokens
-each shard holds — so that one rank can write the **index** that puts the shards in order. The order of
+writes its own output), and then no process may read it all, nor gather the tokens in one place. Each
+rank takes a **share of the files**, encodes only those, and writes **its own shard**; the only message
+is a few integers — how many tokens each shard holds — so that one rank can write the **index** that puts
+the shards in order. The order of
 the shards is the order of the files, so the result is the one-process token sequence, cut elsewhere.
 
 Two rules from section 3 carry over. A shard is written under another name and renamed when complete, so a

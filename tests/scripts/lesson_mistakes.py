@@ -18,14 +18,16 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 REGROUP = [("grouped = q.reshape(b, h_kv, h // h_kv, n, d)",          # group j: the heads with h % H_kv = j
-            "order = np.argsort(np.arange(h) % h_kv, kind='stable'); grouped = q[:, order].reshape(b, h_kv, h // h_kv, n, d)")]
+            "order = np.argsort(np.arange(h) % h_kv, kind='stable'); "
+            "grouped = q[:, order].reshape(b, h_kv, h // h_kv, n, d)")]
 
 CASES = {
     ("18_tokens", "tokenize_share", "18_yours.py"): [
         ("the solution", []),
         ("every rank reads every file", [("if b * p // sizes.sum() == r]", "]")]),
-        ("files shared by count, not bytes", [("mine = [path for path, b in zip(paths, first) if b * p // sizes.sum() == r]",
-                                               "mine = paths[r * len(paths) // p:(r + 1) * len(paths) // p]")]),
+        ("files shared by count, not bytes", [
+            ("mine = [path for path, b in zip(paths, first) if b * p // sizes.sum() == r]",
+             "mine = paths[r * len(paths) // p:(r + 1) * len(paths) // p]")]),
         ("no <|endoftext|> before a file", [("ids += [tokenizer.eot, *", "ids += [*")]),
         ("the shard written in place", [('tmp = f"{path}.tmp"', "tmp = path")]),
         ("a header one token short", [("VERSION, len(ids)", "VERSION, len(ids) - 1")]),
@@ -43,15 +45,18 @@ CASES = {
                                                            "return out.reshape(b, h, n, d)[:, np.argsort(order)]")]),
         ("heads regrouped, the output left in group order", REGROUP),
         ("K/V repeated to H heads before the gather", [
-            ("h_kv = k.shape[1]", "h_kv = h; k, v = k[:, np.arange(h) * k.shape[1] // h], v[:, np.arange(h) * k.shape[1] // h]")]),
+            ("h_kv = k.shape[1]",
+             "h_kv = h; k, v = k[:, np.arange(h) * k.shape[1] // h], v[:, np.arange(h) * k.shape[1] // h]")]),
         ("K/V repeated with np.repeat", [
-            ("h_kv = k.shape[1]", "h_kv = h; k, v = np.repeat(k, h // k.shape[1], axis=1), np.repeat(v, h // k.shape[1], axis=1)")]),
+            ("h_kv = k.shape[1]",
+             "h_kv = h; k, v = np.repeat(k, h // k.shape[1], axis=1), np.repeat(v, h // k.shape[1], axis=1)")]),
     ],
 }
 
 
 def solution(lesson, name):
-    spec = importlib.util.spec_from_file_location("solutions", os.path.join(REPO, "lessons", "solutions", lesson + ".py"))
+    path = os.path.join(REPO, "lessons", "solutions", lesson + ".py")
+    spec = importlib.util.spec_from_file_location("solutions", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.SOLUTIONS[name].strip("\n").split("\n", 1)[1]        # without its %%writefile line
