@@ -15,8 +15,9 @@ encode once, and a loss that no longer compares across vocabularies until it is 
 
 Plan: (1) byte-pair encoding by hand on a paragraph; **you write** the merge loop with pair counts kept
 up to date; (2) BPE on a slice of the standard library — bytes per token against vocabulary size;
-(3) the shard format llm.c uses; (4) reading shards through memory maps, and **you write** the window
-sampler whose batch of step $k$ is a pure function of $(\text{seed}, k)$; (5) why memory stays flat, measured;
+(3) the shard format llm.c uses, and **you write** tokenization across ranks under `mpiexec`, where no rank
+reads the whole corpus; (4) reading shards through memory maps, and **you write** the window sampler whose
+batch of step $k$ is a pure function of $(\text{seed}, k)$; (5) why memory stays flat, measured;
 (6) bits per byte against nats per token.
 
 minipar: `minipar/tokenizer/` (split, train, encode, bpe), `minipar/data/` (shards, tokens, build),
@@ -43,7 +44,7 @@ from minipar.tokenizer.train import merge_pair
 ROOT = os.path.abspath("..")
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 WORK = tempfile.mkdtemp(prefix="minipar_l18_")
-MINE = tempfile.mkdtemp(prefix="minipar_l18_mine_")       # your multi-rank exercise goes here
+MINE = tempfile.mkdtemp(prefix="minipar_l18_mine_")       # your multi-rank exercise (and its shards) go here
 ''', r'''%md
 ## 1. BPE by hand
 
@@ -170,6 +171,58 @@ first = os.path.join(data_dir, manifest["train"][0]["file"])
 header = np.fromfile(first, dtype="<i4", count=256)
 print("header:", header[:4], "... size", os.path.getsize(first), "= 1024 + 2 ·", header[2])
 ''', r'''%md
+### Tokenizing on several ranks: no rank reads the whole corpus
+
+`tokenize` encodes in worker processes of one machine, and one process writes every shard. A corpus of
+terabytes is tokenized by many machines at once (each of datatrove's tasks, say, takes its files and
+writes its own output), and then no process may read it all, nor gather the tokens in one place. Each
+rank takes a **share of the files**, encodes only those, and writes **its own shard**; the only message
+is a few integers — how many tokens each shard holds — so that one rank can write the **index** that puts
+the shards in order. The order of
+the shards is the order of the files, so the result is the one-process token sequence, cut elsewhere.
+
+Two rules from section 3 carry over. A shard is written under another name and renamed when complete, so a
+crash never leaves one that looks whole. The index is written last, once every shard is on disk: its
+presence says "done".
+
+**Exercise — parallel tokenization.** Write `my_tokenize(comm, paths, tokenizer, out)`, run on every rank:
+
+- `paths` are the corpus's files in order, $T$ bytes laid one after another. Rank $r$ of $p$ owns the files
+  whose **first byte** falls in $[rT/p,\ (r+1)T/p)$ — a share of the bytes, not of the files, so the ranks
+  finish together. Open only those (a file's size needs no read: `os.path.getsize`).
+- Encode each as `tokenizer.eot` followed by `tokenizer.encode_bytes(its bytes)` (what `tokenize` does),
+  and write them as one shard `out/train_{r:06d}.bin` in the format above, renamed into place.
+- The ranks all-gather their token counts (`minipar.comm.all_gather`); rank 0 writes `out/index.json`,
+  `{"train": [{"file": ..., "tokens": ...}, ...]}` in rank order (a manifest's `"train"` list), renamed
+  into place too.
+
+`18_yours.py` runs it on 2 ranks over 18 files of the standard library with this notebook's tokenizer, and
+checks on every rank: the files it opened (Python's audit hooks report each `open`), that each file was
+renamed into place, its shard against minipar's one-process encoding token by token, and the index — read
+through minipar's `Shards` — against that encoding byte for byte.
+''', r'''%exercise tokenize_share
+%%writefile {MINE}/tokenize_share.py
+"""Your parallel tokenization (lesson 18): run by 18_yours.py under mpiexec."""
+import json
+import os
+
+import numpy as np
+
+from minipar.comm import all_gather
+from minipar.data.shards import HEADER_INTS, MAGIC, VERSION
+
+
+def my_tokenize(comm, paths, tokenizer, out):
+    # hint: a file's place in the corpus is the sum of the sizes before it; the header is the
+    # 256 int32 of section 3.  Which rank may write the index, and when does it know enough?
+    pass
+''', r'''
+proc = subprocess.run(["mpiexec", "-n", "2", sys.executable, "18_yours.py", "--file", f"{MINE}/tokenize_share.py",
+                       "--tokenizer", os.path.join(data_dir, "tokenizer.json")],
+                      cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True, text=True, timeout=300)
+assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+print(proc.stdout)
+''', r'''%md
 ## 4. Reading shards: windows, not files
 
 Training never loads a shard. The training shards are one long sequence of $N$ tokens, shard after
@@ -185,23 +238,10 @@ tokens, split 0 = training), read each window of `seq_len + 1` tokens — **a wi
 shard into the next** — and return `(inputs, targets)`, each `(batch_size, seq_len)` int64. It is checked
 window by window against `TokenDataset.batch`, steps in a shuffled order.
 ''', r'''%exercise window_sampler
-%%writefile {MINE}/sampler.py
-"""Your window sampler (lesson 18): checked here and by 18_yours.py under mpiexec."""
-import numpy as np
-
-
 def my_batch(shards, seed, step, batch_size, seq_len):
-    # hint: number every token of the shards 0..N-1, one shard after another; a start says
-    # which shard a token is in and where inside it
-    zeros = np.zeros((batch_size, seq_len), dtype=np.int64)
-    return zeros, zeros
+    raise NotImplementedError("hint: number every token of the shards 0..N-1, one shard after another; "
+                              "a start then says which shard a token is in and where inside it")
 ''', r'''
-sys.path.insert(0, MINE)
-import importlib
-import sampler as yours
-importlib.reload(yours)
-my_batch = yours.my_batch
-
 seq_len, batch_size = 32, 16
 dataset = TokenDataset(data_dir, seq_len)
 shards = [map_tokens(p, n) for p, n in zip(dataset.train.paths, dataset.train.counts)]
@@ -219,17 +259,10 @@ print("correct: 30 steps in shuffled order; shard boundaries at", np.cumsum(data
 print(inspect.getsource(Shards.windows))
 ''', r'''%md
 Nothing in your sampler knows how many ranks there are: that is the point. Under data parallelism every
-rank draws the same global batch from $(\text{seed}, k)$ and keeps its own rows, with no message about
-the data at all. Below, 2 ranks each run your `my_batch` on the memory-mapped shards, keep their half of
-the rows, and check them against their half of minipar's batch; one all-gather then checks that the
-halves make the global batch on every rank.
-''', r'''
-proc = subprocess.run(["mpiexec", "-n", "2", sys.executable, "18_yours.py", "--file", f"{MINE}/sampler.py",
-                       "--data", data_dir], cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True,
-                      text=True, timeout=300)
-assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-print(proc.stdout)
-''', r'''%md
+rank draws the same global batch from $(\text{seed}, k)$ and keeps its own rows (`shard_rows`), with no
+message about the data at all — and a rank of any layout, or a run resumed at step $k$, reads the same
+windows.
+
 ## 5. Why memory stays flat
 
 A memory map costs nothing until it is read: a page comes into the page cache (shared by every process

@@ -18,10 +18,11 @@ of torchtitan, nanotron and picotron) change four pieces, and each changes the p
 | MLP | GELU(x W₁) W₂, 4d wide | **SwiGLU**: (silu(x W_gate) ∘ x W_up) W_down, 8/3·d wide | tensor parallelism must cut gate and up by the same columns |
 | K/V heads | H | **H_kv < H** (grouped-query attention) | tp > H_kv replicates KV heads; ring attention sends only H_kv heads |
 
-Plan: (1) RoPE as rotations — **you write** it, then run it under context parallelism where each rank
-holds far-apart chunks; (2) RMSNorm and SwiGLU, briefly; (3) grouped-query attention — **you write** the
-head mapping that reads each KV head in place; (4) the llama block under every layout, against the single
-process. Solutions: `lessons/solutions/19_decoder.py`.
+Plan: (1) RoPE as rotations; (2) RMSNorm and SwiGLU — **you write** a tensor-parallel rank's share of
+SwiGLU; (3) grouped-query attention, and **you write** one context-parallel rank's attention under
+`mpiexec`: RoPE at the true positions of its far-apart chunks, the other ranks' K/V gathered with only
+their $H_{kv}$ heads, each query head reading its KV head in place; (4) the llama block under every layout,
+against the single process. Solutions: `lessons/solutions/19_decoder.py`.
 ''', r'''
 import os
 import subprocess
@@ -40,6 +41,12 @@ ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 MINE = tempfile.mkdtemp(prefix="minipar_l19_")       # your exercise files go here
 WORK = tempfile.mkdtemp(prefix="minipar_l19_runs_")
+
+
+def first_difference(got, want, axis):
+    """The index along ``axis`` (a token, a head) of the first slice where got and want differ."""
+    same = np.isclose(got, want, rtol=1e-12, atol=1e-12)
+    return int(np.argmin(same.all(axis=tuple(a for a in range(got.ndim) if a != axis % got.ndim))))
 
 
 def mpirun(n, args, timeout=300):
@@ -64,54 +71,10 @@ rotating the query by $m$ and the key by $n$ turns the pair by $m - n$ relative 
 $\langle \text{rope}(q, m), \text{rope}(k, n)\rangle$ depends on $m - n$ only. Attention sees **relative**
 position, and there is no table to learn or to outgrow.
 
-**Exercise — RoPE.** In the cell below, write `my_rope(x, positions, base)` in NumPy: `x` is (B, H, n, d),
-`positions` the n positions of its tokens (not always 0..n-1); return the rotated array. The next cell
-checks it against minipar's `apply_rope`, then runs it under context parallelism on 2 ranks.
-''', r'''%exercise rope
-%%writefile {MINE}/rope.py
-"""Your RoPE (lesson 19): checked in the notebook and by 19_yours.py under mpiexec."""
-import numpy as np
-
-
-def my_rope(x, positions, base=10000.0):
-    # hint: one angle per plane and position (an outer product); which two features form
-    # plane i in the rotate_half layout?
-    return x                                   # not rotated yet: the checks say where it differs
-''', r'''
-sys.path.insert(0, MINE)
-import importlib
-import rope as yours
-importlib.reload(yours)
-
-rng = np.random.default_rng(0)
-x = rng.standard_normal((2, 3, 7, 8))
-positions = np.array([0, 1, 2, 9, 10, 11, 40])            # not 0..n-1: a context-parallel rank's
-angles = rope_angles(positions, 8, 10000.0)
-want = apply_rope(Tensor(x), np.cos(angles), np.sin(angles)).data      # minipar's, as the model runs it
-got = np.asarray(yours.my_rope(x, positions, 10000.0))
-if got.shape != want.shape:
-    raise AssertionError(f"my_rope returned shape {got.shape}, expected {want.shape}")
-if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
-    token = int(np.argmax(np.abs(got - want).max(axis=(0, 1, 3))))
-    raise AssertionError(f"differs from minipar's RoPE first at token {token} (position {positions[token]}); "
-                         f"lengths preserved: {np.allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1))}")
-print("your RoPE equals minipar's")
-
-# relative position survives the dot product: <rope(q, m), rope(k, n)> depends on m - n only
-q, k = rng.standard_normal((2, 1, 1, 1, 64))
-grid = np.array([[(yours.my_rope(q, [m]) * yours.my_rope(k, [n])).sum() for n in range(48)] for m in range(48)])
-fig, ax = plt.subplots(figsize=(4.2, 3.6))
-ax.imshow(grid, cmap="RdBu"); ax.set_xlabel("key position n"); ax.set_ylabel("query position m")
-ax.set_title("q·k after RoPE: constant along m - n"); plt.show()
-assert np.allclose(np.diag(grid, 5), np.diag(grid, 5)[0]), "the dot product should depend on m - n only"
-''', r'''%md
-Under context parallelism (lesson 16) a rank holds chunks of the sequence — with the zig-zag split, chunk
-$r$ and chunk $2C - 1 - r$, far apart. A rank that rotated its tokens by their local index 0..n-1 would
-compute attention as if its second chunk sat right after its first: no error, a wrong model. The
-script below gives each of 2 ranks its zig-zag chunks of q and k, lets your `my_rope` rotate them at
-the positions it is told, and compares every rank's result with one process rotating the whole sequence.
-''', r'''
-print(mpirun(2, ["19_yours.py", "rope", "--file", f"{MINE}/rope.py"]).stdout)
+The rotation needs each token's position, and under context parallelism (lesson 16) a rank's tokens are
+not at 0..n-1: with the zig-zag split it holds chunk $r$ and chunk $2C - 1 - r$, far apart. A rank that
+rotated its tokens by their local index would compute attention as if its second chunk sat right after its
+first: no error, a wrong model. You write RoPE in section 3, inside one context-parallel rank's attention.
 ''', r'''%md
 ## 2. RMSNorm and SwiGLU
 
@@ -135,6 +98,43 @@ for name in ("tiny", "llama-tiny", "medium", "llama-medium"):
     mlp = (2 if cfg.arch == "gpt2" else 3) * d * w
     print(f"{name:>12}: d {d}, MLP width {w}, MLP parameters per layer {mlp:,} ({mlp / d / d:.2f}·d²)")
 ''', r'''%md
+**Exercise — a tensor-parallel rank's SwiGLU.** Write `my_swiglu_share(x, w_gate, w_up, w_down, rank, tp)`:
+`x` is (B, N, d), the weights are the whole layer's (`w_gate`, `w_up` (d, w), `w_down` (w, d)); return rank
+`rank`'s (B, N, d) part of the output when the $w$ hidden neurons are cut into `tp` equal runs, rank $r$
+holding run $r$. Summed over the ranks (the all-reduce after the row-parallel `down`), the parts are the
+layer's output. It is checked for tp 2 and 4 against minipar's `SwiGLU` module, rank by rank.
+''', r'''%exercise swiglu_share
+def my_swiglu_share(x, w_gate, w_up, w_down, rank, tp):
+    raise NotImplementedError("hint: which neurons are this rank's, and which rows and columns of each "
+                              "matrix touch them? silu(z) = z·sigmoid(z)")
+''', r'''
+from minipar import backend
+from minipar.nn.layers import Dropout
+from minipar.nn.llama import SwiGLU
+
+backend.set_default_dtype(np.float64)
+d, width = 16, 48
+layer = SwiGLU(d, width, np.random.default_rng(0), 0.02, Dropout(0.0, None))
+w_gate, w_up, w_down = (m.weight.data for m in (layer.gate_proj, layer.up_proj, layer.down_proj))
+x = np.random.default_rng(1).standard_normal((2, 5, d))
+for tp in (2, 4):
+    parts = []
+    for rank in range(tp):
+        neurons = slice(rank * width // tp, (rank + 1) * width // tp)
+        share = SwiGLU(d, width // tp, None, 0.02, Dropout(0.0, None))          # minipar's, on this rank's neurons
+        share.gate_proj.weight, share.up_proj.weight, share.down_proj.weight = (
+            Tensor(w_gate[:, neurons]), Tensor(w_up[:, neurons]), Tensor(w_down[neurons]))
+        want = share(Tensor(x)).data
+        got = np.asarray(my_swiglu_share(x, w_gate, w_up, w_down, rank, tp))
+        if got.shape != want.shape:
+            raise AssertionError(f"tp {tp}, rank {rank}: shape {got.shape}, expected {want.shape}")
+        if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
+            raise AssertionError(f"tp {tp}, rank {rank}: differs from the SwiGLU of neurons {neurons.start}.."
+                                 f"{neurons.stop - 1} first at token {first_difference(got, want, axis=1)}")
+        parts.append(got)
+    assert np.allclose(sum(parts), layer(Tensor(x)).data, rtol=1e-12, atol=1e-12), f"tp {tp}: the parts do not sum"
+    print(f"tp {tp}: every rank's part is its neurons' SwiGLU, and the parts sum to the layer's output")
+''', r'''%md
 ## 3. Grouped-query attention
 
 With $H$ query heads and $H_{kv}$ key/value heads, query head $h$ reads KV head $h \,//\, (H/H_{kv})$: each
@@ -148,40 +148,77 @@ issue 1283). Reading in place is a matter of shapes: view q as $(B, H_{kv}, G, N
 $(B, H_{kv}, 1, N, d)$; broadcasting does the rest, and in backward the gradient of a KV head is the sum
 over its group.
 
-**Exercise — the GQA head mapping.** Write `my_grouped_attention(q, k, v)` (NumPy, forward only, causal):
-q is (B, H, N, d), k and v (B, H_kv, N, d); return (B, H, N, d), without repeating K or V.
-''', r'''%exercise gqa
-def my_grouped_attention(q, k, v):
-    raise NotImplementedError("hint: give q a group axis next to its KV-head axis, and k, v a group axis "
-                              "of length 1; the scores then broadcast")
 ''', r'''
-from minipar.nn.attention import naive_attention
-
-rng = np.random.default_rng(1)
-for h, h_kv in ((4, 4), (4, 2), (8, 2), (6, 1)):
-    q = rng.standard_normal((2, h, 9, 8)); k, v = rng.standard_normal((2, 2, h_kv, 9, 8))
-    want = naive_attention(Tensor(q), Tensor(k), Tensor(v)).data
-    saved = np.repeat, np.tile
-    def refuse(*args, **kwargs):
-        raise AssertionError("your code repeated K or V (np.repeat / np.tile): read each KV head in place")
-    np.repeat = np.tile = refuse
-    try:
-        got = np.asarray(my_grouped_attention(q, k, v))
-    finally:
-        np.repeat, np.tile = saved
-    if got.shape != want.shape:
-        raise AssertionError(f"H {h}, H_kv {h_kv}: shape {got.shape}, expected {want.shape}")
-    if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
-        bad = int(np.argmax(np.abs(got - want).max(axis=(0, 2, 3))))
-        raise AssertionError(f"H {h}, H_kv {h_kv}: query head {bad} differs — it should read KV head "
-                             f"{bad // (h // h_kv)}")
-print("your grouped attention equals minipar's, with no K/V repeated")
-
 fig, ax = plt.subplots(figsize=(5, 3))
 groups = [1, 2, 4, 8, 16, 32]
 ax.plot(groups, [2 * 32 * (64 // g) * 128 * 2 / 2**10 for g in groups], "o-")
 ax.set_xscale("log", base=2); ax.set_xlabel("group size G = H / H_kv"); ax.set_ylabel("KiB per token")
 ax.set_title("KV cache per token, 32 layers, 64 heads of 128, bf16"); plt.show()
+''', r'''%md
+**Exercise — one context-parallel rank's attention.** In one file, write
+
+- `my_rope(x, positions, base)`: `x` (..., n, d) rotated at the n `positions` of its tokens, in the
+  rotate_half layout of section 1;
+- `my_cp_attention(comm, q, k, v, positions, base)`, run on every rank of a context-parallel group: rank
+  $r$ holds its zig-zag chunks, q (B, H, n, d) and k, v (B, $H_{kv}$, n, d), not yet rotated, whose true
+  positions are `positions[r]` (`positions[s]`: rank s's, for every s). Rotate q and k at the true
+  positions, get the other ranks' K and V — **their $H_{kv}$ heads only**, e.g. one all-gather through
+  `minipar.comm` — and return the causal attention of this rank's queries over the whole sequence,
+  (B, H, n, d): query head $h$ reads KV head $h \,//\, G$ in place, and a key is visible when its true
+  position is at most the query's.
+
+The cell after it checks `my_rope` against minipar's `apply_rope` in this process; the one after runs
+`19_yours.py` on 2 ranks (6 query heads on 2 KV heads), which compares every rank's output with minipar's
+one-process llama attention on the same data and counts the bytes each rank received: the K/V of $H_{kv}$
+heads, $G$ times less than repeated heads would move (torchtitan issue 1283's bug).
+''', r'''%exercise cp_attention
+%%writefile {MINE}/cp_attention.py
+"""Your RoPE and grouped-query attention on a context-parallel rank (lesson 19):
+checked in the notebook and by 19_yours.py under mpiexec."""
+import numpy as np
+
+from minipar.comm import all_gather
+
+
+def my_rope(x, positions, base=10000.0):
+    # hint: one angle per plane and position (an outer product); which two features form
+    # plane i in the rotate_half layout?
+    return x                                   # not rotated yet: the checks say where it differs
+
+
+def my_cp_attention(comm, q, k, v, positions, base=10000.0):
+    # hint: rotate before you send; a gathered K is in rank order, and so are the rows of
+    # positions; section 3 says how a KV head is read in place
+    return np.zeros_like(q)
+''', r'''
+sys.path.insert(0, MINE)
+import importlib
+import cp_attention as yours
+importlib.reload(yours)
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((2, 3, 7, 8))
+positions = np.array([0, 1, 2, 9, 10, 11, 40])            # not 0..n-1: a context-parallel rank's
+angles = rope_angles(positions, 8, 10000.0)
+want = apply_rope(Tensor(x), np.cos(angles), np.sin(angles)).data      # minipar's, as the model runs it
+got = np.asarray(yours.my_rope(x, positions, 10000.0))
+if got.shape != want.shape:
+    raise AssertionError(f"my_rope returned shape {got.shape}, expected {want.shape}")
+if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
+    token = first_difference(got, want, axis=2)
+    raise AssertionError(f"my_rope differs from minipar's RoPE first at token {token} (position {positions[token]}); "
+                         f"lengths preserved: {np.allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1))}")
+print("your RoPE equals minipar's")
+
+# relative position survives the dot product: <rope(q, m), rope(k, n)> depends on m - n only
+q, k = rng.standard_normal((2, 1, 1, 1, 64))
+grid = np.array([[(yours.my_rope(q, [m]) * yours.my_rope(k, [n])).sum() for n in range(48)] for m in range(48)])
+fig, ax = plt.subplots(figsize=(4.2, 3.6))
+ax.imshow(grid, cmap="RdBu"); ax.set_xlabel("key position n"); ax.set_ylabel("query position m")
+ax.set_title("q·k after RoPE: constant along m - n"); plt.show()
+assert np.allclose(np.diag(grid, 5), np.diag(grid, 5)[0]), "the dot product should depend on m - n only"
+''', r'''
+print(mpirun(2, ["19_yours.py", "--file", f"{MINE}/cp_attention.py"]).stdout)
 ''', r'''%md
 ## 4. The llama block under every layout
 
