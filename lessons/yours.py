@@ -14,6 +14,7 @@ supervisor that starts mpiexec runs, so its check runs in one process (``check_h
 import argparse
 import importlib.util
 import sys
+import time
 import traceback
 
 
@@ -50,7 +51,14 @@ def main(doc, check, name, *options):
 def check_on_every_rank(comm, check, *args):
     """``check(comm, *args)``; on any error print ``rank r: what went wrong`` and abort
     every rank (the others may be blocked in a message to this one)."""
-    _run(lambda: check(comm, *args), f"rank {comm.rank}: ", lambda: comm.mpi.Abort(1))
+    _run(lambda: check(comm, *args), f"rank {comm.rank}: ", lambda: _abort(comm))
+
+
+def _abort(comm):
+    """End every rank.  First a moment for mpiexec to forward the line just written: an
+    abort can kill the forwarding before it reads the pipe (about 1 run in 50 lost it)."""
+    time.sleep(0.2)
+    comm.mpi.Abort(1)
 
 
 def check_here(check, *args):
