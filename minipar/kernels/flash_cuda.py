@@ -38,17 +38,19 @@ def forward_block_k(head_dim):
 
     A 128-key tile halves the loop's iterations, barriers and softmax rescales, and costs
     each thread 64 more fp32 scores in registers and the block twice the shared memory
-    (2 stages × {K, V} × keys × d halves).  ptxas, forward, sm_80 / sm_90, 0 spills either way:
-        d =  32: 80 / 75 registers (64 keys) -> 129 / 130 (128 keys), 16 -> 32 KiB
-        d =  64: 128 / 124 -> 178 / 182, 32 -> 64 KiB
-        d =  96: 160 / 133 -> 175 / 185, 48 -> 96 KiB
-        d = 128: 171 / 174 -> 238 / 242, 64 -> 128 KiB
-    Blocks of 4 warps resident per SM (64K registers; 164 KiB shared on A100, 228 on H100),
-    64 keys -> 128 keys: d = 32: 6 -> 3, d = 64: 4 -> 2, d = 96: 3 -> 1 (A100) or 2 (H100),
-    d = 128: 2 -> 1.  Up to d = 64 the big tile still leaves two blocks per SM, so one can
-    compute while the other waits at a barrier; from d = 96 on its shared memory leaves a
-    single block on an A100 (and on an H100 at d = 128), whose barriers idle the SM: there
-    the 64-key tile keeps twice the occupancy.
+    (2 stages × {K, V} × keys × d halves).  ptxas (nvcc 13.0), sm_80 / sm_90, 0 spills either way:
+        d =  32:  80 /  75 registers with 64 keys -> 129 / 130 with 128 keys;  16 -> 32 KiB
+        d =  64: 128 / 124 -> 178 / 182;  32 -> 64 KiB
+        d =  96: 160 / 133 -> 175 / 185;  48 -> 96 KiB
+        d = 128: 171 / 174 -> 238 / 242;  64 -> 128 KiB
+    Blocks (4 warps) resident per SM, from 64K registers (256 per warp granule) and 164 KiB
+    (A100) or 228 KiB (H100) of shared memory, 1 KiB reserved per block; 64 -> 128 keys:
+        d = 32: 6 -> 3,   d = 64: 4 -> 2,   d = 96: 3 -> 1 (A100), 3 -> 2 (H100),   d = 128: 2 -> 1.
+    Up to d = 64 the big tile still leaves at least two blocks per SM, so one computes while
+    another waits at a barrier.  From d = 96 on its shared memory leaves a single block on
+    an A100 (on an H100 too at d = 128), whose every barrier idles the SM; there the 64-key
+    tile keeps two or three.  (Occupancy reasoning, not a timing: benchmarks/gpu_checks.sh
+    times the kernels on a GPU.)
     """
     return 128 if head_dim <= 64 else 64
 
