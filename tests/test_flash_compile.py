@@ -67,10 +67,9 @@ def test_tensor_core_kernel_refuses_a_build_without_its_key_tile(tmp_path):
     stops with a message naming it, rather than picking a tile the launch does not size."""
     source = tmp_path / "f16.cu"
     source.write_text(kernel_source("f16"))
-    process = subprocess.Popen([NVCC, "-arch=sm_90", "-cubin", "-DHEAD_DIM=64", "-o", str(tmp_path / "x.cubin"),
-                                str(source)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output, _ = process.communicate(timeout=120)
-    assert process.returncode != 0 and "TC_FWD_BLOCK_K is not defined" in output, output
+    built = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-DHEAD_DIM=64", "-o", str(tmp_path / "x.cubin"), str(source)],
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode != 0 and "TC_FWD_BLOCK_K is not defined" in built.stderr, built.stderr
 
 
 def nvrtc_or_none():
