@@ -186,7 +186,7 @@ def broken(*edits):
 MISSING_BARRIER = broken("        __syncthreads();  // ds_tile complete\n", "")
 MISSING_ATOMIC = broken("atomicAdd(dq + (tile.head_row + query) * HEAD_DIM + col, dq_part[nd][e] * scale);",
                         "dq[(tile.head_row + query) * HEAD_DIM + col] += dq_part[nd][e] * scale;")
-LOOP = "    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {\n"
+LOOP = "    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_FWD_BLOCK_K, stage ^= 1) {\n"
 DIVERGENT_LANE = broken(LOOP, "    if (lane == 5) return;\n" + LOOP)
 MISALIGNED_ROWS = broken("#define ROW HEAD_DIM ", "#define ROW (HEAD_DIM + 1) ")
 # cp.async: tile k0 read without waiting for its copies; the next tile's copies issued

@@ -2,7 +2,7 @@
 NVRTC — the compiler CuPy actually uses — with CuPy's options.
 
 Runs where nvcc (or CuPy's NVRTC) exists, GPU or not (skipped elsewhere).  The kernels are compiled the
-way ``flash_cuda`` has NVRTC compile them — one build per head dim, ``-DHEAD_DIM=d`` —
+way ``flash_cuda`` has NVRTC compile them — one build per head dim, ``compile_options(d)`` —
 with warnings as errors, and ptxas must not spill registers to local memory.  The f16
 source is compiled as NVRTC receives it (``kernel_source``: its header pasted in).
 All builds run at once, so the check takes a few seconds of wall time.
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from minipar.kernels.flash_cuda import kernel_source
+from minipar.kernels.flash_cuda import compile_options, kernel_source
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
@@ -23,7 +23,7 @@ BUILDS = list(itertools.product(["f32", "f16"], ["sm_80", "sm_90"], [64, 128]))
 
 def nvcc_cubin(source_path, arch, head_dim, out_path):
     return subprocess.Popen(
-        [NVCC, f"-arch={arch}", "-cubin", f"-DHEAD_DIM={head_dim}", "-Werror", "all-warnings",
+        [NVCC, f"-arch={arch}", "-cubin", *compile_options(head_dim), "-Werror", "all-warnings",
          "-Xptxas", "-v", "-o", str(out_path), str(source_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -61,6 +61,17 @@ def test_tensor_core_kernel_rejects_unsupported_head_dim(tmp_path):
     assert "HEAD_DIM must be" in output
 
 
+@needs_nvcc
+def test_tensor_core_kernel_refuses_a_build_without_its_key_tile(tmp_path):
+    """The forward's key tile comes from ``compile_options``; a build given only HEAD_DIM
+    stops with a message naming it, rather than picking a tile the launch does not size."""
+    source = tmp_path / "f16.cu"
+    source.write_text(kernel_source("f16"))
+    built = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-DHEAD_DIM=64", "-o", str(tmp_path / "x.cubin"), str(source)],
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode != 0 and "TC_FWD_BLOCK_K is not defined" in built.stderr, built.stderr
+
+
 def nvrtc_or_none():
     """CuPy's binding of NVRTC (needs cupy and the NVRTC library, not a GPU)."""
     try:
@@ -81,7 +92,7 @@ def test_kernels_compile_with_nvrtc_as_cupy_does(kind, head_dim, arch):
     nvrtc = nvrtc_or_none()
     program = nvrtc.createProgram(kernel_source(kind), "kern.cu", [], [])
     try:
-        nvrtc.compileProgram(program, [f"-DHEAD_DIM={head_dim}", f"-arch={arch}",
+        nvrtc.compileProgram(program, [*compile_options(head_dim), f"-arch={arch}",
                                        "--device-as-default-execution-space"])
     except Exception as error:
         raise AssertionError(nvrtc.getProgramLog(program)) from error

@@ -1,8 +1,9 @@
 // FlashAttention-2 for fp16 inputs on tensor cores: the algorithm of flash_attention.cu and
 // flash_reference.py, with every matrix product done by warp-wide mma.sync.m16n8k16
 // (fp16 × fp16 -> fp32) and the softmax statistics, exp and accumulators in fp32.
-// Compiled by CuPy with -DHEAD_DIM=d (32, 64, 96 or 128).  Tile sizes and the PTX helpers
-// are in flash_mma.cuh; fp16 values travel as their 16 bits, converted with PTX cvt.
+// Compiled by CuPy with flash_cuda.compile_options(d): -DHEAD_DIM=d (32, 64, 96 or 128) and
+// the forward's key tile.  Tile sizes and the PTX helpers are in flash_mma.cuh; fp16 values
+// travel as their 16 bits, converted with PTX cvt.
 //
 // Fragments (PTX ISA, "mma.m16n8k16", lane = 4·g + t):  A (16×16, row-major) holds
 // A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];  B (16×8) holds
@@ -22,10 +23,12 @@
 #include "flash_mma.cuh"
 
 // Forward.  Block = TC_BLOCK_Q queries, warp w owns rows 16w..16w+15; Q stays in registers
-// as A fragments.  Scores are kept in log2 units (S·scale·log2 e) so that exp is one exp2.
+// as A fragments.  A K/V tile of TC_FWD_BLOCK_K keys (128, or 64 at d > 64: flash_cuda.py says
+// why), copied to shared memory once, serves all 4 warps; 128 keys halve the iterations,
+// barriers and softmax rescales.  Scores are in log2 units (S·scale·log2 e): exp is one exp2.
 // K/V are double-buffered: while the warps compute on the tile in one stage, cp.async
 // copies the next tile into the other, so global-memory latency hides behind the MMAs.
-// Shared memory (halves): 2 stages × {k_tile, v_tile} [TC_BLOCK_K][ROW]; stage 1's k_tile
+// Shared memory (halves): 2 stages × {k_tile, v_tile} [TC_FWD_BLOCK_K][ROW]; stage 1's k_tile
 // first stages Q.
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
@@ -33,7 +36,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
                   float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     half_bits* const stages = (half_bits*)smem_tc;  // stage s: k_tile at 2s·KV_TILE, v_tile after it
-    const int KV_TILE = TC_BLOCK_K * ROW;
+    const int KV_TILE = TC_FWD_BLOCK_K * ROW;
     const index_t head = blockIdx.y, kv_head = head / group;  // query head h reads KV head h / G
     q += head * n_queries * HEAD_DIM;  out += head * n_queries * HEAD_DIM;  lse += head * n_queries;
     k += kv_head * n_keys * HEAD_DIM;  v += kv_head * n_keys * HEAD_DIM;
@@ -53,22 +56,23 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
     const int q1 = min(q0 + TC_BLOCK_Q, n_queries);
     const int key_end = causal ? min(n_keys, q1 + offset) : n_keys;
     if (key_end > 0) {  // the first K/V tile into stage 0
-        load_tile_async(stages, k, 0, TC_BLOCK_K, n_keys);
-        load_tile_async(stages + KV_TILE, v, 0, TC_BLOCK_K, n_keys);
+        load_tile_async(stages, k, 0, TC_FWD_BLOCK_K, n_keys);
+        load_tile_async(stages + KV_TILE, v, 0, TC_FWD_BLOCK_K, n_keys);
     }
-    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_BLOCK_K, stage ^= 1) {
+    for (int k0 = 0, stage = 0; k0 < key_end; k0 += TC_FWD_BLOCK_K, stage ^= 1) {
         cp_async_wait_all();  // this thread's copies of tile k0 have landed...
         __syncthreads();      // ...and everyone's; nobody still reads the other stage (last tile, or Q)
-        if (k0 + TC_BLOCK_K < key_end) {  // the next tile into the other stage, during this one's MMAs
-            load_tile_async(stages + 2 * (stage ^ 1) * KV_TILE, k, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
-            load_tile_async(stages + (2 * (stage ^ 1) + 1) * KV_TILE, v, k0 + TC_BLOCK_K, TC_BLOCK_K, n_keys);
+        const int next_k0 = k0 + TC_FWD_BLOCK_K;
+        if (next_k0 < key_end) {  // the next tile into the other stage, during this one's MMAs
+            load_tile_async(stages + 2 * (stage ^ 1) * KV_TILE, k, next_k0, TC_FWD_BLOCK_K, n_keys);
+            load_tile_async(stages + (2 * (stage ^ 1) + 1) * KV_TILE, v, next_k0, TC_FWD_BLOCK_K, n_keys);
         }
         const half_bits* k_tile = stages + 2 * stage * KV_TILE;
         const half_bits* v_tile = k_tile + KV_TILE;
 
-        float s[TC_BLOCK_K / 8][4] = {};  // S = Q Kᵀ: 16 rows × 64 keys, 8 keys per C tile
+        float s[TC_FWD_BLOCK_K / 8][4] = {};  // S = Q Kᵀ: 16 rows × the tile's keys, 8 per C tile
 #pragma unroll
-        for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+        for (int nk = 0; nk < TC_FWD_BLOCK_K / 8; ++nk) {
 #pragma unroll
             for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
                 unsigned b[2];
@@ -76,9 +80,9 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
                 mma_16x8x16(s[nk], q_frag[kd], b);
             }
         }
-        const bool needs_mask = k0 + TC_BLOCK_K > n_keys || (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
+        const bool needs_mask = next_k0 > n_keys || (causal && next_k0 - 1 > q0 + offset);
 #pragma unroll
-        for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+        for (int nk = 0; nk < TC_FWD_BLOCK_K / 8; ++nk) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 int key = k0 + nk * 8 + 2 * t + (e & 1);
@@ -90,7 +94,8 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
         for (int r = 0; r < 2; ++r) {  // online softmax, rows g (r = 0) and g + 8 (r = 1)
             float tile_max = NEG_INF;
 #pragma unroll
-            for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) tile_max = fmaxf(tile_max, fmaxf(s[nk][2 * r], s[nk][2 * r + 1]));
+            for (int nk = 0; nk < TC_FWD_BLOCK_K / 8; ++nk)
+                tile_max = fmaxf(tile_max, fmaxf(s[nk][2 * r], s[nk][2 * r + 1]));
             float new_max = fmaxf(row_max[r], quad_max(tile_max));
             float safe_max = new_max == NEG_INF ? 0.f : new_max;
             float rescale = exp2f(row_max[r] - safe_max);
@@ -98,7 +103,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; ++nd) { acc[nd][2 * r] *= rescale; acc[nd][2 * r + 1] *= rescale; }
 #pragma unroll
-            for (int nk = 0; nk < TC_BLOCK_K / 8; ++nk) {
+            for (int nk = 0; nk < TC_FWD_BLOCK_K / 8; ++nk) {
                 s[nk][2 * r] = exp2f(s[nk][2 * r] - safe_max);
                 s[nk][2 * r + 1] = exp2f(s[nk][2 * r + 1] - safe_max);
                 row_sum[r] += s[nk][2 * r] + s[nk][2 * r + 1];
@@ -106,7 +111,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
             row_max[r] = new_max;
         }
 #pragma unroll
-        for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {  // acc += P V, 16 keys at a time
+        for (int kk = 0; kk < TC_FWD_BLOCK_K / 16; ++kk) {  // acc += P V, 16 keys at a time
             unsigned p_frag[4];
             c_pair_to_a(p_frag, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
@@ -131,7 +136,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
     }
 }
 
-// Backward.  Block = TC_BLOCK_K keys, warp w owns keys 16w..16w+15 and accumulates their
+// Backward.  Block = TC_BWD_BLOCK_K keys, warp w owns keys 16w..16w+15 and accumulates their
 // dK, dV in registers while the block walks query tiles of TC_BWD_BLOCK_Q.  Per tile each
 // warp forms the transposed products Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys × 32 queries), so
 // Pᵀ and dSᵀ come out as A fragments for dV += Pᵀ dO and dK += dSᵀ Q.  dS is written to
@@ -140,19 +145,10 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 // The query tiles stream through two stages: while the warps work on tile i, cp.async
 // copies Q and dO of tile i+1 into the other stage, and its L and D wait in registers
 // until tile i is done.  With grouped-query attention the tiles of the G query heads of
-// this block's KV head come one head after another (`query_tile`).
-// Shared memory: k_tile, v_tile [TC_BLOCK_K][ROW]; 2 stages × {q_tile, do_tile}
+// this block's KV head come one head after another (`query_tile`, flash_mma.cuh).
+// Shared memory: k_tile, v_tile [TC_BWD_BLOCK_K][ROW]; 2 stages × {q_tile, do_tile}
 // [TC_BWD_BLOCK_Q][ROW]; ds_tile [TC_BWD_BLOCK_Q][DS_ROW] (halves); 2 stages × {lse_tile
 // (log2 units), delta_tile} [TC_BWD_BLOCK_Q] (floats).
-struct QueryTile { index_t head_row; int q0; };  // first row of its head in (B·H·Nq) rows; its first query
-
-// Tile i of the block's walk: T = tiles_per_head tiles (from first_q on) of each query head
-// of KV head kv_head's group in turn.
-__device__ __forceinline__ QueryTile query_tile(int i, int kv_head, int group, int tiles_per_head, int first_q,
-                                                int n_queries) {
-    return {(index_t)(kv_head * group + i / tiles_per_head) * n_queries, first_q + (i % tiles_per_head) * TC_BWD_BLOCK_Q};
-}
-
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
 flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
                    const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
@@ -161,20 +157,20 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                    int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     const int Q_TILE = TC_BWD_BLOCK_Q * ROW, STATS = TC_BWD_BLOCK_Q;
-    half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BLOCK_K * ROW;
-    half_bits* const qdo_stages = v_tile + TC_BLOCK_K * ROW;  // stage s: q_tile at 2s·Q_TILE, do_tile after it
+    half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BWD_BLOCK_K * ROW;
+    half_bits* const qdo_stages = v_tile + TC_BWD_BLOCK_K * ROW;  // stage s: q_tile at 2s·Q_TILE, do_tile after it
     half_bits* const ds_tile = qdo_stages + 4 * Q_TILE;
     float* const stat_stages = (float*)(ds_tile + TC_BWD_BLOCK_Q * DS_ROW);  // stage s: lse at 2s·STATS, delta after
     const int kv_head = blockIdx.y;
     k += (index_t)kv_head * n_keys * HEAD_DIM;  v += (index_t)kv_head * n_keys * HEAD_DIM;
     dk += (index_t)kv_head * n_keys * HEAD_DIM;  dv += (index_t)kv_head * n_keys * HEAD_DIM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int k0 = blockIdx.x * TC_BLOCK_K, offset = n_keys - n_queries;
+    const int k0 = blockIdx.x * TC_BWD_BLOCK_K, offset = n_keys - n_queries;
     const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's two key rows
     const float scale_log2 = scale * LOG2E;
 
-    load_tile(k_tile, k, k0, TC_BLOCK_K, n_keys);
-    load_tile(v_tile, v, k0, TC_BLOCK_K, n_keys);
+    load_tile(k_tile, k, k0, TC_BWD_BLOCK_K, n_keys);
+    load_tile(v_tile, v, k0, TC_BWD_BLOCK_K, n_keys);
     float dk_acc[HEAD_DIM / 8][4] = {}, dv_acc[HEAD_DIM / 8][4] = {};
     // The first query that sees key k0 is k0 - offset; earlier query tiles are skipped.
     const int first_q = causal ? max(0, k0 - offset) / TC_BWD_BLOCK_Q * TC_BWD_BLOCK_Q : 0;
@@ -235,8 +231,8 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                 mma_16x8x16(dp[nq], v_frag, b);
             }
         }
-        const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BLOCK_K > n_keys ||
-                                (causal && k0 + TC_BLOCK_K - 1 > q0 + offset);
+        const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BWD_BLOCK_K > n_keys ||
+                                (causal && k0 + TC_BWD_BLOCK_K - 1 > q0 + offset);
 #pragma unroll
         for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
 #pragma unroll
@@ -271,7 +267,7 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
         const int dq_row0 = (warp % 2) * 16, dq_col0 = (warp / 2) * (HEAD_DIM / 2);
         float dq_part[HEAD_DIM / 16][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < TC_BLOCK_K / 16; ++kk) {
+        for (int kk = 0; kk < TC_BWD_BLOCK_K / 16; ++kk) {
             unsigned ds_frag[4];
             load_a(ds_frag, ds_tile, DS_ROW, dq_row0, kk * 16, g, t);
 #pragma unroll

@@ -3,9 +3,10 @@
 The CUDA C lives beside this file: ``flash_attention.cu`` (fp32, one thread per row,
 the reference line for line) and ``flash_attention_f16.cu`` (fp16 on tensor cores, with
 its PTX helpers in ``flash_mma.cuh``).
-Each is compiled once per head dimension by ``cupy.RawModule`` with ``-DHEAD_DIM=d``
-(NVRTC; CuPy caches the binary on disk).  This module only allocates, picks the
-kernel, computes the grid and the dynamic shared memory, and launches:
+Each is compiled once per head dimension by ``cupy.RawModule`` with ``compile_options(d)``:
+``-DHEAD_DIM=d`` and the fp16 forward's key tile (NVRTC; CuPy caches the binary on disk).
+This module only allocates, picks the kernel, computes the grid and the dynamic shared
+memory, and launches:
 
     grid  = (ceil(N / rows per block), B·H),  one block per tile of rows of one head
             (backward: B·Hkv, one block per key tile of one KV head, looping over its
@@ -13,7 +14,8 @@ kernel, computes the grid and the dynamic shared memory, and launches:
     dq    = fp32 zeros, accumulated by atomics from every key block, cast at the end
     D     = rowsum(dO ∘ O), computed here with array ops before the backward kernel
 
-The tile sizes below must equal the ``#define``s of the .cu/.cuh files.
+The tile sizes below must equal the ``#define``s of the .cu/.cuh files; the fp16 forward's
+key tile is not a ``#define`` there but is passed in by ``compile_options``.
 """
 from __future__ import annotations
 
@@ -26,9 +28,36 @@ KERNEL_DIR = Path(__file__).resolve().parent
 SOURCES = {"f32": KERNEL_DIR / "flash_attention.cu", "f16": KERNEL_DIR / "flash_attention_f16.cu"}
 
 F32_BLOCK_Q, F32_BLOCK_K, F32_BWD_BLOCK = 64, 32, 32
-TC_THREADS, TC_BLOCK_Q, TC_BLOCK_K, TC_BWD_BLOCK_Q = 128, 64, 64, 32
+TC_THREADS, TC_BLOCK_Q, TC_BWD_BLOCK_K, TC_BWD_BLOCK_Q = 128, 64, 64, 32
 TENSOR_CORE_HEAD_DIMS = (32, 64, 96, 128)
 FP32_MAX_HEAD_DIM = 128
+
+
+def forward_block_k(head_dim):
+    """Keys per K/V tile of the fp16 forward (``TC_FWD_BLOCK_K``): 128 up to d = 64, else 64.
+
+    A 128-key tile halves the loop's iterations, barriers and softmax rescales, and costs
+    each thread 64 more fp32 scores in registers and the block twice the shared memory
+    (2 stages × {K, V} × keys × d halves).  ptxas (nvcc 13.0), sm_80 / sm_90, 0 spills either way:
+        d =  32:  80 /  75 registers with 64 keys -> 129 / 130 with 128 keys;  16 -> 32 KiB
+        d =  64: 128 / 124 -> 178 / 182;  32 -> 64 KiB
+        d =  96: 160 / 133 -> 175 / 185;  48 -> 96 KiB
+        d = 128: 171 / 174 -> 238 / 242;  64 -> 128 KiB
+    Blocks (4 warps) resident per SM, from 64K registers (256 per warp granule) and 164 KiB
+    (A100) or 228 KiB (H100) of shared memory, 1 KiB reserved per block; 64 -> 128 keys:
+        d = 32: 6 -> 3,   d = 64: 4 -> 2,   d = 96: 3 -> 1 (A100), 3 -> 2 (H100),   d = 128: 2 -> 1.
+    Up to d = 64 the big tile still leaves at least two blocks per SM, so one computes while
+    another waits at a barrier.  From d = 96 on its shared memory leaves a single block on
+    an A100 (on an H100 too at d = 128), whose every barrier idles the SM; there the 64-key
+    tile keeps two or three.  (Occupancy reasoning, not a timing: benchmarks/gpu_checks.sh
+    times the kernels on a GPU.)
+    """
+    return 128 if head_dim <= 64 else 64
+
+
+def compile_options(head_dim):
+    """The ``-D`` options every build of the kernels takes (NVRTC, nvcc, the CPU emulator)."""
+    return (f"-DHEAD_DIM={head_dim}", f"-DTC_FWD_BLOCK_K={forward_block_k(head_dim)}")
 
 
 def supports(dtype, head_dim):
@@ -51,10 +80,11 @@ def shared_memory_bytes(kernel, head_dim):
         return 4 * (4 * b * (d + 1) + 2 * b * d + b * (b + 1) + 2 * b)
     # fp16 tiles: swizzled rows of d halves, no padding (flash_mma.cuh)
     if kernel == "flash_forward_f16":
-        return 2 * (2 * 2 * TC_BLOCK_K * d)  # 2 stages (double buffering) × {K, V}
+        return 2 * (2 * 2 * forward_block_k(d) * d)  # 2 stages (double buffering) × {K, V}
     if kernel == "flash_backward_f16":
-        halves = (2 * TC_BLOCK_K + 2 * 2 * TC_BWD_BLOCK_Q) * d + TC_BWD_BLOCK_Q * TC_BLOCK_K  # K, V, 2 × {Q, dO}, dS
-        return 2 * halves + 4 * 2 * 2 * TC_BWD_BLOCK_Q  # 2 stages × {L, D}
+        keys, queries = TC_BWD_BLOCK_K, TC_BWD_BLOCK_Q
+        halves = (2 * keys + 2 * 2 * queries) * d + queries * keys  # K, V, 2 × {Q, dO}, dS
+        return 2 * halves + 4 * 2 * 2 * queries  # 2 stages × {L, D}
     raise ValueError(kernel)
 
 
@@ -83,7 +113,7 @@ def kernel_source(kind):
 @functools.lru_cache(maxsize=None)
 def _module(kind, head_dim):
     import cupy
-    return cupy.RawModule(code=kernel_source(kind), options=(f"-DHEAD_DIM={head_dim}",))
+    return cupy.RawModule(code=kernel_source(kind), options=compile_options(head_dim))
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,7 +198,7 @@ def backward(q, k, v, out, lse, grad_out, causal=True, kernels=None):
     if q.size == 0 or k.size == 0:
         return dq.astype(q.dtype), dk, dv
     name = "flash_backward_" + _suffix(q.dtype)
-    keys, threads = (TC_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
+    keys, threads = (TC_BWD_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
     grid = ((n_keys + keys - 1) // keys, batch * kv_heads)
     _launch(kernels, name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
             n_queries, n_keys, causal, heads // kv_heads)

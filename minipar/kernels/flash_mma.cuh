@@ -1,7 +1,7 @@
 // Helpers shared by the tensor-core kernels of flash_attention_f16.cu: fp16 conversion,
 // the warp-wide mma.sync.m16n8k16 product and loads of its operand fragments from shared
-// memory, tile copies (plain, and cp.async straight from global to shared memory) and quad
-// reductions.
+// memory, tile copies (plain, and cp.async straight from global to shared memory), the
+// backward's walk over query tiles and quad reductions.
 //
 // Shared-memory tiles are XOR-swizzled: a row of `row_len` halves is cut into 16-byte
 // chunks, and chunk c of row r is stored at chunk position c ^ (r & mask) of that row
@@ -20,13 +20,18 @@
 
 #define TC_THREADS 128          // 4 warps
 #define TC_BLOCK_Q 64           // forward: query rows per block, 16 per warp
-#define TC_BLOCK_K 64           // keys per tile (forward) / per block, 16 per warp (backward)
+// TC_FWD_BLOCK_K, forward: keys per K/V tile, chosen per head dim by flash_cuda.compile_options
+#ifndef TC_FWD_BLOCK_K
+#error "TC_FWD_BLOCK_K is not defined: compile with flash_cuda.compile_options(head_dim)"
+#endif
+#define TC_BWD_BLOCK_K 64       // backward: keys per block, 16 per warp
 #define TC_BWD_BLOCK_Q 32       // backward: queries per inner tile
 #define ROW HEAD_DIM            // shared-memory row length, halves (swizzled, no padding)
-#define DS_ROW TC_BLOCK_K
+#define DS_ROW TC_BWD_BLOCK_K
 // B fragments come in pairs of 8 columns, and the dQ pass splits the head dim in two.
 static_assert(HEAD_DIM % 32 == 0 && HEAD_DIM <= 128, "HEAD_DIM must be 32, 64, 96 or 128");
-static_assert(TC_BLOCK_Q <= TC_BLOCK_K, "the forward stages Q in a K tile");
+static_assert(TC_FWD_BLOCK_K == 64 || TC_FWD_BLOCK_K == 128, "TC_FWD_BLOCK_K must be 64 or 128");
+static_assert(TC_BLOCK_Q <= TC_FWD_BLOCK_K, "the forward stages Q in a K tile");
 
 __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     unsigned r;  // cvt.f16x2 puts its first source in the upper half
@@ -131,6 +136,15 @@ __device__ __forceinline__ void load_tile_async(half_bits* tile, const half_bits
         cp_async_16(tile + swizzle(r, c, ROW), src + (index_t)(inside ? row0 + r : 0) * HEAD_DIM + c, inside ? 16 : 0);
     }
     cp_async_commit();
+}
+
+// Backward's walk over query tiles: tile i is the (i mod T)-th of T = tiles_per_head tiles
+// (from first_q on) of query head i / T of KV head kv_head's group.
+struct QueryTile { index_t head_row; int q0; };  // first row of its head in (B·H·Nq) rows; its first query
+
+__device__ __forceinline__ QueryTile query_tile(int i, int kv_head, int group, int tiles_per_head, int first_q,
+                                                int n_queries) {
+    return {(index_t)(kv_head * group + i / tiles_per_head) * n_queries, first_q + (i % tiles_per_head) * TC_BWD_BLOCK_Q};
 }
 
 __device__ __forceinline__ float quad_max(float x) {

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from minipar.kernels.emulator.source import emulated_source
-from minipar.kernels.flash_cuda import KERNEL_DIR, kernel_source
+from minipar.kernels.flash_cuda import KERNEL_DIR, compile_options, kernel_source
 
 EMULATOR_DIR = Path(__file__).resolve().parent  # the headers below; the generated C++ includes
 HEADERS = ("emulator.h", "cuda_threads.h", "ptx.h", "async_copy.h", "main.h")  # them as "emulator/...", from -I KERNEL_DIR
@@ -83,13 +83,14 @@ def cache_dir():
 
 
 def build(cuda_source, head_dim, label="kernels", check="memory"):
-    """Path of the emulator program for this CUDA source, ``-DHEAD_DIM`` and check (built
-    once, cached by a hash of everything that goes into it, the compiler included)."""
+    """Path of the emulator program for this CUDA source, head dim and check, built with
+    the ``-D`` options NVRTC gets (``flash_cuda.compile_options``), once: cached by a hash
+    of everything that goes into it, the compiler included."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {sorted(CHECKS)}, got {check!r}")
     cxx = compiler() or "g++"
     source = emulated_source(cuda_source)
-    flags = COMMON_FLAGS + CHECKS[check] + [f"-DHEAD_DIM={head_dim}", f"-I{KERNEL_DIR}"]
+    flags = COMMON_FLAGS + CHECKS[check] + [*compile_options(head_dim), f"-I{KERNEL_DIR}"]
     headers = [(EMULATOR_DIR / h).read_text() for h in HEADERS]
     key = hashlib.sha256("\0".join([source, _version(cxx), *flags, *headers]).encode()).hexdigest()[:16]
     exe = cache_dir() / f"{check}_d{head_dim}_{key}"  # by content: one build whatever the label
