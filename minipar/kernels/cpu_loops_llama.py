@@ -10,7 +10,7 @@ decorators:
     rotary_forward     y  = x·cos + rot(x)·sin,     rot([a | b]) = [-b | a]
     rotary_backward    dx = g·cos + rotᵀ(g·sin),    rotᵀ([u | v]) = [v | -u]
     swiglu_forward     σ = (1 + t)/2 from t = tanh(gate/2);  y = gate·σ·up
-    swiglu_backward    d_up = dy·gate·σ,   d_gate = dy·up·σ·(1 + gate·(1 - σ))
+    swiglu_backward_*  d_up = dy·gate·σ,   d_gate = dy·up·σ·(1 + gate·(1 - σ))
 
 The rotation reads each half of a row from the other half, in place of the array code's
 ``concatenate`` temporaries; it is IEEE arithmetic operation for operation
@@ -107,17 +107,27 @@ def swiglu_forward(lo, hi, gate, up, t, y, k):     # k = (½, 1); t holds tanh(g
         y[i] = gate[i] * s * up[i]
 
 
+# The backward's two outputs are two loops: one loop writing both arrays does not
+# vectorise (numba cannot rule out that they overlap the four inputs; measured, float32
+# 1.4 M values: 7.0 ms in one loop, 1.5 ms for each of the two)
 @jit
-def swiglu_backward(lo, hi, gate, up, sigma, dy, d_gate, d_up, k):
-    """d_up = dy·gate·σ,  d_gate = dy·up·σ·(1 + gate·(1 - σ))."""
-    one = k[1]
-    gate, up, sigma, dy = gate[lo:hi], up[lo:hi], sigma[lo:hi], dy[lo:hi]
-    d_gate, d_up = d_gate[lo:hi], d_up[lo:hi]
+def swiglu_backward_up(lo, hi, gate, sigma, dy, d_up):
+    """d_up = dy·gate·σ."""
+    gate, sigma, dy, d_up = gate[lo:hi], sigma[lo:hi], dy[lo:hi], d_up[lo:hi]
     for i in range(gate.size):
-        s, g = sigma[i], gate[i]
-        d_up[i] = dy[i] * (g * s)
-        d_gate[i] = ((one - s) * g + one) * s * (dy[i] * up[i])
+        d_up[i] = dy[i] * (gate[i] * sigma[i])
+
+
+@jit
+def swiglu_backward_gate(lo, hi, gate, up, sigma, dy, d_gate, k):
+    """d_gate = dy·up·σ·(1 + gate·(1 - σ))."""
+    one = k[1]
+    gate, up, sigma, dy, d_gate = gate[lo:hi], up[lo:hi], sigma[lo:hi], dy[lo:hi], d_gate[lo:hi]
+    for i in range(gate.size):
+        s = sigma[i]
+        d_gate[i] = ((one - s) * gate[i] + one) * s * (dy[i] * up[i])
 
 
 LOOPS = {f.__name__: f for f in (rmsnorm_forward, rmsnorm_backward, rotary_forward,
-                                 rotary_backward, swiglu_forward, swiglu_backward)}
+                                 rotary_backward, swiglu_forward, swiglu_backward_up,
+                                 swiglu_backward_gate)}

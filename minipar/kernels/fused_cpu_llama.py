@@ -132,9 +132,14 @@ def swiglu_forward(gate, up):
 
 
 def swiglu_backward(gate, up, sigma, grad):
-    """(d_gate, d_up), both like grad."""
-    flat = [np.ascontiguousarray(a).reshape(-1) for a in (gate, up, sigma, grad)]
-    d_gate, d_up = np.empty_like(flat[3]), np.empty_like(flat[3])
-    _run("swiglu_backward", flat[0].size, flat[0].size, *flat, d_gate, d_up,
-         _swiglu_constants(flat[0].dtype))
+    """(d_gate, d_up), both like grad; each block runs both loops on its values."""
+    g, u, s, dy = (np.ascontiguousarray(a).reshape(-1) for a in (gate, up, sigma, grad))
+    d_gate, d_up = np.empty_like(dy), np.empty_like(dy)
+    kernels, k = _kernels(), _swiglu_constants(g.dtype)
+
+    def block(lo, hi):
+        kernels["swiglu_backward_up"](lo, hi, g, s, dy, d_up)
+        kernels["swiglu_backward_gate"](lo, hi, g, u, s, dy, d_gate, k)
+
+    _blocks(g.size, block, g.size)
     return d_gate.reshape(grad.shape), d_up.reshape(grad.shape)
