@@ -54,7 +54,9 @@ SPLIT_ELEMENTS = 1 << 18   # measured, 2 threads against 1 on the spinning pool:
                            # (2048, 256) 0.85×), 131 K do not (LayerNorm 1.0×)
 OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "sum_of_squares",
        "rmsnorm", "rotary", "swiglu")      # the last three: fused_cpu_llama.py
-DTYPES = ("float32", "float64")
+DTYPES = (np.dtype("float32"), np.dtype("float64"))   # compared as dtypes, not names: under
+# NumPy 2 str(dtype) runs Python code (measured on the loaded 2-core machine: 44 µs for the
+# old check of two names, 0.2 µs for this one), and every op of the step asks
 
 
 def available():
@@ -69,9 +71,8 @@ _AVAILABLE = available()
 def supports(dtype, *other_dtypes, elements=0):
     """Whether the compiled kernels take these arrays: one dtype, float32 or float64,
     at least MIN_ELEMENTS values, and numba available."""
-    name = str(dtype)
-    return (_AVAILABLE and elements >= MIN_ELEMENTS and name in DTYPES
-            and all(str(d) == name for d in other_dtypes))
+    return (_AVAILABLE and elements >= MIN_ELEMENTS and dtype in DTYPES
+            and all(d == dtype for d in other_dtypes))
 
 
 @functools.lru_cache(maxsize=None)
