@@ -26,24 +26,24 @@ def naive_attention(q, k, v, causal=True):
     """softmax(q kᵀ / sqrt(d)) v with the causal mask, all in ordinary ops.
 
     Grouped-query attention: k and v may have fewer heads, Hkv, than q's H (H % Hkv == 0);
-    query head h reads key/value head h // G, G = H/Hkv.  A group's G query heads are
-    stacked into one (G·N, d) matrix, so each key/value head meets its whole group in one
-    GEMM: K and V are never repeated in memory, and their gradients (dK = dSᵀ·Q over the
-    G·N stacked rows) are summed over the group by the GEMM itself, with no (G, N, d)
-    temporary to reduce.  The scores (B, Hkv, G·N, N) are the same memory as (B, H, N, N),
-    the shape the causal softmax reads its query positions from."""
+    query head h reads key/value head h // G, G = H/Hkv.  The query heads are viewed as
+    (Hkv, G) and k, v as (Hkv, 1): the matmuls broadcast each key/value head over its
+    group, so K and V are never repeated in memory, and the broadcast's backward (the
+    autograd ``unbroadcast``) sums the group's gradients into dK, dV."""
     b, h, n, d = q.shape
-    h_kv, n_keys = k.shape[1], k.shape[2]
+    h_kv = k.shape[1]
     if h % h_kv:
         raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly")
     scale = 1.0 / math.sqrt(d)
     if h_kv == h:
         scores = q @ ops.transpose(k, (0, 1, 3, 2))
         return ops.attention_softmax(scores, scale, causal) @ v
-    stacked = q.reshape(b, h_kv, (h // h_kv) * n, d)          # (B, Hkv, G·N, d)
-    scores = (stacked @ ops.transpose(k, (0, 1, 3, 2))).reshape(b, h, n, n_keys)
-    p = ops.attention_softmax(scores, scale, causal).reshape(b, h_kv, -1, n_keys)
-    return (p @ v).reshape(b, h, n, d)
+    g = h // h_kv
+    q5 = q.reshape(b, h_kv, g, n, d)
+    k5, v5 = k.reshape(b, h_kv, 1, k.shape[2], d), v.reshape(b, h_kv, 1, v.shape[2], d)
+    scores = (q5 @ ops.transpose(k5, (0, 1, 2, 4, 3))).reshape(b, h, n, k.shape[2])
+    p = ops.attention_softmax(scores, scale, causal).reshape(b, h_kv, g, n, k.shape[2])
+    return (p @ v5).reshape(b, h, n, d)
 
 
 def attention_core(q, k, v, kind="naive", causal=True, implementation=None):
