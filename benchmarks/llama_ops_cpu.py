@@ -7,7 +7,7 @@ RMSNorm (rows × d), the rotary embedding of q (heads()' transposed view of a (r
 projection, as the model hands it over) and SwiGLU's silu(gate)·up (rows × 8/3·d rounded up
 to 64: the benchmark model's shapes), each forward + backward through minipar's autograd
 ops, three ways in one run on the same inputs, calls interleaved round by round so that
-a load change on the machine touches all alike:
+a load change on the machine touches all alike (each after ``SETTLE_S`` of idling):
 
     fused   the numba kernels of minipar/kernels/fused_cpu_llama.py (what the step runs)
     arrays  the same ops' array code (the kernels unregistered for the call)
@@ -97,12 +97,17 @@ def torch_call(make, arrays):
     return run
 
 
+SETTLE_S = 0.02   # idle before each timed call: the previous call's pool threads (PyTorch's
+                  # OpenMP, minipar's spinning pool) spin a while and would take a core
+
+
 def medians(calls, repeats):
     for call in calls.values():
         call()                                # warm-up: compilation
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)
