@@ -76,6 +76,7 @@ def log_softmax(a, axis=-1): return N.LogSoftmax.apply(a, axis)
 def layer_norm(x, weight, bias, eps=1e-5): return N.LayerNorm.apply(x, weight, bias, eps)
 def rms_norm(x, weight, eps=1e-5): return L.RMSNorm.apply(x, weight, eps)
 def rotary(x, cos, sin): return L.Rotary.apply(x, cos, sin)
+def swiglu(gate, up): return L.SwiGLU.apply(gate, up)
 def embedding(weight, ids): return N.Embedding.apply(weight, raw(ids))
 
 

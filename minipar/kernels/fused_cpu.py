@@ -20,7 +20,9 @@ versions (``fused_cuda.py``), so the autograd ops call either the same way:
     attention_softmax_forward(S, scale, causal) -> P;  attention_softmax_backward(P, dP, scale) -> dS
 
 and AdamW's update in one pass (``adamw_update``, called by ``optim``; CUDA has it too) and,
-CPU only, the float64 Σ g² of the gradient norm (``sum_of_squares``, ``parallel/norm.py``).
+CPU only, the float64 Σ g² of the gradient norm (``sum_of_squares``, ``parallel/norm.py``);
+the llama block's RMSNorm, rotary embedding and SwiGLU are ``fused_cpu_llama.py``'s,
+re-exported here.
 Each kernel works on a range of rows, ``kernel(lo, hi, ...)``, and releases the GIL
 (``nogil``), so ``rows.for_row_blocks`` runs the blocks on the rank's own thread pool:
 one thread budget for all of minipar, and a row's result does not depend on the number
@@ -50,8 +52,11 @@ MIN_ELEMENTS = 1 << 15
 SPLIT_ELEMENTS = 1 << 18   # measured, 2 threads against 1 on the spinning pool: 524 K values
                            # gain (GELU 0.70-0.91×, causal softmax 0.67-0.89×, LayerNorm
                            # (2048, 256) 0.85×), 131 K do not (LayerNorm 1.0×)
-OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "sum_of_squares")
-DTYPES = ("float32", "float64")
+OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "sum_of_squares",
+       "rmsnorm", "rotary", "swiglu")      # the last three: fused_cpu_llama.py
+DTYPES = (np.dtype("float32"), np.dtype("float64"))   # compared as dtypes, not names: under
+# NumPy 2 str(dtype) runs Python code (measured on the loaded 2-core machine: 44 µs for the
+# old check of two names, 0.2 µs for this one), and every op of the step asks
 
 
 def available():
@@ -66,9 +71,8 @@ _AVAILABLE = available()
 def supports(dtype, *other_dtypes, elements=0):
     """Whether the compiled kernels take these arrays: one dtype, float32 or float64,
     at least MIN_ELEMENTS values, and numba available."""
-    name = str(dtype)
-    return (_AVAILABLE and elements >= MIN_ELEMENTS and name in DTYPES
-            and all(str(d) == name for d in other_dtypes))
+    return (_AVAILABLE and elements >= MIN_ELEMENTS and dtype in DTYPES
+            and all(d == dtype for d in other_dtypes))
 
 
 @functools.lru_cache(maxsize=None)
@@ -189,5 +193,9 @@ def sum_of_squares(x):
     temporaries: the gradient norm's 875 K float32 values in 56 µs against 479 µs."""
     return float(_kernels()["sum_of_squares"](np.ascontiguousarray(x).reshape(-1)))
 
+
+from minipar.kernels.fused_cpu_llama import (  # noqa: E402,F401  (this module's OPS)
+    rmsnorm_backward, rmsnorm_forward, rotary_backward, rotary_forward, swiglu_backward,
+    swiglu_forward)
 
 ops_math.use_fused_kernels(sys.modules[__name__], backend="numpy")

@@ -54,7 +54,8 @@ from minipar.backend import xp
 
 
 class SwiGLU(Module):
-    """down(silu(gate(x)) ∘ up(x)): a gated MLP, three bias-free matrices."""
+    """down(silu(gate(x)) ∘ up(x)): a gated MLP, three bias-free matrices (the gated
+    product one op, ``ops.swiglu``)."""
 
     def __init__(self, d_model, width, rng, proj_std, dropout):
         self.gate_proj = Linear(d_model, width, rng, bias=False)
@@ -66,7 +67,7 @@ class SwiGLU(Module):
     def forward(self, x):
         if self.enter is not None:
             x = self.enter(x)
-        return self.drop(self.down_proj(ops.silu(self.gate_proj(x)) * self.up_proj(x)))
+        return self.drop(self.down_proj(ops.swiglu(self.gate_proj(x), self.up_proj(x))))
 
 
 class GroupedQueryAttention(Module):

@@ -25,11 +25,11 @@ loss compute in fp32)
 
 The llama block (``block=Llama(kv, f)``: kv columns of k and of v per rank, SwiGLU
 width f) keeps, besides the same norms, adds and core: q and k rotated (h + kv), v (kv),
-P·v and the head merge (2h), and the SwiGLU's gate, SiLU output, up and their product
-(4f, e bytes) with SiLU's σ (f, w bytes):
+P·v and the head merge (2h), and the SwiGLU's gate, up and their gated product (3f, e
+bytes) with its σ (f, w bytes; ``ops.swiglu`` is one op and keeps no SiLU output):
 
     N·e·(2·2 + 2 + 2 + h-terms…) = norms + 2·N·h·e (adds) + 2·N·h·e (o, down outputs)
-                                   + N·(3h + 2kv + 4f)·e + N·f·w + core
+                                   + N·(3h + 2kv + 3f)·e + N·f·w + core
 
 flash keeps b·a·s log-sum-exp values instead of scores and P; selective recompute
 keeps neither; full recompute keeps the block's input and recomputes one block at
@@ -90,7 +90,7 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
         if t > 1:            # no bias after the reduction: only the reduced copy
             rows = 2 * N * h * e + 2 * seq * h * e
         f = block.ffn / t
-        sliced = (3 * h / t + 2 * block.kv + 4 * f) * N * e + f * N * w
+        sliced = (3 * h / t + 2 * block.kv + 3 * f) * N * e + f * N * w
     core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
     if recompute == "selective":
         core = 0.0
