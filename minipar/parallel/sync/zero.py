@@ -122,7 +122,7 @@ class ZeroSync:
         collective's scratch (``inplace``) and my shard lands in an array of its own
         (``out``): nothing keeps the full buffer once the collective is done — were the
         result a view of it, every bucket's full gradients would live until ``finish``."""
-        flat = bucket.pack_grads()
+        flat = self._grad_buffer(bucket)
         for p in bucket.params:       # the full gradients are not kept (stage 2's saving)
             p.grad = None
         flat *= 1.0 / self.comm.size
@@ -132,6 +132,10 @@ class ZeroSync:
             bucket.pending.append(reduce_scatter_async(self.comm, flat, out=shard, inplace=True))
         else:
             self._add_to_shard(bucket, reduce_scatter(self.comm, flat, out=shard, inplace=True))
+
+    def _grad_buffer(self, bucket):
+        """A flat buffer of the bucket's gradients that the reduce-scatter may overwrite."""
+        return bucket.pack_grads()
 
     def _add_to_shard(self, bucket, shard):
         if bucket.grad_shard is None:
