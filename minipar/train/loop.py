@@ -143,11 +143,12 @@ class Run:
             pass
 
     def _predicted_peak(self, floor):
-        """The performance model's process peak for this rank (NaN if it cannot say)."""
-        from minipar.perf.estimate import process_peak_bytes
+        """The memory model's process peak for this rank (``train/fits.py``, with the
+        runtime floor this process measured before construction; NaN if it cannot say)."""
+        from minipar.train.fits import predicted_peak
         c = self.grid.coords
         try:
-            return float(process_peak_bytes(self.config, (c.dp, c.tp, c.pp), floor))
+            return float(predicted_peak(self.config, runtime=floor, coords=(c.dp, c.tp, c.pp)).total)
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             return math.nan
 
