@@ -72,6 +72,7 @@ class Run:
                 unread, local = local, None
             straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
         t_opt = time.perf_counter()
+        self.saver.before_update()    # a background save's copy of the state is made
         norm = opt.step(c.grad_clip, read_along=unread)
         if unread is not None:
             local = float(opt.read_along[0])
