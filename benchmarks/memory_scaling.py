@@ -62,6 +62,9 @@ def run(root, ranks, flags, workdir, name):
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     rss = [int(k) * 1024 for k in re.findall(r"maxrss_kb=(\d+)", proc.stderr)]
+    if len(rss) != ranks:
+        raise SystemExit(f"{' '.join(cmd)}: {len(rss)} peak RSS figures for {ranks} ranks in its "
+                         f"stderr:\n{proc.stderr[-2000:]}")
     final = {}
     with open(log) as f:
         for line in f:
