@@ -18,14 +18,14 @@ each repeat against a step timed just before it, and their median):
                 index, the commit (minipar's checkpoint now)
     gathered    the write of before this change, kept here only: ZeRO shards, tp slices
                 and pipeline stages gathered to world rank 0, which writes one .npz
-    async       ``--save-async``: ``save`` returns at once (what it takes is "copy":
-                on NumPy the writer thread copies the state to host buffers while the
-                next step's forward and backward run), then steps run while the files
-                are written; the window ends with the step whose boundary committed
+    async       ``--save-async``: ``save`` returns at once; the writer thread writes
+                the live state while the next step's forward and backward run (its
+                optimizer step waits for the bytes to be written), then fsyncs while
+                steps go on; the window ends with the step whose boundary committed
                 the checkpoint.  exposed = window - steps·step (step: the median of 3
                 just before); hidden = 1 - exposed / sharded (issue 32's goal: >= 80%).
                 The first step of the window is printed too: its optimizer step is
-                the one that waits for the copy
+                the one that waits for the write
 
 Files go to --dir (default a temporary directory, removed at the end; the same disk for
 both writers).  Timings on a shared machine are noisy; the baseline is measured in
@@ -143,8 +143,8 @@ def measure(args, world, base):
         world.barrier()
         t0, n = time.perf_counter(), 0
         run.saver.save(step[0])
-        copy = world.allreduce(time.perf_counter() - t0, op=MPI.MAX)   # to host buffers
-        first = None               # the step that waits for the writer's copy of the state
+        copy = world.allreduce(time.perf_counter() - t0, op=MPI.MAX)   # save() itself
+        first = None               # the step whose optimizer step waits for the write
         while run.saver.pending is not None:
             t_step0 = time.perf_counter()
             one_step()

@@ -12,9 +12,7 @@
                                    ``latest`` not yet replaced) — ``save_fault``; WHERE
                                    "enospc": its file write fails (a full disk) instead
     MINIPAR_SAVE_SLOW_S="S"        every rank sleeps S seconds half way through writing its
-                                   checkpoint file (a slow disk: async saves, kill tests),
-                                   and S before an async save's copy of the state (a slow
-                                   copy: the optimizer step must wait for it)
+                                   checkpoint file (a slow disk: async saves, kill tests)
 """
 from __future__ import annotations
 
@@ -49,7 +47,7 @@ def straggle(rank, seconds):
 
 def save_fault(where, rank, step):
     """Die like kill -9 where MINIPAR_SAVE_FAULT says; sleep where MINIPAR_SAVE_SLOW_S says."""
-    if where in ("copy", "file") and os.environ.get("MINIPAR_SAVE_SLOW_S"):
+    if where == "file" and os.environ.get("MINIPAR_SAVE_SLOW_S"):
         time.sleep(float(os.environ["MINIPAR_SAVE_SLOW_S"]))
     spec = os.environ.get("MINIPAR_SAVE_FAULT")
     if spec:

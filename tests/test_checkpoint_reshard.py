@@ -77,8 +77,8 @@ def test_an_async_save_writes_the_bytes_of_a_synchronous_one(tmp_path):
                   env={"MINIPAR_SAVE_SLOW_S": "0.5"})
     assert slow == sync
     assert _checkpoint_bytes(tmp_path / "async") == _checkpoint_bytes(tmp_path / "sync")
-    # step 4's was copied by the writer thread while step 5 ran (the slow copy): the same
-    # bytes only if step 5's optimizer update waited for the copy
+    # step 4's was written from the live state while step 5 ran, sleeping half way (the
+    # slow disk): the same bytes only if step 5's optimizer update waited for the write
     step4 = "step-0000004"
     assert _checkpoint_bytes(tmp_path / "async", step4) == _checkpoint_bytes(tmp_path / "sync", step4)
     assert sorted(os.listdir(tmp_path / "async")) == ["latest", "step-0000004", "step-0000006"]

@@ -39,11 +39,13 @@ def _pad(offset):
     return -(-offset // layout.ALIGN) * layout.ALIGN
 
 
-def write_pieces(path, pieces, fault=lambda where: None):
+def write_pieces(path, pieces, fault=lambda where: None, written=None):
     """Write ``pieces`` — (kind, name, global shape, global box, host array) — one after
     another into ``path``, each at an aligned offset; fsync.  A generator is written as
-    it comes (``consolidate``: one tensor in memory at a time).  Returns the records of
-    the index for them: {kind, name, shape, dtype, box: [offsets, lengths], offset}."""
+    it comes (``consolidate``: one tensor in memory at a time).  ``written()`` is called
+    once every byte is in the operating system's hands, before the fsync: from then on
+    the arrays may change.  Returns the records of the index for them: {kind, name,
+    shape, dtype, box: [offsets, lengths], offset}."""
     half = len(pieces) // 2 if hasattr(pieces, "__len__") else 1   # a stream: after one
     records, offset = [], 0
     with open(path, "wb") as f:
@@ -61,6 +63,8 @@ def write_pieces(path, pieces, fault=lambda where: None):
         if not records:
             fault("file")                           # a rank with nothing to write (a replica)
         f.flush()
+        if written is not None:
+            written()
         os.fsync(f.fileno())
     return records
 
@@ -109,15 +113,19 @@ class PendingSave:
     def _fault(self, where):
         save_fault(where, self.rank, self.step)
 
-    def write(self, pieces):
-        """This rank's file (no messages; safe in a background thread)."""
+    def write(self, pieces, written=None):
+        """This rank's file (no messages; safe in a background thread).  ``written()``:
+        called once the pieces' bytes are written (before the fsync), or on failure."""
         t0 = time.perf_counter()
         file = layout.rank_file(self.rank)
         try:
-            self.records = write_pieces(os.path.join(self.tmp, file), pieces, self._fault)
+            self.records = write_pieces(os.path.join(self.tmp, file), pieces, self._fault, written)
             self.nbytes = os.path.getsize(os.path.join(self.tmp, file))
         except OSError as err:
             self.error = f"rank {self.rank}: {err.strerror or err}"
+        finally:
+            if written is not None:
+                written()
         self.seconds = time.perf_counter() - t0
 
     def commit(self):

@@ -6,13 +6,16 @@ replicas once — plus its gradient-compression state, and writes them to its ow
 rank 0 writes the index and commits (``checkpoint/write.py``).  Nothing is gathered but
 the index's metadata.
 
-With ``--save-async`` a background thread first copies the pieces to host buffers (the
-state the next optimizer step will change) while the next step's forward and backward
-run — the optimizer step waits for that copy (``before_update``), nothing else does —
-then writes the file while training goes on; at each step boundary the ranks agree (one
-small all-reduce) whether every file is written; then they commit.  (Copying on the
-training thread instead cost the step the whole copy: 1.9 s of a 2.7 s save for the
-gpt2 preset in one process, measured by ``benchmarks/checkpoint_save.py``.)  The next save, and the end of the run, wait for it.  A failed write
+With ``--save-async`` a background thread writes the pieces straight from the live state
+while the next step's forward and backward run (they read the weights, they change
+none of the saved state); the optimizer step waits until every byte is handed to the
+operating system (``before_update``), nothing else does; the fsync and the commit come
+later: at each step boundary the ranks agree (one small all-reduce) whether every file
+is written; then they commit.  No copy of the state is made (on CuPy ``to_host`` makes
+the host arrays).  A copy first would cost a whole model state of memory, and time: on
+this repository's 2-core machine copying 1 GiB into fresh memory took longer (~2.8 s,
+page faults) than writing it to the page cache (0.8 s), and longer than the step it
+was meant to hide behind (``benchmarks/checkpoint_save.py``).  The next save, and the end of the run, wait for it.  A failed write
 stops the run with one line at that boundary, as a synchronous save does (torchtitan's
 async checkpointing re-raises a failed save the same way); the previous checkpoint stays.
 
@@ -22,15 +25,13 @@ bytes it owns and nothing else, and no rank holds a whole tensor it does not own
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
-from minipar import backend, checkpoint
+from minipar import checkpoint
 from minipar.backend import to_device, to_host
 from minipar.checkpoint.shards import owned_pieces, read_slot, slot_segments, writes
-from minipar.faults import save_fault
 from minipar.train.errors import TrainingStopped
 
 
@@ -82,7 +83,7 @@ class Saver:
         self.run = run
         self.comm = run.grid.world.mpi
         self.pending, self.thread = None, None
-        self.copied = None      # set by the writer thread once its host copies are made
+        self.written = None     # set by the writer thread once the state is in the file
 
     def save(self, step):
         """Collective.  Its memory peak is the run's "save" phase."""
@@ -98,20 +99,20 @@ class Saver:
                 pending.write(local_pieces(self.run))
                 self._report(pending.commit(), step)
                 return
-            self.pending, self.copied = pending, threading.Event()
+            self.pending, self.written = pending, threading.Event()
             pieces = [_copy(p) if p[0] == "hook" else p     # backward changes these: now
                       for p in local_pieces(self.run)]
-            self.thread = threading.Thread(target=_write_in_background, daemon=True,
-                                           args=(pending, pieces, self.copied),
+            self.thread = threading.Thread(target=pending.write, daemon=True,
+                                           args=(pieces, self.written.set),
                                            name=f"checkpoint-{step}")
             self.thread.start()
 
     def before_update(self):
-        """Before the optimizer changes the state: a background save's host copies must
-        be made (the writer thread makes them while forward and backward run)."""
-        if self.copied is not None:
-            self.copied.wait()
-            self.copied = None
+        """Before the optimizer changes the state: a background save must have written
+        it (the writer thread does while forward and backward run)."""
+        if self.written is not None:
+            self.written.wait()
+            self.written = None
 
     def poll(self):
         """At a step boundary: commit the background save once every rank's file is
@@ -144,24 +145,6 @@ class Saver:
 def _copy(piece):
     kind, name, shape, box, values = piece
     return kind, name, shape, box, np.array(values, copy=True)
-
-
-def _write_in_background(pending, pieces, copied):
-    """The background thread: copy the pieces that are views of the live state (NumPy's
-    copy releases the GIL: the training thread runs meanwhile; on CuPy ``to_host`` made
-    host copies already), signal ``copied``, then yield the CPU to training (Linux nices
-    a thread by its own id; elsewhere nothing changes) and write this rank's file."""
-    try:
-        save_fault("copy", pending.rank, pending.step)   # tests: a slow copy
-        if backend.backend_name() == "numpy":
-            pieces = [_copy(p) for p in pieces]
-    finally:
-        copied.set()              # the optimizer step never waits for a thread that died
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
-    pending.write(pieces)
 
 
 def save_checkpoint(run, step):
