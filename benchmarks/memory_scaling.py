@@ -54,17 +54,20 @@ MiB = 2 ** 20
 def run(root, ranks, flags, workdir, name):
     """One training run under /usr/bin/time; (peak RSS per rank, the run's final record)."""
     log = os.path.join(workdir, f"{name}.json")
-    cmd = ["mpiexec", "-n", str(ranks), "/usr/bin/time", "-f", "maxrss_kb=%M", sys.executable,
+    rss_file = os.path.join(workdir, f"{name}.rss")     # + .RANK: one file per rank, as ranks
+    # writing to one stderr at once interleave their lines ("mmaxrss_kb=1924\naxrss_kb=...")
+    timed = f'exec /usr/bin/time -f maxrss_kb=%M -o {rss_file}.$PMI_RANK "$0" "$@"'
+    cmd = ["mpiexec", "-n", str(ranks), "sh", "-c", timed, sys.executable,
            "-m", "minipar", "train", "--quiet", "--eval-batches", "0", "--log-json", log, *flags]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=root, PYTHONDONTWRITEBYTECODE="1", MINIPAR_KEEP_PEAK_RSS="1")
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    rss = [int(k) * 1024 for k in re.findall(r"maxrss_kb=(\d+)", proc.stderr)]
+    text = "".join(open(f"{rss_file}.{r}").read() for r in range(ranks))
+    rss = [int(k) * 1024 for k in re.findall(r"maxrss_kb=(\d+)", text)]
     if len(rss) != ranks:
-        raise SystemExit(f"{' '.join(cmd)}: {len(rss)} peak RSS figures for {ranks} ranks in its "
-                         f"stderr:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(cmd)}: {len(rss)} peak RSS figures for {ranks} ranks:\n{text}")
     final = {}
     with open(log) as f:
         for line in f:
