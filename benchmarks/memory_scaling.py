@@ -10,16 +10,23 @@ checkpoint save, one training step
 
 and per rank, the largest over ranks of:
 
-    peak RSS     what the operating system counted (``/usr/bin/time``: ru_maxrss)
+    peak RSS     what the operating system counted over the whole run (``/usr/bin/time``:
+                 ru_maxrss).  The runs set ``MINIPAR_KEEP_PEAK_RSS=1``: a run resets the
+                 kernel's high-water mark at each phase to measure phases apart, and
+                 ru_maxrss would then be the last phase's peak only (``procmem.py``)
     reported     the run's own "process peak (RSS)" (``procmem.py``; older code: the steps'
                  ``peak_rss_bytes``; '-' if none) and its tracked arrays (``peak_mem_bytes``)
-    need         the performance model's need: runtime floor + this rank's model state
-                 + activations + communication buffers (``perf.estimate.process_peak_bytes``)
-                 with the floor measured here: the peak RSS of a 1-step run of ``tiny`` on
-                 as many ranks (MPI's shared-memory buffers grow with the ranks)
+    need         the memory model's peak for the rank (``train/fits.predicted_peak``: the
+                 model the run's memory check and summary use) with its runtime measured
+                 here: the peak RSS of a 1-step run of ``tiny`` on as many ranks (MPI's
+                 shared-memory buffers grow with the ranks; that run loads the same corpus,
+                 so the model's corpus term is 0 here) + this rank's model state and
+                 weight-decay mask + activations + communication buffers + NumPy's workspace
+                 (or, if larger, the construction's one full tensor)
     ratio        peak RSS / need (issue 32's goal: <= 1.15; reported within 10% of RSS)
 
-``--root`` runs another checkout's code (e.g. the main branch, for the "before" table);
+``--root`` runs another checkout's code (e.g. the main branch, for the "before" table;
+code older than ``MINIPAR_KEEP_PEAK_RSS`` shows its last phase's peak as "peak RSS");
 the need is always computed by this checkout's model.  Memory is not noisy on a shared
 machine; time is, and is not measured.
 """
@@ -47,14 +54,20 @@ MiB = 2 ** 20
 def run(root, ranks, flags, workdir, name):
     """One training run under /usr/bin/time; (peak RSS per rank, the run's final record)."""
     log = os.path.join(workdir, f"{name}.json")
-    cmd = ["mpiexec", "-n", str(ranks), "/usr/bin/time", "-f", "maxrss_kb=%M", sys.executable,
+    rss_file = os.path.join(workdir, f"{name}.rss")     # + .RANK: one file per rank, as ranks
+    # writing to one stderr at once interleave their lines ("mmaxrss_kb=1924\naxrss_kb=...")
+    timed = f'exec /usr/bin/time -f maxrss_kb=%M -o {rss_file}.$PMI_RANK "$0" "$@"'
+    cmd = ["mpiexec", "-n", str(ranks), "sh", "-c", timed, sys.executable,
            "-m", "minipar", "train", "--quiet", "--eval-batches", "0", "--log-json", log, *flags]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=root, PYTHONDONTWRITEBYTECODE="1")
+               PYTHONPATH=root, PYTHONDONTWRITEBYTECODE="1", MINIPAR_KEEP_PEAK_RSS="1")
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    rss = [int(k) * 1024 for k in re.findall(r"maxrss_kb=(\d+)", proc.stderr)]
+    text = "".join(open(f"{rss_file}.{r}").read() for r in range(ranks))
+    rss = [int(k) * 1024 for k in re.findall(r"maxrss_kb=(\d+)", text)]
+    if len(rss) != ranks:
+        raise SystemExit(f"{' '.join(cmd)}: {len(rss)} peak RSS figures for {ranks} ranks:\n{text}")
     final = {}
     with open(log) as f:
         for line in f:
@@ -62,22 +75,19 @@ def run(root, ranks, flags, workdir, name):
     return rss, final
 
 
-def need(args, ranks, flags, floor=0):
-    """The performance model's process peak, largest over the ranks of the layout."""
+def need(args, ranks, flags, runtime):
+    """The memory model's process peak (``train/fits.py``), largest over the layout's ranks."""
     sys.path.insert(0, ROOT)
     from minipar.config import TrainConfig
     from minipar.parallel.grid import coordinates
-    from minipar.perf.estimate import process_peak_bytes
+    from minipar.train.fits import predicted_peak
     values = dict(zip(flags[::2], flags[1::2]))
     config = TrainConfig(model=args.model, seq_len=args.seq_len, batch_size=args.batch_size,
                          steps=1, tp=int(values.get("--tp", 1)), pp=int(values.get("--pp", 1)),
                          zero=int(values.get("--zero", 0))).resolve(ranks)
-    return max(process_peak_bytes(config, _coords(coordinates(r, config.dp, config.tp, config.pp)),
-                                  floor) for r in range(ranks))
-
-
-def _coords(c):
-    return (c.dp, c.tp, c.pp)
+    coords = [coordinates(r, config.dp, config.tp, config.pp) for r in range(ranks)]
+    return max(predicted_peak(config, runtime=runtime, data=0, coords=(c.dp, c.tp, c.pp)).total
+               for c in coords)
 
 
 def main():
@@ -92,7 +102,6 @@ def main():
     names = args.only.split(",") if args.only else list(LAYOUTS)
     model = ["--model", args.model, "--seq-len", str(args.seq_len), "--batch-size",
              str(args.batch_size), "--steps", "1"]
-    models = {name: need(args, *LAYOUTS[name]) for name in names}   # this checkout's model
     with tempfile.TemporaryDirectory() as workdir:
         floors = {}
         for ranks in sorted({LAYOUTS[name][0] for name in names}):
@@ -105,7 +114,7 @@ def main():
               f"{'need':>8} {'RSS/need':>8} {'rep/RSS':>7}   (MiB, largest rank)")
         for name in names:
             ranks, flags = LAYOUTS[name]
-            expected = floors[ranks] + models[name]
+            expected = need(args, ranks, flags, floors[ranks])   # this checkout's model
             for save in ([False] if args.no_save else [False, True]):
                 extra = ["--save", os.path.join(workdir, f"{name}_ckpt")] if save else []
                 rss, final = run(args.root, ranks, model + flags + extra, workdir, name)

@@ -229,7 +229,7 @@ class RunMonitor:
 
     def process_memory(self, vector, exact=True, floor=0.0, predicted=math.nan):
         """Collective: gather every rank's per-phase peaks (``ProcessMemory.vector``), its
-        runtime floor and the performance model's figure for it, for the summary."""
+        runtime floor and the memory model's figure (train/fits.py) for it, for the summary."""
         rows = self._gather(list(vector) + [1.0 if exact else 0.0, floor, predicted])
         if self.rank == 0:
             self.process = procmem.summarize(rows[:, :-3].tolist(), bool(rows[:, -3].all()),

@@ -13,6 +13,10 @@ system's count, so a run reports it beside the tracked arrays:
 A run measures each *phase* — construction (``setup``), steps, saves — by resetting the
 peak when the phase starts and reading it when it ends.  Where the reset is refused
 (not Linux) a phase's figure is the peak so far: an upper bound, said so in the log.
+The reset also resets what ``getrusage`` (and ``/usr/bin/time``'s %M) reports at exit:
+the peak since the last reset only.  ``MINIPAR_KEEP_PEAK_RSS=1`` makes a run skip the
+resets (phases then read "peak so far"), so that an outside measurement sees the whole
+run's peak — how ``benchmarks/memory_scaling.py`` checks the run's own figure.
 
 On CuPy the pool keeps freed blocks, so its ``total_bytes()`` after ``free_all_blocks()``
 at a phase's start is the phase's high-water mark on the device; the device's used
@@ -21,6 +25,7 @@ memory (``memGetInfo``: every process on it) is read at the phase's end.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 
@@ -55,7 +60,10 @@ def rss_bytes():
 
 
 def reset_peak_rss():
-    """Reset the peak to the current resident size; True if the system did."""
+    """Reset the peak to the current resident size; True if the system did (False too
+    when ``MINIPAR_KEEP_PEAK_RSS`` is set: see the module docstring)."""
+    if os.environ.get("MINIPAR_KEEP_PEAK_RSS"):
+        return False
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -130,8 +138,8 @@ class ProcessMemory:
 def summarize(rows, exact=True, floor=None, predicted=None):
     """Rank 0: {"peak_rss_bytes_per_rank", "phases": {phase: {"rss"|"pool"|"device":
     [per rank]}}, "exact", "floor_bytes_per_rank", "predicted_bytes_per_rank"} from every
-    rank's ``vector()`` (rows: ranks x values) and the performance model's figure per rank
-    (``perf.estimate.process_peak_bytes``)."""
+    rank's ``vector()`` (rows: ranks x values) and the memory model's figure per rank
+    (``train/fits.predicted_peak``)."""
     def column(j):
         values = [None if v != v else int(v) for v in (row[j] for row in rows)]  # NaN: None
         return values if any(v is not None for v in values) else None
@@ -166,11 +174,12 @@ def summary_lines(process, fmt):
     predicted = process.get("predicted_bytes_per_rank")
     if predicted:
         ratios = [f"{a / b:.2f}" for a, b in zip(process["peak_rss_bytes_per_rank"], predicted) if b]
-        lines.append("    performance model (runtime floor + state + activations + buffers) "
-                     + ", ".join(map(fmt, predicted)) + "; peak RSS / model " + ", ".join(ratios))
+        lines.append("    memory model (runtime floor + corpus + state + activations + buffers + "
+                     "workspace) " + ", ".join(map(fmt, predicted)) + "; peak RSS / model "
+                     + ", ".join(ratios))
     checked = process.get("checked_peak_bytes")
-    if checked:                 # train/fits.py: the same, plus NumPy's workspace and the corpus
-        lines.append(f"    memory check before the run (that + NumPy's workspace + the corpus) "
+    if checked:                 # train/fits.py: the same model for the fullest rank
+        lines.append(f"    memory check before the run (the same model, fullest rank) "
                      f"{fmt(checked)}; largest peak RSS / check "
                      f"{max(process['peak_rss_bytes_per_rank']) / checked:.2f}")
     return lines

@@ -311,7 +311,7 @@ def profile_run(config, steps=3, top=15, json_path=None):
         mib = lambda key: ", ".join(f"{m[key] / 2 ** 20:.0f}" for m in memory)  # noqa: E731
         print(f"memory per rank, MiB: tracked arrays {mib('tracked')} | process peak RSS "
               f"{mib('peak_rss')} (construction {mib('construction')}, steps {mib('steps')}) | "
-              f"performance model {mib('predicted')}\n")
+              f"memory model {mib('predicted')}\n")
         print(format_report(rep, top), flush=True)
     return rep
 

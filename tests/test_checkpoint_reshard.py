@@ -54,10 +54,10 @@ def test_a_chain_of_reshards_gives_the_single_process_losses(tmp_path):
     assert "layout pp2" in shown and "rank-00001.bin" in shown
 
 
-def _checkpoint_bytes(directory):
-    """{relative path: bytes} of the latest checkpoint, its index without the run's
-    own config (which names the --save-async flag and the log's path)."""
-    path = checkpoint.latest(directory)
+def _checkpoint_bytes(directory, step=None):
+    """{relative path: bytes} of the latest checkpoint (or of ``step``'s), its index
+    without the run's own config (which names the --save-async flag and the log's path)."""
+    path = checkpoint.latest(directory) if step is None else os.path.join(directory, step)
     out = {}
     for name in sorted(os.listdir(path)):
         data = open(os.path.join(path, name), "rb").read()
@@ -77,6 +77,10 @@ def test_an_async_save_writes_the_bytes_of_a_synchronous_one(tmp_path):
                   env={"MINIPAR_SAVE_SLOW_S": "0.5"})
     assert slow == sync
     assert _checkpoint_bytes(tmp_path / "async") == _checkpoint_bytes(tmp_path / "sync")
+    # step 4's was written from the live state while step 5 ran, sleeping half way (the
+    # slow disk): the same bytes only if step 5's optimizer update waited for the write
+    step4 = "step-0000004"
+    assert _checkpoint_bytes(tmp_path / "async", step4) == _checkpoint_bytes(tmp_path / "sync", step4)
     assert sorted(os.listdir(tmp_path / "async")) == ["latest", "step-0000004", "step-0000006"]
 
 

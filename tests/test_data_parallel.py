@@ -35,6 +35,8 @@ def test_broadcast_buckets_overlap_and_memory():
     assert report["broadcast_ok"]
     assert report["buckets"] > 3
     assert report["launched_before_backward_ended"]
+    assert report["shards_own_memory2"] and report["shards_own_memory3"]
+    assert report["zero3_units_in_buffers"]
     psi, n = report["psi"], 4
     for stage in (0, 1, 2, 3):
         # fp32 AdamW bytes (params, grads, optimizer states), the paper's formulas with

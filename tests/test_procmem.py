@@ -53,4 +53,4 @@ def test_a_run_reports_construction_steps_and_save_per_rank(tmp_path):
     peaks = process["peak_rss_bytes_per_rank"]
     assert peaks == [max(p["rss"][r] for p in process["phases"].values()) for r in range(2)]
     assert all(f < p for f, p in zip(process["floor_bytes_per_rank"], process["predicted_bytes_per_rank"]))
-    assert "process peak (RSS) per rank" in out and "performance model" in out
+    assert "process peak (RSS) per rank" in out and "memory model" in out

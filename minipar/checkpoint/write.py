@@ -39,30 +39,58 @@ def _pad(offset):
     return -(-offset // layout.ALIGN) * layout.ALIGN
 
 
-def write_pieces(path, pieces, fault=lambda where: None):
+def write_pieces(path, pieces, fault=lambda where: None, written=None):
     """Write ``pieces`` — (kind, name, global shape, global box, host array) — one after
-    another into ``path``, each at an aligned offset; fsync.  A generator is written as
-    it comes (``consolidate``: one tensor in memory at a time).  Returns the records of
-    the index for them: {kind, name, shape, dtype, box: [offsets, lengths], offset}."""
-    half = len(pieces) // 2 if hasattr(pieces, "__len__") else 1   # a stream: after one
-    records, offset = [], 0
-    with open(path, "wb") as f:
+    another into ``path``, each at an aligned offset (zeros between); fsync.  A
+    generator is written as it comes (``consolidate``: one tensor in memory at a time).
+    ``written()`` is called once every byte is in the operating system's hands, before
+    the fsync: from then on the arrays may change.  Returns the records of the index for
+    them: {kind, name, shape, dtype, box: [offsets, lengths], offset}.
+
+    A list is written in as few system calls as it takes (``_write_all``: one
+    ``os.writev`` per IOV_MAX buffers), not a seek and a write per piece: each call
+    releases the GIL once, and a thread writing beside training must win the GIL back
+    from the training thread (up to a switch interval, 5 ms) after every call — per
+    piece, that cost the gpt2 preset's 447 pieces seconds."""
+    stream = not hasattr(pieces, "__len__")
+    half = 1 if stream else len(pieces) // 2     # a stream: after one
+    records, offset, batch = [], 0, []
+    with open(path, "wb", buffering=0) as f:
         for i, (kind, name, shape, box, values) in enumerate(pieces):
             if i == half:
+                batch = _write_all(f.fileno(), batch)
                 fault("file")                       # tests: die half way through
             values = np.ascontiguousarray(values).reshape(-1)
-            offset = _pad(offset)
-            f.seek(offset)
-            f.write(memoryview(values).cast("B"))
+            start = _pad(offset)
+            batch += [bytes(start - offset), memoryview(values).cast("B")]
             records.append({"kind": kind, "name": name, "shape": list(shape),
                             "dtype": values.dtype.str, "box": [list(box[0]), list(box[1])],
-                            "offset": offset})
-            offset += values.nbytes
+                            "offset": start})
+            offset = start + values.nbytes
+            if stream:
+                batch = _write_all(f.fileno(), batch)
+        _write_all(f.fileno(), batch)
         if not records:
             fault("file")                           # a rank with nothing to write (a replica)
-        f.flush()
+        if written is not None:
+            written()
         os.fsync(f.fileno())
     return records
+
+
+def _write_all(fd, buffers):
+    """Write ``buffers`` one after another at ``fd``'s position, IOV_MAX at a time; a
+    short write goes on where it stopped.  Returns [] (the next batch)."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    limit = getattr(os, "IOV_MAX", 1024)   # POSIX; Linux: 1024
+    while views:
+        n = os.writev(fd, views[:limit])
+        while views and n >= views[0].nbytes:
+            n -= views[0].nbytes
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return []
 
 
 def build_index(meta, reports):
@@ -109,15 +137,19 @@ class PendingSave:
     def _fault(self, where):
         save_fault(where, self.rank, self.step)
 
-    def write(self, pieces):
-        """This rank's file (no messages; safe in a background thread)."""
+    def write(self, pieces, written=None):
+        """This rank's file (no messages; safe in a background thread).  ``written()``:
+        called once the pieces' bytes are written (before the fsync), or on failure."""
         t0 = time.perf_counter()
         file = layout.rank_file(self.rank)
         try:
-            self.records = write_pieces(os.path.join(self.tmp, file), pieces, self._fault)
+            self.records = write_pieces(os.path.join(self.tmp, file), pieces, self._fault, written)
             self.nbytes = os.path.getsize(os.path.join(self.tmp, file))
         except OSError as err:
             self.error = f"rank {self.rank}: {err.strerror or err}"
+        finally:
+            if written is not None:
+                written()
         self.seconds = time.perf_counter() - t0
 
     def commit(self):

@@ -73,12 +73,17 @@ class _ProgressThread:
 
     def _run(self):
         while True:
-            handle, fn, args, kwargs = self.queue.get()
-            handle.started_at = time.perf_counter()
-            try:
-                handle._finish(fn(self.comm, *args, **kwargs))
-            except BaseException as err:  # surfaces in handle.wait() on this rank
-                handle._finish(error=err)
+            self._run_one(*self.queue.get())
+
+    def _run_one(self, handle, fn, args, kwargs):
+        """One collective.  Its arguments are this call's locals, so they are let go as
+        soon as it returns: a loop variable would keep the last buffer alive until the
+        next collective arrives."""
+        handle.started_at = time.perf_counter()
+        try:
+            handle._finish(fn(self.comm, *args, **kwargs))
+        except BaseException as err:  # surfaces in handle.wait() on this rank
+            handle._finish(error=err)
 
 
 def threads_available() -> bool:

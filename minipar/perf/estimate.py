@@ -16,7 +16,10 @@ with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwis
 
 Memory per rank = model state (memory.py, exact) + peak activations
 (activations.py; the micro-batches in flight from the schedule) + communication
-buffers.  ``fits`` compares it with the profile's (or the given) memory per rank.
+buffers.  ``fits`` compares it with the profile's (or the given) memory per rank; the
+whole process's peak (runtime, corpus, construction, workspace on top) is
+``train/fits.predicted_peak``, the one model of it that the memory check, the run's
+summary and ``benchmarks/memory_scaling.py`` use.
 """
 from __future__ import annotations
 
@@ -140,23 +143,26 @@ def memory_per_rank(config, korthikanti=False):
     of the rank that holds the most: the first pipeline stage holds the most
     activations, the last the head.  ``korthikanti``: activations by Korthikanti et
     al.'s formula (Megatron's kernels) instead of minipar's own autograd."""
+    return max((rank_memory(config, (0, 0, stage), korthikanti) for stage in sorted({0, config.pp - 1})),
+               key=lambda r: r[0])
+
+
+def rank_memory(config, coords, korthikanti=False):
+    """``memory_per_rank``'s four figures for the rank at (dp, tp, pp) ``coords``."""
     cfg = config.model_config()
     b, _ = micro_rows(config)
-    pp, e = config.pp, DTYPE_BYTES[compute_dtype(config.precision)]
-    mems = []
-    for stage in sorted({0, pp - 1}):
-        state = pmem.model_state_bytes(cfg, config, (0, 0, stage))
-        if korthikanti:
-            layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, config.tp,
-                                                config.sequence_parallel, config.recompute)
-            a_bytes = _in_flight(config, stage) * (cfg.n_layer // pp) * layer * e / 2
-            if stage == pp - 1:
-                a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // config.tp) * 2
-        else:
-            a_bytes = minipar_activation_bytes(config, stage)
-        buffers = pmem.comm_buffer_bytes(cfg, config, (0, 0, stage))
-        mems.append((pmem.total(state) + a_bytes + buffers, state, a_bytes, buffers))
-    return max(mems, key=lambda r: r[0])
+    pp, e, stage = config.pp, DTYPE_BYTES[compute_dtype(config.precision)], coords[2]
+    state = pmem.model_state_bytes(cfg, config, coords)
+    if korthikanti:
+        layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, config.tp,
+                                            config.sequence_parallel, config.recompute)
+        a_bytes = _in_flight(config, stage) * (cfg.n_layer // pp) * layer * e / 2
+        if stage == pp - 1:
+            a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // config.tp) * 2
+    else:
+        a_bytes = minipar_activation_bytes(config, stage)
+    buffers = pmem.comm_buffer_bytes(cfg, config, coords)
+    return pmem.total(state) + a_bytes + buffers, state, a_bytes, buffers
 
 
 def _in_flight(config, stage):
@@ -211,24 +217,6 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
         grads = item * sum(k for _, k in pmem.param_sizes(
             cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))
     return live + a_bytes + grads
-
-
-def process_peak_bytes(config, coords=(0, 0, 0), floor=0):
-    """What the process itself should hold at its peak on the rank at (dp, tp, pp)
-    ``coords``, to compare with its peak resident memory (``procmem.py``):
-
-        runtime floor (interpreter, NumPy, MPI: measured before construction)
-        + model state (weights, gradients, optimizer state: ``memory.model_state_bytes``)
-        + the weight-decay mask: one value per element of a flat bucket or shard the rank
-          updates (the size of Adam's m; DDP under mixed precision keeps scalars)
-        + the step's activations + the communication buffers in flight
-
-    It is ``Prediction.mem_bytes`` plus the floor and the mask.  Not counted: kernels
-    JIT-compiled in the first step, allocator free lists, a checkpoint being written."""
-    cfg = config.model_config()
-    state = pmem.model_state_bytes(cfg, config, coords)
-    return (floor + pmem.total(state) + decay_mask_bytes(config, state)
-            + minipar_activation_bytes(config, coords[2]) + pmem.comm_buffer_bytes(cfg, config, coords))
 
 
 def decay_mask_bytes(config, state):

@@ -167,15 +167,17 @@ def total(mem):
 
 def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     """Bytes of the flat buffers communication packs (not in minipar's live-array count):
-    DDP and ZeRO-1/2 one bucket at a time in flight per ≤ 2 buckets; ZeRO-3 two units
-    gathered (the one computing and the prefetched one)."""
+    DDP and ZeRO-1/2 one bucket at a time in flight per ≤ 2 buckets; ZeRO-3 four buffers
+    as large as its largest (padded) unit, made once (``parallel/sync/zero3.py``): two
+    units' full weights (the one computing and the prefetched one) and two units' full
+    gradients (the one accumulating and the one being reduce-scattered)."""
     _, tp_rank, pp_rank = coords
     where = dict(tp=config.tp, tp_rank=tp_rank, pp=config.pp, chunks=config.chunks,
                  pp_rank=pp_rank)
     item = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
     if config.zero == 3:
-        parts = sorted(sum(k for _, k in u) for u in units(cfg, **where))
-        return item * sum(parts[-2:])
+        n = config.dp
+        return item * 4 * max(-(-sum(k for _, k in u) // n) * n for u in units(cfg, **where))
     bb = int((config.bucket_mb or 25.0) * 2 ** 20)
     got = sorted(p for _, p in rank_buckets(cfg, bb, item, config.dp, **where))
     return item * sum(got[-2:])

@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from minipar import backend
 from minipar.config import ConfigError
-from minipar.perf.estimate import compute_dtype, decay_mask_bytes, memory_per_rank, micro_rows
+from minipar.perf.estimate import (compute_dtype, decay_mask_bytes, memory_per_rank, micro_rows,
+                                   rank_memory)
 from minipar.perf.memory import param_sizes
 from minipar.perf.profile import DTYPE_BYTES
 from minipar.resources import process_rss_bytes, rank_memory_limit
@@ -92,15 +93,19 @@ def runtime_bytes():
     return process_rss_bytes()
 
 
-def predicted_peak(config, runtime=None, data=None):
-    """The PeakEstimate of a *resolved* TrainConfig on its fullest rank (``runtime`` and
-    ``data`` bytes: measured here unless given)."""
+def predicted_peak(config, runtime=None, data=None, coords=None):
+    """The PeakEstimate of a *resolved* TrainConfig on its fullest rank, or on the rank
+    at (dp, tp, pp) ``coords`` (``runtime`` and ``data`` bytes: measured here unless
+    given).  The one model of a process's peak: the memory check before a run, the
+    run's summary (per rank, with the runtime floor it measured) and
+    ``benchmarks/memory_scaling.py`` all use it."""
     from minipar.data import corpus_bytes
     if runtime is None:
         runtime = runtime_bytes()
     if data is None:
         data = 2 * corpus_bytes(config.data) if backend.backend_name() == "numpy" else 0
-    _, state, activations, buffers = memory_per_rank(config)
+    _, state, activations, buffers = (memory_per_rank(config) if coords is None
+                                      else rank_memory(config, coords))
     largest = max(k for _, k in param_sizes(config.model_config()))
     construction = 2 * largest * DTYPE_BYTES["fp64"]
     state_bytes = sum(state.values()) + decay_mask_bytes(config, state)

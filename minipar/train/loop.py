@@ -72,6 +72,7 @@ class Run:
                 unread, local = local, None
             straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
         t_opt = time.perf_counter()
+        self.saver.before_update()    # a background save's copy of the state is made
         norm = opt.step(c.grad_clip, read_along=unread)
         if unread is not None:
             local = float(opt.read_along[0])
@@ -143,11 +144,12 @@ class Run:
             pass
 
     def _predicted_peak(self, floor):
-        """The performance model's process peak for this rank (NaN if it cannot say)."""
-        from minipar.perf.estimate import process_peak_bytes
+        """The memory model's process peak for this rank (``train/fits.py``, with the
+        runtime floor this process measured before construction; NaN if it cannot say)."""
+        from minipar.train.fits import predicted_peak
         c = self.grid.coords
         try:
-            return float(process_peak_bytes(self.config, (c.dp, c.tp, c.pp), floor))
+            return float(predicted_peak(self.config, runtime=floor, coords=(c.dp, c.tp, c.pp)).total)
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             return math.nan
 

@@ -3,7 +3,10 @@
 - parameters are broadcast from rank 0 (ranks are seeded differently on purpose);
 - small buckets make several buckets, and with overlap the first all-reduce is
   started while backward is still producing gradients;
-- ZeRO's per-rank memory equals the paper's formulas up to padding.
+- ZeRO's per-rank memory equals the paper's formulas up to padding;
+- ZeRO-2/3 keep no full gradient buffer once a reduce-scatter is done (its result is a
+  shard that owns its memory), and ZeRO-3 gathers every unit into, and accumulates its
+  gradients in, its buffers made once (``Zero3Sync.gathered`` / ``staging``).
 """
 import json
 import sys
@@ -57,6 +60,32 @@ for stage in (0, 1, 2, 3):
     if stage:   # Ψ counted with each bucket's padding to a multiple of N
         report[f"psi_padded{stage}"] = sum(b.padded for b in sync.buckets)
 report["psi"] = psi
+
+# 4. what outlives a reduce-scatter, and where ZeRO-3's full-size arrays live
+for stage in (2, 3):
+    m = GPT(cfg, seed=0)
+    sync = Zero3Sync(m, comm) if stage == 3 else ZeroSync(m, comm, stage=2, bucket_bytes=4096)
+    model = sync.wrap(m) if stage == 3 else m
+    in_buffers = []
+    if stage == 3:
+        release = sync.release_unit
+
+        def checked_release(i, release=release, sync=sync):
+            b = sync.buckets[i]
+            grads = [p.grad for p in b.params if p.grad is not None]
+            in_buffers.append(b.full is not None and b.full.base is sync.gathered.arrays[i % 2]
+                              and len(grads) > 0
+                              and all(g.base is sync.staging.arrays[i % 2] for g in grads))
+            release(i)
+        sync.release_unit = checked_release
+    model(ids, ids)[1].backward()
+    results = [h.wait() for b in sync.buckets for h in b.pending]
+    report[f"shards_own_memory{stage}"] = len(results) > 0 and all(
+        r.base is None and r.size == b.shard_size for b in sync.buckets for r in
+        (h.wait() for h in b.pending))
+    if stage == 3:                 # the blocks and the head (the embeddings: in finish)
+        report["zero3_units_in_buffers"] = len(in_buffers) == len(sync.buckets) - 1 and all(in_buffers)
+    sync.finish()
 if comm.rank == 0:
     print("REPORT " + json.dumps(report))
 sys.stdout.flush()

@@ -118,19 +118,28 @@ class ZeroSync:
             self._reduce_scatter(bucket, asynchronous=True)
 
     def _reduce_scatter(self, bucket, asynchronous):
-        flat = bucket.pack_grads()
+        """Reduce-scatter the bucket's gradients.  The packed flat buffer is the
+        collective's scratch (``inplace``) and my shard lands in an array of its own
+        (``out``): nothing keeps the full buffer once the collective is done — were the
+        result a view of it, every bucket's full gradients would live until ``finish``."""
+        flat = self._grad_buffer(bucket)
         for p in bucket.params:       # the full gradients are not kept (stage 2's saving)
             p.grad = None
         flat *= 1.0 / self.comm.size
         bucket.ready = 0
+        shard = xp.empty(bucket.shard_size, dtype=flat.dtype)
         if asynchronous:
-            bucket.pending.append(reduce_scatter_async(self.comm, flat))
+            bucket.pending.append(reduce_scatter_async(self.comm, flat, out=shard, inplace=True))
         else:
-            self._add_to_shard(bucket, reduce_scatter(self.comm, flat))
+            self._add_to_shard(bucket, reduce_scatter(self.comm, flat, out=shard, inplace=True))
+
+    def _grad_buffer(self, bucket):
+        """A flat buffer of the bucket's gradients that the reduce-scatter may overwrite."""
+        return bucket.pack_grads()
 
     def _add_to_shard(self, bucket, shard):
         if bucket.grad_shard is None:
-            bucket.grad_shard = shard.copy()
+            bucket.grad_shard = shard          # a fresh array (``_reduce_scatter``'s out)
         else:
             bucket.grad_shard += shard
 
