@@ -4,6 +4,7 @@ messages, a deadlock, and every all-reduce algorithm checked, counted and timed.
     mpiexec -n 4 python lessons/04_collectives.py hello
     mpiexec -n 2 python lessons/04_collectives.py deadlock [--hang-timeout 2]
     mpiexec -n 3 python lessons/04_collectives.py exercise --file MINE.py --name ring_shift
+        (or --name ring_reduce_scatter, recursive_doubling)
     mpiexec -n 4 python lessons/04_collectives.py algorithms [--sizes 4K,64K] [--ranks-per-node 2]
     mpiexec -n 2 python lessons/04_collectives.py model [--sizes 1K,...,4M] [--json FILE]
 
@@ -26,6 +27,7 @@ in turns, and writes the measured medians beside the model's predictions.
 import argparse
 import dataclasses
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -136,7 +138,100 @@ def check_ring_reduce_scatter(comm, fn):
                   f"{total / p:.0f} = (p-1)/p·S = {(p - 1) / p * 4 * n:.0f} (up to uneven chunks)")
 
 
-EXERCISES = {"ring_shift": check_ring_shift, "ring_reduce_scatter": check_ring_reduce_scatter}
+def doubling_sends(p, r, S):
+    """[(step, partner, bytes)]: the messages rank r sends in recursive doubling over p ranks.
+
+    The first 2·rem ranks (rem = p - p') pair up; the even one sends its buffer to the odd one
+    (fold-in) and gets the sum back at the end (fold-out).  The others, renumbered 0..p'-1 in
+    rank order, swap buffers in round k with the new rank XOR 2^k."""
+    p2 = pow2_floor(p)
+    rem = p - p2
+    if r < 2 * rem and r % 2 == 0:
+        return [("the fold-in", r + 1, S)]
+    new = r // 2 if r < 2 * rem else r - rem
+    sends = []
+    for k in range(p2.bit_length() - 1):
+        other = new ^ (1 << k)
+        real = 2 * other + 1 if other < rem else other + rem
+        sends.append((f"round {k} (new rank {new} XOR {1 << k} = new rank {other})", real, S))
+    return sends + ([("the fold-out", r - 1, S)] if r < 2 * rem else [])
+
+
+class _CheckedComm:
+    """The communicator, as the learner's function sees it: every call passes through, and
+    each message sent is compared, as it leaves, with the next one the algorithm sends."""
+
+    def __init__(self, comm, expected, where):
+        self._comm, self.expected, self.where, self.sent = comm, expected, where, 0
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def _check(self, dest, nbytes):
+        if self.sent == len(self.expected):
+            step = self.expected[-1][0] if self.expected else "the start"
+            raise AssertionError(f"{self.where}: after {step}, sent {nbytes} more bytes to rank "
+                                 f"{dest}; that step was this rank's last message")
+        step, partner, want = self.expected[self.sent]
+        assert (dest, nbytes) == (partner, want), \
+            f"{self.where}: {step}: sent {nbytes} bytes to rank {dest}; expected {want} bytes to rank {partner}"
+        self.sent += 1
+
+    def send(self, buf, dest, tag=0):
+        self._check(dest, buf.nbytes)
+        return self._comm.send(buf, dest, tag)
+
+    def isend(self, buf, dest, tag=0):
+        self._check(dest, buf.nbytes)
+        return self._comm.isend(buf, dest, tag)
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
+        self._check(dest, sendbuf.nbytes)
+        return self._comm.sendrecv(sendbuf, dest, recvbuf, source, tag)
+
+
+def check_recursive_doubling(comm, fn):
+    """fn(comm, buf): in place, afterwards buf is the sum over ranks on every rank — each
+    message checked against the textbook schedule as it is sent, the result against NumPy,
+    the bytes against the textbook volume."""
+    p, r = comm.size, comm.rank
+    for n in (1001, 1, 0, 1 << 18):
+        data = [rank_data(k, n) for k in range(p)]
+        want, S = np.sum(data, axis=0), 4 * n
+        where = f"n = {n} float32 (S = {S} bytes), p = {p} (p' = {pow2_floor(p)})"
+        mine, ref = to_device(data[r].copy()), to_device(data[r].copy())
+        checked = _CheckedComm(comm, doubling_sends(p, r, S), where)
+        comm.reset_counters()
+        try:
+            fn(checked, mine)
+        except NotImplementedError as err:
+            hint = f" (your function raised NotImplementedError: {err})"
+        else:
+            hint = ""
+        sent = comm.bytes_sent
+        if checked.sent < len(checked.expected) and S > 0:
+            step, partner, nbytes = checked.expected[checked.sent]
+            raise AssertionError(f"{where}: {step}: sent nothing; expected {nbytes} bytes to rank "
+                                 f"{partner}{hint}")
+        got = to_host(mine)
+        if not np.array_equal(got, want):
+            held = [ks for m in range(1, p + 1) for ks in itertools.combinations(range(p), m)
+                    if np.array_equal(got, np.sum([data[k] for k in ks], axis=0))]
+            what = f"the sum of ranks {list(held[0])} only" if held else "not a sum of ranks' inputs"
+            raise AssertionError(f"{where}: the result is {what}, not the sum over all {p} ranks{hint}")
+        comm.reset_counters()
+        all_reduce(comm, ref, algorithm="recursive_doubling")
+        assert comm.bytes_sent == sent, f"{where}: you sent {sent} bytes, minipar {comm.bytes_sent}"
+        per_rank = comm.mpi.allgather(sent)
+        textbook = textbook_bytes("recursive_doubling", p, S, 1)
+        assert abs(sum(per_rank) / p - textbook) < 1e-6 * S + 1e-9, \
+            f"{where}: the ranks sent {per_rank} bytes, on average not the textbook {textbook:.0f}"
+        say(comm, f"n={n:>6}: the sum on all {p} ranks; bytes sent per rank {per_rank}, average "
+                  f"{sum(per_rank) / p:.0f} = (p'·log2 p'·S + 2(p-p')·S)/p = {textbook:.0f}")
+
+
+EXERCISES = {"ring_shift": check_ring_shift, "ring_reduce_scatter": check_ring_reduce_scatter,
+             "recursive_doubling": check_recursive_doubling}
 
 
 def exercise(args):
@@ -146,6 +241,7 @@ def exercise(args):
         EXERCISES[args.name](comm, fn)
     except (NotImplementedError, AssertionError) as err:
         print(f"rank {comm.rank}: {type(err).__name__}: {err}", flush=True)
+        time.sleep(0.2)    # a moment for mpiexec to forward that line before the abort
         comm.mpi.Abort(1)
 
 

@@ -1,4 +1,4 @@
-"""The multi-rank exercises (lessons 05, 06, 08, 15-20; ``lessons/yours.py``): a blank
+"""The multi-rank exercises (lessons 04, 05, 06, 08, 15-20; ``lessons/yours.py``): a blank
 exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
 that says what is wrong — which rank, step, bucket, layer, block or byte count — not
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
@@ -81,3 +81,21 @@ def test_the_blank_reshard_read_names_the_tensor_and_box(tmp_path):
     assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
     assert re.search(r"rank \d: \S+: the box at offsets \(.*\), lengths \(.*\) read from \d+ saved "
                      r"pieces differs from the library's read", text), text[-3000:]
+
+
+def test_the_blank_recursive_doubling_names_the_step_partner_and_bytes(tmp_path):
+    """Lesson 04 writes its exercises with save_exercise (not %%writefile): the blank cell,
+    with the imports save_exercise adds, run by the lesson's own runner on 3 ranks."""
+    nb = nbformat.read(os.path.join(LESSONS, "04_collectives.ipynb"), as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("exercise") == "recursive_doubling"]
+    path = tmp_path / "recursive_doubling.py"
+    path.write_text("import numpy as np\nfrom minipar.backend import xp\n\n" + cell.source)
+    args = [os.path.join("lessons", "04_collectives.py"), "exercise", "--file", path,
+            "--name", "recursive_doubling"]
+    out = run_mpi(3, args, timeout=120, check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert re.search(r"rank \d: AssertionError: n = 1001 float32 \(S = 4004 bytes\), p = 3 \(p' = 2\): "
+                     r"(the fold-in|round 0 \(new rank \d XOR 1 = new rank \d\)): sent nothing; "
+                     r"expected 4004 bytes to rank \d \(your function raised NotImplementedError: hint", text), \
+        text[-3000:]

@@ -24,6 +24,31 @@ def ring_reduce_scatter(comm, buf):
         comm.sendrecv(buf[b[out]:b[out + 1]], right, scratch, left)
         buf[b[into]:b[into + 1]] += scratch
 ''',
+    "recursive_doubling": r'''
+def recursive_doubling(comm, buf):
+    """In place: every rank ends with buf summed over all ranks, for any number of ranks."""
+    p, r = comm.size, comm.rank
+    p2 = 1 << (p.bit_length() - 1)           # p' = the largest power of two <= p
+    extra = p - p2                           # e: ranks 0 .. 2e-1 fold in pairs
+    if r < 2 * extra and r % 2 == 0:         # an extra rank: hand its buffer over, wait for the sum
+        comm.send(buf, r + 1)
+        comm.recv(buf, r + 1)
+        return
+    scratch = xp.empty_like(buf)
+    if r < 2 * extra:                        # the extra's partner adds it in
+        comm.recv(scratch, r - 1)
+        buf += scratch
+    new = r // 2 if r < 2 * extra else r - extra
+    distance = 1
+    while distance < p2:
+        other = new ^ distance
+        partner = 2 * other + 1 if other < extra else other + extra
+        comm.sendrecv(buf, partner, scratch, partner)
+        buf += scratch
+        distance *= 2
+    if r < 2 * extra:
+        comm.send(buf, r - 1)
+''',
     "ring_time": r'''
 def ring_time(p, S, alpha, beta, gamma):
     """Seconds of a ring all-reduce of S bytes over p ranks, by the alpha-beta-gamma model."""

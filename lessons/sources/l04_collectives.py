@@ -18,7 +18,8 @@ the α-β-γ cost model.
 
 Plan: (1) what `mpiexec` starts — ranks, send and receive, and a **deadlock** (and how to avoid it:
 **you write** a deadlock-free ring shift); (2) the ring all-reduce — **you write** its
-reduce-scatter; (3) tree, recursive doubling, Rabenseifner, hierarchical, checked and counted;
+reduce-scatter; (3) tree, recursive doubling, Rabenseifner, hierarchical, checked and counted — **you write**
+recursive doubling for any number of ranks;
 (4) the cost model — **you write** the ring's formula, then we calibrate the constants and see how
 far the predictions are from the measurements, and why.
 
@@ -208,6 +209,49 @@ assert all(r["correct"] for r in rows), "an algorithm disagrees with NumPy"
 for r in rows:
     assert abs(r["bytes_per_rank"] - r["textbook"]) <= 16, r   # exact up to uneven chunks
 print("every algorithm matches NumPy on every rank and moves exactly the textbook bytes")
+''', r'''%md
+**Exercise.** Write `recursive_doubling(comm, buf)`: an all-reduce (sum) in place on the 1-D
+array `buf`, for **any** number of ranks $p$, in three phases. Let $p'$ be the largest power of two
+$\le p$ and $e = p - p'$ the number of extra ranks.
+
+1. **Fold-in.** The first $2e$ ranks pair up, $(0, 1), (2, 3), \dots$: the even rank of a pair
+   sends its whole buffer to the odd one, which adds it to its own, and sits out the rounds.
+2. **Rounds.** The $p'$ ranks left are renumbered $0, \dots, p'-1$ in rank order (an odd rank $r$
+   of a pair becomes $r/2$ rounded down, a rank $r \ge 2e$ becomes $r - e$). In round
+   $k = 0, 1, \dots, \log_2 p' - 1$, new rank $i$ swaps its whole buffer with new rank
+   $i \oplus 2^k$ (`^` in Python) — translated back to the communicator's rank — and adds what it
+   received. After round $k$ every rank holds the sum over a group of $2^{k+1}$ new ranks.
+3. **Fold-out.** The odd rank of each pair sends the result back to its even partner.
+
+Each rank sends $S\log_2 p'$ bytes, the odd ranks of pairs $S$ more and the extras only $S$: on
+average $(p'\log_2 p'\,S + 2(p - p')S)/p$, the `recursive dbl.` row of the table above. Use
+`comm.send`, `comm.recv` and `comm.sendrecv`, receiving into a scratch array (`np`, `xp` are
+imported). The check runs on **3** ranks (one pair folds) and on **4** (no fold) at four sizes — 1001
+elements, 1, 0 and $2^{18}$ (1 MiB, above the eager limit) — and compares every message as it
+leaves (its partner and byte count) with the schedule above, the result with NumPy's sum on every
+rank, and the bytes each rank sent with minipar's `recursive_doubling_all_reduce` and the formula.
+''', r'''%exercise recursive_doubling
+def recursive_doubling(comm, buf):
+    """In place: every rank ends with buf summed over all ranks, for any number of ranks."""
+    raise NotImplementedError("hint: a rank's role follows from r, p and p' alone; the rounds talk "
+                              "in the new numbering, the messages go to communicator ranks; in a "
+                              "swap both partners send at once, and each must also receive")
+''', r'''
+for p in (3, 4):
+    proc = mpirun(p, ["04_collectives.py", "exercise", "--file", save_exercise(recursive_doubling),
+                      "--name", "recursive_doubling", "--backend", BACKEND])
+    print(proc.stdout)
+''', r'''%md
+At $p = 4$ no rank folds and every rank sends $2S$; at $p = 3$ rank 1 does the work of two (it sends
+$2S$, the others $S$ each): the fold makes the ranks' traffic unequal, and the pair's two extra
+messages come on top of the $\log_2 p'$ rounds. minipar's version computes the roles once per
+communicator and pipelines each swap in segments (`exchange_reduce`); it also always puts the lower
+rank's operand first, so that both partners of a swap compute bitwise the same sum:
+''', r'''
+from minipar.comm import doubling
+
+print(inspect.getsource(doubling._layout))
+print(inspect.getsource(doubling.recursive_doubling_all_reduce))
 ''', r'''%md
 ## 4. The α-β-γ cost model
 
