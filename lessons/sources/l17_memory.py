@@ -94,7 +94,8 @@ and here each rank draws one tensor at a time and keeps its part. *Steps minus c
 gradients, Adam's moments (made at the first step), activations and the step's temporaries.
 *Save* is the checkpoint: a rank that writes only what it owns pays little more than its step,
 while a checkpoint gathered onto one rank costs that rank the whole model again. The last column is
-the performance model's prediction (floor + this rank's state + activations + buffers), which `train`
+the memory model's prediction (`train/fits.py`: floor + corpus + this rank's state + activations +
+buffers + workspace — the one model the summary, `profile` and `plan` use), which `train`
 checks against the machine's memory before the first step, refusing in one line when it will not fit;
 the gap between it and the measured peak is what no formula names (NumPy's temporaries, the allocator's
 free lists) — on a GPU, where the caching allocator keeps freed blocks, that gap is fragmentation.

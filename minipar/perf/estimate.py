@@ -107,7 +107,6 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     kind = config.schedule or "1f1b"
     span, bubble, in_flight = pipeline_time(kind, pp, M, v, t_f, t_b, t_w, t_comm)
     # data-parallel synchronisation over this rank's gradients
-    coords = (0, 0, pp - 1)                        # the last stage: the head's weights
     gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
     bb = int((config.bucket_mb or 25.0) * 2 ** 20)
     buckets = [n * gbytes for n, _ in pmem.rank_buckets(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 
-import numpy as np
 
 from minipar.backend import to_device, to_host
 from minipar.autograd import ops
