@@ -7,7 +7,8 @@ RMSNorm (rows × d), the rotary embedding of q (heads()' transposed view of a (r
 projection, as the model hands it over) and SwiGLU's silu(gate)·up (rows × 8/3·d rounded up
 to 64: the benchmark model's shapes), each forward + backward through minipar's autograd
 ops, three ways in one run on the same inputs, calls interleaved round by round so that
-a load change on the machine touches all alike (each after ``SETTLE_S`` of idling):
+a load change on the machine touches all alike (`step_time.interleaved_medians`: each after
+``SETTLE_S`` of idling):
 
     fused   the numba kernels of minipar/kernels/fused_cpu_llama.py (what the step runs)
     arrays  the same ops' array code (the kernels unregistered for the call)
@@ -19,9 +20,7 @@ It prints the median milliseconds per call and the ratios arrays/fused and torch
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -33,6 +32,7 @@ from minipar.autograd import Tensor, ops, ops_math  # noqa: E402
 from minipar.nn import GPTConfig  # noqa: E402
 from minipar.nn.rope import rope_angles  # noqa: E402
 from minipar.kernels import fused_cpu  # noqa: E402
+from step_time import interleaved_medians  # noqa: E402  (benchmarks/, this script's folder)
 
 
 def cases(rows, d, heads, rng):
@@ -97,23 +97,6 @@ def torch_call(make, arrays):
     return run
 
 
-SETTLE_S = 0.02   # idle before each timed call: the previous call's pool threads (PyTorch's
-                  # OpenMP, minipar's spinning pool) spin a while and would take a core
-
-
-def medians(calls, repeats):
-    for call in calls.values():
-        call()                                # warm-up: compilation
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            time.sleep(SETTLE_S)
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2048, help="tokens (batch · 256)")
@@ -136,7 +119,7 @@ def main(argv=None):
             calls = {"fused": minipar_call(op, arrays, True), "arrays": minipar_call(op, arrays, False)}
             if (t := torch_call(torch_make, arrays)) is not None:
                 calls["torch"] = t
-            ms = {k: v * 1e3 for k, v in medians(calls, args.repeats).items()}
+            ms = {k: v * 1e3 for k, v in interleaved_medians(calls, args.repeats, warmup=1).items()}
             torch_ms = f"{ms['torch']:10.3f}" if "torch" in ms else f"{'-':>10}"
             torch_ratio = f"{ms['torch'] / ms['fused']:13.2f}" if "torch" in ms else f"{'-':>13}"
             print(f"{name:<9}{n:>8}{ms['fused']:10.3f}{ms['arrays']:11.3f}{torch_ms}"

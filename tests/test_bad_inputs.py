@@ -204,7 +204,7 @@ def _wait_for_lines(path, n, deadline):
 def test_a_stopped_rank_ends_the_job(tmp_path):
     log = tmp_path / "log.json"
     proc = _two_ranks(*TINY, "--steps", "100000", "--batch-size", "4", "--quiet",
-                      "--hang-timeout", "20", "--log-json", log)
+                      "--hang-timeout", "8", "--log-json", log)
     try:
         _wait_for_lines(log, 4, time.time() + 60)
         ranks = _ranks_of(log)
@@ -214,7 +214,7 @@ def test_a_stopped_rank_ends_the_job(tmp_path):
         t0 = time.time()
         _, err = proc.communicate(timeout=60)
         assert time.time() - t0 < 60 and proc.returncode != 0
-        assert "waited 20" in err and "ending the job (hang timeout 20 s)" in err, err
+        assert "waited 8" in err and "ending the job (hang timeout 8 s)" in err, err
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("numba")
 
 import minipar.nn  # noqa: E402,F401  (registers the kernels)
-from minipar import threads  # noqa: E402
 from minipar.autograd import Tensor, ops, ops_math  # noqa: E402
 from minipar.kernels import fused_cpu  # noqa: E402
 from tests.gradcheck import check_grad  # noqa: E402
-from tests.test_fused_cpu import TOLERANCE, always, randn, run  # noqa: E402,F401
+from tests.test_fused_cpu import (TOLERANCE, always, assert_same_bits_at_1_and_2_threads,  # noqa: E402,F401
+                                  randn, run)
 
 
 def assert_same(fn, arrays, dtype, exact=False):
@@ -89,16 +89,7 @@ def test_two_threads_give_the_same_bits(always, monkeypatch):
                 *fused_cpu.swiglu_backward(x, y, sigma, x), fused_cpu.rotary_forward(q, cos, sin),
                 fused_cpu.rotary_backward(q, cos, sin)]
 
-    before = threads.current_budget()
-    try:
-        threads.use_threads(1)
-        one = all_outputs()
-        threads.use_threads(2)
-        two = all_outputs()
-    finally:
-        threads.use_threads(before.threads)
-    for a, b in zip(one, two):
-        np.testing.assert_array_equal(a, b)
+    assert_same_bits_at_1_and_2_threads(all_outputs)
 
 
 def test_an_rmsnorm_rows_bits_do_not_depend_on_its_block():
