@@ -118,7 +118,7 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     out.add_argument("--keep", type=int, default=D.keep,
                      help=f"complete checkpoints kept in --save (default {D.keep}; 0: all)")
     out.add_argument("--save-async", action="store_true",
-                     help="write checkpoints in a background thread while training goes on")
+                     help="write checkpoints from a background thread while the next forward and backward run")
     out.add_argument("--resume", help="checkpoint directory to continue from")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     out.add_argument("--hang-timeout", type=float, default=300.0,
