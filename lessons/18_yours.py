@@ -18,7 +18,6 @@ once it knows every rank's count.  Checked on every rank:
 
 Without ``--tokenizer`` the ranks learn 200 merges from the corpus first.
 """
-import argparse
 import json
 import os
 import shutil
@@ -31,13 +30,13 @@ except ImportError:  # run from a checkout without installing: use the repositor
 
 import numpy as np
 
-from minipar.comm import Communicator, barrier
+from minipar.comm import barrier
 from minipar.data import stdlib_files
 from minipar.data.build import encode_split
 from minipar.data.shards import ShardError, map_tokens, read_header
 from minipar.data.tokens import Shards
 from minipar.tokenizer import Tokenizer, count_chunks, learn_merges
-from yours import check_on_every_rank, load
+from yours import main
 
 FILES, MAX_FILE_BYTES = 18, 12_000
 
@@ -153,8 +152,10 @@ def minipar_tokens(comm, paths, tok, out):
     return body(os.path.join(reference, "train_000000.bin"))
 
 
-def check(comm, my_tokenize, tokenizer_path, out):
+def check(comm, my_tokenize, tokenizer_path):
     p, r = comm.size, comm.rank
+    assert not tokenizer_path or os.path.isfile(tokenizer_path), f"--tokenizer {tokenizer_path}: no such file"
+    out = os.path.join(os.path.dirname(my_tokenize.__code__.co_filename), "shards")   # beside your file
     paths = corpus()
     owner, first = shares(paths, p)
     if tokenizer_path:
@@ -182,17 +183,6 @@ def check(comm, my_tokenize, tokenizer_path, out):
               f"{len(reference):,}-token sequence byte for byte", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--file", required=True, help="the learner's my_tokenize")
-    ap.add_argument("--tokenizer", help="a tokenizer.json (default: 200 merges learned here)")
-    args = ap.parse_args()
-    if args.tokenizer and not os.path.isfile(args.tokenizer):
-        raise SystemExit(f"18_yours.py: --tokenizer {args.tokenizer}: no such file")
-    comm = Communicator(hang_timeout=30)
-    out = os.path.join(os.path.dirname(os.path.abspath(args.file)), "shards")
-    check_on_every_rank(comm, check, load(args.file, "my_tokenize"), args.tokenizer, out)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "my_tokenize",
+         ("--tokenizer", "a tokenizer.json; default: 200 merges learned here (optional)"))

@@ -17,7 +17,6 @@ over the whole sequence, (B, H, n, d).  In float64 it checks, on every rank:
   (cp-1)·2·B·H_kv·n·d·8 bytes, not the G = H/H_kv times larger volume of repeated heads;
   and no ``np.repeat`` / ``np.tile`` made a copy of K or V.
 """
-import argparse
 import contextlib
 import os
 import sys
@@ -31,11 +30,10 @@ import numpy as np
 
 from minipar import backend
 from minipar.autograd import Tensor
-from minipar.comm import Communicator
 from minipar.nn.attention import AttentionCore
 from minipar.nn.rope import RotaryEmbedding, apply_rope, rope_angles
 from minipar.parallel.context.split import positions_of
-from yours import check_on_every_rank, load
+from yours import main
 
 B, H, H_KV, D, CHUNK, BASE = 1, 6, 2, 16, 4, 10000.0
 G = H // H_KV
@@ -150,14 +148,5 @@ def check(comm, my_cp_attention):
               f"rank received {volume} bytes of K/V, 1/{G} of what repeated heads would move", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--file", required=True, help="the learner's my_cp_attention")
-    args = parser.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(args.file)))      # its folder, for its own imports
-    comm = Communicator(hang_timeout=20)
-    check_on_every_rank(comm, check, load(args.file, "my_cp_attention"))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, check, "my_cp_attention")
