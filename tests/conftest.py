@@ -8,3 +8,15 @@ import pytest
 def tokenized_stdlib():
     from minipar.data.named import resolve_data
     resolve_data("stdlib", quiet=True)
+
+
+@pytest.fixture
+def fp64():
+    """Arrays minipar creates default to float64 while the test runs (gradient checks and
+    parity to 1e-12 need it); the previous default comes back after."""
+    import numpy as np
+    from minipar import backend
+    previous = backend.default_dtype()
+    backend.set_default_dtype(np.float64)
+    yield
+    backend.set_default_dtype(previous)

@@ -2,20 +2,12 @@
 import numpy as np
 import pytest
 
-from minipar import backend
 from minipar.autograd import Tensor
 from minipar.nn import GPT, GPTConfig, config_from_preset
 from minipar.optim import AdamW, SGD, clip_grad_norm, lr_at
 from tests.gradcheck import numeric_grad
 
 TINY = GPTConfig(vocab_size=11, seq_len=5, n_layer=2, d_model=8, n_head=2)
-
-
-@pytest.fixture
-def fp64():
-    backend.set_default_dtype(np.float64)
-    yield
-    backend.set_default_dtype(np.float32)
 
 
 @pytest.mark.parametrize("tie", [False, True])

@@ -4,21 +4,13 @@ to multi-head attention over repeated K/V; the config's refusals."""
 import numpy as np
 import pytest
 
-from minipar import backend
 from minipar.autograd import Tensor, ops
 from minipar.nn import config_from_preset, make_model
 from minipar.nn.attention import naive_attention
 from minipar.nn.rope import RotaryEmbedding, rope_angles
 from tests.gradcheck import check_grad
 
-
-@pytest.fixture(autouse=True)
-def fp64():
-    old = backend.default_dtype()
-    backend.set_default_dtype(np.float64)
-    yield
-    backend.set_default_dtype(old)
-
+pytestmark = pytest.mark.usefixtures("fp64")   # every test here in float64 (tests/conftest.py)
 
 RNG = np.random.default_rng(0)
 

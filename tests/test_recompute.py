@@ -14,14 +14,6 @@ from minipar.recompute import (apply_recompute, checkpoint, peak_activation_byte
 CFG = GPTConfig(n_layer=3, d_model=32, n_head=4, seq_len=48, dropout=0.1)
 
 
-@pytest.fixture
-def dtype64():
-    previous = backend.default_dtype()
-    backend.set_default_dtype(np.float64)
-    yield
-    backend.set_default_dtype(previous)
-
-
 def _run(mode, steps=2, precision=None):
     """Losses, gradients, peaks of a few optimizer steps (dropout on, so the RNG matters)."""
     data = Dataset(load_corpus(max_bytes=60_000), CFG.seq_len)
@@ -62,7 +54,7 @@ def _assert_identical(a, b):
     assert a[3] == b[3]                                       # the RNG continues alike
 
 
-def test_recompute_bit_identical_float64_and_lowers_peak(dtype64):
+def test_recompute_bit_identical_float64_and_lowers_peak(fp64):
     none = _run("none")
     full = _run("full")
     selective = _run("selective")
@@ -102,7 +94,7 @@ def test_apply_recompute_switches_and_restores():
         apply_recompute(model, "selective")
 
 
-def test_checkpoint_of_a_function_with_dropout(dtype64):
+def test_checkpoint_of_a_function_with_dropout(fp64):
     rng = np.random.default_rng(0)
     gen = np.random.default_rng(7)
     w = Tensor(rng.standard_normal((5, 5)), requires_grad=True)

@@ -7,21 +7,12 @@ padding in its vocabulary-parallel cross-entropy, even on a rank that holds only
 import numpy as np
 import pytest
 
-from minipar import backend
 from minipar.config import TrainConfig
 from minipar.nn import GPT, GPTConfig
 from minipar.optim import AdamW
 from tests.cli import train
 
 V = 100     # not a multiple of 64: padded to 128
-
-
-@pytest.fixture
-def fp64():
-    previous = backend.default_dtype()
-    backend.set_default_dtype(np.float64)
-    yield
-    backend.set_default_dtype(previous)
 
 
 def _train_plain(pad, tie, steps=4):
