@@ -153,8 +153,8 @@ def test_a_rows_bits_do_not_depend_on_its_block(dtype):
     calls = {   # name: (arguments, the output arrays it writes)
         "layernorm_forward": lambda o: (x, w, b, k(1 / d), k(1e-5), o[0], o[1], o[2]),
         "layernorm_backward": lambda o: (g, x, p[:, :1], w, k(1 / d), o[0]),
-        "softmax_normalise": lambda o: (o[0],),
-        "softmax_backward": lambda o: (p, g, o[0], k(0.3)),
+        "softmax_normalise": lambda o: (o[0], k(1e-30)),
+        "softmax_backward": lambda o: (p, g, o[0], k(0.3), k(1e-30)),
     }
     for name, args in calls.items():
         outs = {}
@@ -169,6 +169,33 @@ def test_a_rows_bits_do_not_depend_on_its_block(dtype):
             outs[split] = o if name == "layernorm_forward" else o[:1]
         for whole, alone in zip(outs[False], outs[True]):
             np.testing.assert_array_equal(whole, alone, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_attention_softmax_makes_no_subnormal_numbers(dtype):
+    """Scores 100 apart in float32 (720 in float64) give probabilities e^-100 ≈ 4e-44:
+    subnormal, which would slow every matmul that meets them.  The kernel makes them 0,
+    and its dS too; everything else is the array softmax's."""
+    from minipar.kernels import fused_cpu
+    rng = np.random.default_rng(5)
+    gap = 100.0 if dtype == "float32" else 720.0
+    s = rng.standard_normal((2, 3, 8, 8)).astype(dtype)
+    s[..., ::3] -= gap                                      # every third key far below
+    p = fused_cpu.attention_softmax_forward(s, 1.0, causal=False)
+    z = np.exp(s.astype(np.float64) - s.max(-1, keepdims=True))
+    want = z / z.sum(-1, keepdims=True)
+    tiny = np.finfo(dtype).tiny
+    assert want[..., ::3].max() < tiny and (want[..., ::3] > 0).all()   # the case is real
+    assert (p[..., ::3] == 0).all()
+    np.testing.assert_allclose(p, want, rtol=1e-6 if dtype == "float32" else 1e-13,
+                               atol=float(fused_cpu.flush_below(dtype)))
+    g = rng.standard_normal(s.shape).astype(dtype)
+    ds = fused_cpu.attention_softmax_backward(p, g, 0.5)
+    a = np.abs(ds)
+    assert not ((a > 0) & (a < tiny)).any()
+    want_ds = 0.5 * p * (g - (g * p).sum(-1, keepdims=True))
+    np.testing.assert_allclose(ds, want_ds, rtol=1e-5 if dtype == "float32" else 1e-12,
+                               atol=float(fused_cpu.flush_below(dtype)))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
