@@ -55,17 +55,19 @@ def test_a_chain_of_reshards_gives_the_single_process_losses(tmp_path):
 
 
 def _checkpoint_bytes(directory, step=None):
-    """{relative path: bytes} of the latest checkpoint (or of ``step``'s), its index
-    without the run's own config (which names the --save-async flag and the log's path)."""
+    """{tensor key: bytes of every piece} of the latest checkpoint (or of ``step``'s), and
+    its metadata without the run's own config (which names the --save-async flag and the
+    log's path).  Where a piece sits in its file is left out: O_DIRECT places each piece
+    by its array's address (``checkpoint/rankfile.py``), which differs between runs."""
     path = checkpoint.latest(directory) if step is None else os.path.join(directory, step)
-    out = {}
-    for name in sorted(os.listdir(path)):
-        data = open(os.path.join(path, name), "rb").read()
-        if name == "index.json":
-            index = json.loads(data)
-            del index["meta"]["config"]
-            data = json.dumps(index, sort_keys=True).encode()
-        out[name] = data
+    ckpt = checkpoint.open_checkpoint(path)
+    meta = dict(ckpt.meta)
+    del meta["config"]
+    out = {"meta": json.dumps(meta, sort_keys=True)}
+    for key, t in ckpt.index["tensors"].items():
+        dtype = np.dtype(t["dtype"])
+        out[key] = [(p["file"], p["box"], ckpt.piece_values(p, dtype).tobytes())
+                    for p in t["pieces"]]
     return out
 
 

@@ -31,9 +31,9 @@ import numpy as np
 from minipar.checkpoint import layout
 from minipar.checkpoint.layout import FORMAT, latest, resolve
 from minipar.checkpoint.read import Checkpoint, load_full, open_checkpoint
-from minipar.checkpoint.write import CheckpointWriteError, PendingSave, save
+from minipar.checkpoint.write import CheckpointWriteError, PendingSave, plan_pieces, save
 
-__all__ = ["FORMAT", "Checkpoint", "open_checkpoint", "load_full", "PendingSave", "save", "latest",
+__all__ = ["FORMAT", "Checkpoint", "open_checkpoint", "load_full", "PendingSave", "plan_pieces", "save", "latest",
            "resolve", "CheckpointWriteError", "probe_directory", "check_compatible",
            "check_loadable", "exists"]
 

@@ -2,8 +2,8 @@
 
     DIR/latest                      "step-0000012": the newest committed checkpoint
     DIR/step-0000012/index.json     what every tensor is and where its pieces are
-    DIR/step-0000012/rank-00003.bin the bytes rank 3 owned, each piece at a 64-byte
-                                    aligned offset (raw, C order: np.memmap-able)
+    DIR/step-0000012/rank-00003.bin the bytes rank 3 owned, each piece at the offset
+                                    the index gives (raw, C order: np.memmap-able)
     DIR/step-0000016.tmp-<id>/      a save in progress (or crashed): never read
 
 A save writes into the ``.tmp-`` directory, and only after every rank reported success
@@ -23,7 +23,7 @@ import shutil
 FORMAT = "minipar-checkpoint-2"
 INDEX = "index.json"
 LATEST = "latest"
-ALIGN = 64                          # byte alignment of every piece in a rank's file
+ALIGN = 64                          # piece alignment in a streamed file (consolidate)
 LEGACY_FILE = "checkpoint.npz"      # format minipar-checkpoint-1: one file of full arrays
 _STEP = re.compile(r"^step-(\d{7,})(?:\.(\d+))?$")   # step-0000012, or step-0000012.1
 

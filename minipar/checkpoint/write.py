@@ -4,8 +4,8 @@
                                          (and removes crashed saves' temporaries); every
                                          rank learns its name (one bcast)
     .write(pieces)                       local, no messages (so it may run in a thread):
-                                         this rank's pieces into rank-RRRRR.bin at
-                                         64-byte aligned offsets, fsynced; records
+                                         this rank's pieces into rank-RRRRR.bin
+                                         (O_DIRECT: ``rankfile.py``), fsynced; records
                                          (kind, name, shape, dtype, box, offset) only
     .commit()                            collective: gather the records and errors (the
                                          metadata, never an array) to rank 0; if every
@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 
 import numpy as np
 
 from minipar.checkpoint import layout
+from minipar.checkpoint.rankfile import plan_pieces, write_all, write_planned
 from minipar.faults import save_fault
 
 
@@ -40,57 +42,29 @@ def _pad(offset):
 
 
 def write_pieces(path, pieces, fault=lambda where: None, written=None):
-    """Write ``pieces`` — (kind, name, global shape, global box, host array) — one after
-    another into ``path``, each at an aligned offset (zeros between); fsync.  A
-    generator is written as it comes (``consolidate``: one tensor in memory at a time).
-    ``written()`` is called once every byte is in the operating system's hands, before
-    the fsync: from then on the arrays may change.  Returns the records of the index for
-    them: {kind, name, shape, dtype, box: [offsets, lengths], offset}.
-
-    A list is written in as few system calls as it takes (``_write_all``: one
-    ``os.writev`` per IOV_MAX buffers), not a seek and a write per piece: each call
-    releases the GIL once, and a thread writing beside training must win the GIL back
-    from the training thread (up to a switch interval, 5 ms) after every call — per
-    piece, that cost the gpt2 preset's 447 pieces seconds."""
-    stream = not hasattr(pieces, "__len__")
-    half = 1 if stream else len(pieces) // 2     # a stream: after one
-    records, offset, batch = [], 0, []
+    """A list: ``write_planned(plan_pieces(pieces))`` (``rankfile.py``: O_DIRECT).  A
+    generator (``consolidate``) is written as it comes, through the page cache, one
+    tensor in memory at a time, each at a 64-byte aligned offset.  Returns the records."""
+    if hasattr(pieces, "__len__"):
+        return write_planned(path, plan_pieces(pieces), fault, written)
+    records, offset = [], 0
     with open(path, "wb", buffering=0) as f:
         for i, (kind, name, shape, box, values) in enumerate(pieces):
-            if i == half:
-                batch = _write_all(f.fileno(), batch)
-                fault("file")                       # tests: die half way through
             values = np.ascontiguousarray(values).reshape(-1)
             start = _pad(offset)
-            batch += [bytes(start - offset), memoryview(values).cast("B")]
+            write_all(f.fileno(), [bytes(start - offset), values])
             records.append({"kind": kind, "name": name, "shape": list(shape),
                             "dtype": values.dtype.str, "box": [list(box[0]), list(box[1])],
                             "offset": start})
             offset = start + values.nbytes
-            if stream:
-                batch = _write_all(f.fileno(), batch)
-        _write_all(f.fileno(), batch)
+            if i == 0:
+                fault("file")
         if not records:
-            fault("file")                           # a rank with nothing to write (a replica)
+            fault("file")
         if written is not None:
             written()
         os.fsync(f.fileno())
     return records
-
-
-def _write_all(fd, buffers):
-    """Write ``buffers`` one after another at ``fd``'s position, IOV_MAX at a time; a
-    short write goes on where it stopped.  Returns [] (the next batch)."""
-    views = [memoryview(b).cast("B") for b in buffers if len(b)]
-    limit = getattr(os, "IOV_MAX", 1024)   # POSIX; Linux: 1024
-    while views:
-        n = os.writev(fd, views[:limit])
-        while views and n >= views[0].nbytes:
-            n -= views[0].nbytes
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-    return []
 
 
 def build_index(meta, reports):
@@ -114,9 +88,11 @@ class PendingSave:
     """One checkpoint being written (see the module docstring).  ``comm``: an mpi4py
     communicator over every rank that writes (None: one process)."""
 
-    def __init__(self, comm, directory, step, meta, keep=0):
+    def __init__(self, comm, directory, step, meta, keep=0, prune_in_background=False):
         self.comm, self.directory, self.step = comm, str(directory), int(step)
         self.meta, self.keep = dict(meta, step=self.step), keep
+        self.pruning = None     # rank 0's thread removing old checkpoints (async saves)
+        self.prune_in_background = prune_in_background
         self.rank = comm.Get_rank() if comm is not None else 0
         self.records, self.error, self.nbytes, self.seconds = [], None, 0, 0.0
         name = None
@@ -138,15 +114,23 @@ class PendingSave:
         save_fault(where, self.rank, self.step)
 
     def write(self, pieces, written=None):
-        """This rank's file (no messages; safe in a background thread).  ``written()``:
-        called once the pieces' bytes are written (before the fsync), or on failure."""
+        """This rank's file (no messages; safe in a background thread).  ``pieces``: a
+        list, a generator, or a plan (``plan_pieces``, made before the thread starts).
+        ``written()``: called once the bytes are written (before the fsync), or on
+        failure."""
         t0 = time.perf_counter()
         file = layout.rank_file(self.rank)
         try:
-            self.records = write_pieces(os.path.join(self.tmp, file), pieces, self._fault, written)
+            path = os.path.join(self.tmp, file)
+            if isinstance(pieces, tuple):       # a plan
+                self.records = write_planned(path, pieces, self._fault, written)
+            else:
+                self.records = write_pieces(path, pieces, self._fault, written)
             self.nbytes = os.path.getsize(os.path.join(self.tmp, file))
         except OSError as err:
             self.error = f"rank {self.rank}: {err.strerror or err}"
+        except Exception as err:           # in a thread nobody else would see it
+            self.error = f"rank {self.rank}: {type(err).__name__}: {err}"
         finally:
             if written is not None:
                 written()
@@ -179,7 +163,12 @@ class PendingSave:
                 layout.fsync_directory(self.directory)
                 self._fault("latest")
                 layout.write_atomic(os.path.join(self.directory, layout.LATEST), name + "\n")
-                layout.prune(self.directory, self.keep)
+                if self.prune_in_background:    # removing a GiB: 0.25 s the steps need not wait
+                    self.pruning = threading.Thread(target=layout.prune, daemon=True,
+                                                    args=(self.directory, self.keep))
+                    self.pruning.start()
+                else:
+                    layout.prune(self.directory, self.keep)
                 return None
             except OSError as err:
                 errors = [f"{err.strerror or err}"]

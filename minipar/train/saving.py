@@ -8,7 +8,10 @@ the index's metadata.
 
 With ``--save-async`` a background thread writes the pieces straight from the live state
 while the next step's forward and backward run (they read the weights, they change
-none of the saved state); the optimizer step waits until every byte is handed to the
+none of the saved state).  The file's layout is planned before the thread starts, so
+the thread makes only system calls (a few ``writev``, one ``fsync``) that release the
+GIL: per-piece Python in the thread waited on the GIL and took 3.7 s instead of 1.1.
+The optimizer step waits until every byte is handed to the
 operating system (``before_update``), nothing else does; the fsync and the commit come
 later: at each step boundary the ranks agree (one small all-reduce) whether every file
 is written; then they commit.  No copy of the state is made (on CuPy ``to_host`` makes
@@ -84,6 +87,7 @@ class Saver:
         self.comm = run.grid.world.mpi
         self.pending, self.thread = None, None
         self.written = None     # set by the writer thread once the state is in the file
+        self.pruning = None     # rank 0: the thread removing checkpoints beyond --keep
 
     def save(self, step):
         """Collective.  Its memory peak is the run's "save" phase."""
@@ -92,7 +96,8 @@ class Saver:
         with self.run.process_memory.phase("save"):
             try:
                 pending = checkpoint.PendingSave(self.comm, c.save, step,
-                                                 checkpoint_meta(self.run, step), c.keep)
+                                                 checkpoint_meta(self.run, step), c.keep,
+                                                 prune_in_background=c.save_async)
             except checkpoint.CheckpointWriteError as err:
                 raise TrainingStopped(f"step {step}: {err}") from None
             if not c.save_async:
@@ -102,8 +107,9 @@ class Saver:
             self.pending, self.written = pending, threading.Event()
             pieces = [_copy(p) if p[0] == "hook" else p     # backward changes these: now
                       for p in local_pieces(self.run)]
+            plan = checkpoint.plan_pieces(pieces)   # here: the thread only makes syscalls
             self.thread = threading.Thread(target=pending.write, daemon=True,
-                                           args=(pieces, self.written.set),
+                                           args=(plan, self.written.set),
                                            name=f"checkpoint-{step}")
             self.thread.start()
 
@@ -127,14 +133,20 @@ class Saver:
             self._commit()
 
     def wait(self):
-        """Finish the background save, if any (collective)."""
+        """Finish the background save, if any (collective), and its removal of the
+        checkpoints beyond ``--keep``."""
         if self.pending is not None:
             self.thread.join()
             self._commit()
+        if self.pruning is not None:
+            self.pruning.join()
+            self.pruning = None
 
     def _commit(self):
         pending, self.pending, self.thread = self.pending, None, None
-        self._report(pending.commit(), pending.step)
+        failure = pending.commit()
+        self.pruning = pending.pruning
+        self._report(failure, pending.step)
 
     @staticmethod
     def _report(failure, step):
