@@ -1,12 +1,12 @@
 """Ranks that share a host's cores: a step cannot be shorter than their work over the cores.
 
-``estimate.predict`` follows one rank's critical path with its compute at the speed of a
-core of its own (a measured profile times each op on short, unpreempted runs).  That is
-right while every rank has a core.  Where R ranks share C < R cores — a CPU machine
-running more ranks than cores, or the simulated cluster (``minipar/cluster``: network
-namespaces of one machine, every node's ranks on the same cores) — the cores must also
-run every other rank's work, and a rank's idle time (a pipeline bubble, a wait on the
-wire) is not lost: another rank computes on its core.  So
+``estimate.predict`` follows one rank's critical path at the profile's compute rates, as
+if the rank ran whenever its work is ready.  That holds while every rank has a core.
+Where R ranks share C < R cores — a CPU machine running more ranks than cores, or the
+simulated cluster (``minipar/cluster``: network namespaces of one machine, every node's
+ranks on the same cores) — the cores must also run every other rank's work, and a rank's
+idle time (a pipeline bubble, a wait on the wire) is not lost: another rank computes on
+its core.  So
 
     step >= Σ_{r on the host} busy_r / C                       (the shared-core bound)
     busy_r = compute_r + optimizer + step overhead + copied_r / B
@@ -23,6 +23,13 @@ profile's ``nodes_per_host`` (nodes whose ranks share one host's ``cores_per_nod
 cores; 1 on a real cluster), at most the world size.  Where C >= R the bound is at most
 the busiest rank's own work, never above its critical path: nothing changes on a machine
 with a core per rank, nor on a GPU (a spec profile: its ranks have their own devices).
+
+The rates: on such a host ``calibrate`` times the compute on every rank at once, so an op
+shorter than a time slice costs what a rank gets from a core it shares (its caches and
+switches shared too); longer ones (a GEMM of ~1 GFLOP on the 2-core machine) come out
+sliced, up to R/C times slower, which this bound then counts twice.  Timing the compute on
+one rank alone instead put the bound 20-38% below the simulated cluster's measured steps
+(one trial, the machine shared): sharing a core costs more than splitting its time.
 
 Every rank is counted with the mean stage's work (the pipeline's stages differ by the
 embeddings and the head only); its bytes, per micro-batch of b·s·h activations A:
@@ -80,8 +87,13 @@ def host_id():
         return os.uname().nodename
 
 
+def ranks_on_host(mpi_comm):
+    """Ranks of ``mpi_comm`` (an mpi4py communicator; every rank calls) on this host."""
+    return mpi_comm.allgather(host_id()).count(host_id())
+
+
 def nodes_per_host(comm, ranks_per_node):
     """Nodes of ``ranks_per_node`` ranks whose ranks share this host's cores: 1 on a real
     cluster, every node on the simulated one (``cluster/netns.py``: one machine)."""
-    hosts = comm.mpi.allgather(host_id())
-    return max(hosts.count(host_id()) // max(ranks_per_node, 1), 1)
+    return max(ranks_on_host(comm.mpi) // max(ranks_per_node, 1), 1)
+
