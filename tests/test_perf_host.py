@@ -33,18 +33,20 @@ def test_a_pipeline_on_shared_cores_takes_at_least_all_its_work_over_the_cores()
 
 
 def test_a_core_per_rank_changes_nothing():
-    """With 16 cores (or nodes with cores of their own, or no core count at all) every
-    layout's step is its critical path, the prediction of the model without the bound."""
+    """With a core per rank (16 cores, or as many as the 4 ranks, or nodes with cores of
+    their own) every layout's step is its critical path: the prediction of the model
+    without the bound (no core count at all)."""
     layouts = [dict(dp=4), dict(dp=2, tp=2), dict(dp=2, pp=2, schedule="1f1b", microbatches=4),
                dict(tp=4, zero=0)]
     for kw in layouts:
         c = config(**kw).resolve(4)
         plain = predict(c, dataclasses.replace(SHARED, cores_per_node=0), ranks_per_node=2)
         for prof in (dataclasses.replace(SHARED, cores_per_node=16),
-                     dataclasses.replace(SHARED, nodes_per_host=1, cores_per_node=4)):
+                     dataclasses.replace(SHARED, cores_per_node=4),
+                     dataclasses.replace(SHARED, nodes_per_host=1)):
             p = predict(c, prof, ranks_per_node=2)
-            assert p.breakdown["shared_cores_s"] <= p.breakdown["critical_path_s"], kw
-            assert p.step_s == plain.step_s, kw
+            assert p.breakdown["shared_cores_s"] == 0.0, kw
+            assert p.step_s == plain.step_s == p.breakdown["critical_path_s"], kw
 
 
 def test_nodes_on_one_kernel_share_its_cores():

@@ -128,10 +128,9 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     opt = prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
     overhead = prof.efficiency.get("step_overhead_s", 0.0)
     path = span + exposed_dp + opt + overhead
-    copied = host.copied_bytes(config, per_rank_layers, act_bytes,
-                               sum(units) if config.zero == 3 else sum(buckets))
-    shared = host.shared_core_bound(prof, rpn, config.world_size, M * work + opt + overhead,
-                                    copied)
+    sent = host.sent_bytes(config, per_rank_layers, act_bytes,
+                           sum(units) if config.zero == 3 else sum(buckets))
+    shared = host.shared_core_bound(prof, rpn, config.world_size, M * work + opt + overhead, sent)
     step = max(path, shared)
     tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
     tokens = config.batch_size * cfg.seq_len

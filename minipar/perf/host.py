@@ -9,20 +9,21 @@ idle time (a pipeline bubble, a wait on the wire) is not lost: another rank comp
 its core.  So
 
     step >= Σ_{r on the host} busy_r / C                       (the shared-core bound)
-    busy_r = compute_r + optimizer + step overhead + copied_r / B
+    busy_r = compute_r + optimizer + step overhead + sent_r / B
 
     compute_r   rank r's forwards and backwards of its micro-batches (its stage's layers,
                 the first stage's embeddings, the last stage's head), collectives excluded
-    copied_r    bytes rank r's collectives and pipeline sends move out of it and into it:
-                on a CPU the ranks move bytes themselves, a core's copy at B, the
-                intra-node link's bandwidth (waiting for bytes on a wire is not work: a
-                rank blocked on a receive gives its core to the others)
+    sent_r      bytes rank r's collectives and pipeline sends move out of it: on a CPU
+                the ranks move bytes themselves, and a transfer keeps the cores at both
+                ends busy at B, the intra-node link's bandwidth, while the bytes that come
+                in arrive (waiting for bytes on a wire is not work: a rank blocked on a
+                receive gives its core to the others)
 
-and the prediction is max(critical path, shared-core bound).  R = ranks per node × the
-profile's ``nodes_per_host`` (nodes whose ranks share one host's ``cores_per_node``
-cores; 1 on a real cluster), at most the world size.  Where C >= R the bound is at most
-the busiest rank's own work, never above its critical path: nothing changes on a machine
-with a core per rank, nor on a GPU (a spec profile: its ranks have their own devices).
+and the prediction is max(critical path, shared-core bound), where R > C.  R = ranks per
+node × the profile's ``nodes_per_host`` (nodes whose ranks share one host's
+``cores_per_node`` cores; 1 on a real cluster), at most the world size.  Where C >= R
+each rank has a core and its critical path already holds its work: nothing changes there,
+nor on a GPU (a spec profile: its ranks have their own devices).
 
 The rates: on such a host ``calibrate`` times the compute on every rank at once, so an op
 shorter than a time slice costs what a rank gets from a core it shares (its caches and
@@ -50,8 +51,8 @@ def ranks_sharing_cores(prof, ranks_per_node, world):
     return min(max(int(ranks_per_node), 1) * max(prof.nodes_per_host, 1), world)
 
 
-def copied_bytes(config, layers, act_bytes, grad_bytes):
-    """Bytes one rank's transfers move out of it in one step (as many come in).
+def sent_bytes(config, layers, act_bytes, grad_bytes):
+    """Bytes one rank's transfers move out of it in one step (sent_r above).
     ``layers``: the rank's layers; ``act_bytes``: one micro-batch's b·s·h activations;
     ``grad_bytes``: the rank's gradients (ZeRO-3: its units' weights)."""
     m = config.microbatches if config.pipelined else config.grad_accum
@@ -66,15 +67,16 @@ def copied_bytes(config, layers, act_bytes, grad_bytes):
     return out
 
 
-def shared_core_bound(prof, ranks_per_node, world, busy_s, copied):
+def shared_core_bound(prof, ranks_per_node, world, busy_s, sent):
     """Seconds the host's cores need for the work of the ranks sharing them: R ranks of
-    ``busy_s`` seconds of their own work and ``copied`` bytes out (and in) each, over
-    ``prof.cores_per_node`` cores.  0 where the profile knows no core count (spec)."""
-    if prof.kind == "spec" or not prof.cores_per_node:
+    ``busy_s`` seconds of their own work and ``sent`` bytes out each, over
+    ``prof.cores_per_node`` cores.  0 where each rank has a core (the critical path
+    already holds its work) or the profile knows no core count (spec)."""
+    ranks = ranks_sharing_cores(prof, ranks_per_node, world)
+    if prof.kind == "spec" or not prof.cores_per_node or ranks <= prof.cores_per_node:
         return 0.0
     _, copy_bw = prof.link("intra")
-    per_rank = busy_s + 2 * copied / copy_bw
-    return ranks_sharing_cores(prof, ranks_per_node, world) * per_rank / prof.cores_per_node
+    return ranks * (busy_s + sent / copy_bw) / prof.cores_per_node
 
 
 def host_id():
