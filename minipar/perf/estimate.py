@@ -11,8 +11,8 @@ with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwis
     + exposed data-parallel communication (comm.py)
     + optimizer     AdamW on this rank's master parameters (profile, per parameter)
     + step overhead the profile's fixed cost of a step (loss reduction, logging)
-    step            at least the shared-core bound where ranks share a host's cores
-                    (host.py): Σ of their work / cores
+    step            at least the shared-core bound where a host's ranks outnumber its
+                    cores (host.py): Σ of their work / cores
 
     tokens/s = B·s / step         MFU = (6N + 12·L·h·s)·B·s / (step · world · peak)
 
