@@ -71,7 +71,8 @@ def allreduce(args):
     print(f"\n## all-reduce, 2 nodes x 2 ranks, {args.inter_gbps:g} Gbit/s between nodes")
     print(f"calibrated: inside α {cp['alpha'] * 1e6:.1f} µs, β {1 / cp['beta'] / 1e9:.2f} GB/s; "
           f"between α {(cp['alpha_inter'] or 0) * 1e6:.1f} µs, "
-          f"β {1 / cp['beta_inter'] / 1e9 if cp['beta_inter'] else float('nan'):.3f} GB/s")
+          f"β {1 / cp['beta_inter'] / 1e9 if cp['beta_inter'] else float('nan'):.3f} GB/s, "
+          f"burst {cp.get('burst_inter', 0.0) / 1e3:.0f} kB")
     print(f"{'size':>6} {'algorithm':<26} {'ms':>9} {'model ms':>9} {'model/meas':>10} {'vs MPI':>7}")
     errors = []
     for r in data["rows"]:
