@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PREFIX = "mpb"
+PREFIX = "mpb"                  # --prefix: the name the benchmark's clusters carry
 
 
 def minipar(*args, check=True, timeout=1800):
@@ -43,19 +43,21 @@ def minipar(*args, check=True, timeout=1800):
 
 
 class Cluster:
+    prefix = PREFIX
+
     def __init__(self, nodes, ranks, gbps):
         self.shape = ("--nodes", nodes, "--ranks-per-node", ranks, "--inter-gbps", gbps)
 
     def __enter__(self):
-        minipar("cluster", "down", "--prefix", PREFIX, check=False)
-        minipar("cluster", "up", "--prefix", PREFIX, *self.shape)
+        minipar("cluster", "down", "--prefix", self.prefix, check=False)
+        minipar("cluster", "up", "--prefix", self.prefix, *self.shape)
         return self
 
     def run(self, *args, placement="block"):
-        return minipar("cluster", "run", "--prefix", PREFIX, "--placement", placement, "--", *args)
+        return minipar("cluster", "run", "--prefix", self.prefix, "--placement", placement, "--", *args)
 
     def __exit__(self, *exc):
-        minipar("cluster", "down", "--prefix", PREFIX, check=False)
+        minipar("cluster", "down", "--prefix", self.prefix, check=False)
 
 
 def allreduce(args):
@@ -69,7 +71,8 @@ def allreduce(args):
     print(f"\n## all-reduce, 2 nodes x 2 ranks, {args.inter_gbps:g} Gbit/s between nodes")
     print(f"calibrated: inside α {cp['alpha'] * 1e6:.1f} µs, β {1 / cp['beta'] / 1e9:.2f} GB/s; "
           f"between α {(cp['alpha_inter'] or 0) * 1e6:.1f} µs, "
-          f"β {1 / cp['beta_inter'] / 1e9 if cp['beta_inter'] else float('nan'):.3f} GB/s")
+          f"β {1 / cp['beta_inter'] / 1e9 if cp['beta_inter'] else float('nan'):.3f} GB/s, "
+          f"burst {cp.get('burst_inter', 0.0) / 1e3:.0f} kB")
     print(f"{'size':>6} {'algorithm':<26} {'ms':>9} {'model ms':>9} {'model/meas':>10} {'vs MPI':>7}")
     errors = []
     for r in data["rows"]:
@@ -136,14 +139,17 @@ def tensor_parallel(args):
     profile = load_profile(prof)
     print(f"\n## 4 ranks on 2 nodes x 2, {args.inter_gbps:g} Gbit/s between nodes, small model, "
           f"batch 16; the profile calibrated on this cluster")
-    print(f"{'layout':<58} {'placement':<9} {'measured ms':>11} {'predicted ms':>12} {'error':>6}")
+    print(f"{'layout':<58} {'placement':<9} {'measured ms':>11} {'predicted ms':>12} {'error':>6}"
+          f"  (critical path ms, shared-core bound ms: perf/host.py)")
     errors = []
     for (flags, placement), config in zip(cases, configs + [configs[3]]):
         got = statistics.median(measured[flags, placement])
         where = profile.ranks_per_node if placement == "block" else Cyclic(profile.ranks_per_node, 2)
-        pred = predict(config, profile, ranks_per_node=where).step_s
+        p = predict(config, profile, ranks_per_node=where)
+        pred = p.step_s
         errors.append(abs(pred / got - 1))
-        print(f"{flags:<58} {placement:<9} {got * 1e3:11.1f} {pred * 1e3:12.1f} {pred / got - 1:6.0%}")
+        print(f"{flags:<58} {placement:<9} {got * 1e3:11.1f} {pred * 1e3:12.1f} {pred / got - 1:6.0%}"
+              f"  ({p.breakdown['critical_path_s'] * 1e3:.1f}, {p.breakdown['shared_cores_s'] * 1e3:.1f})")
     print(f"prediction error over {len(errors)} layouts: median {statistics.median(errors):.0%}, "
           f"within 15% for {sum(e <= 0.15 for e in errors)} (goal: at least 6)")
     plan = minipar("plan", "--ranks", 4, "--profile", prof, "--model", "small", "--batch-size", 16,
@@ -158,7 +164,10 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--skip", default="", help="comma-separated parts to skip: allreduce,overlap,tp")
+    p.add_argument("--prefix", default=PREFIX,
+                   help=f"the name the clusters carry (default {PREFIX}; another for a second run)")
     args = p.parse_args()
+    Cluster.prefix = args.prefix
     if os.geteuid() != 0:
         raise SystemExit("benchmarks/cluster_links.py needs root (network namespaces)")
     skip = set(filter(None, args.skip.split(",")))

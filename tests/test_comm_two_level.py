@@ -68,3 +68,20 @@ def test_uneven_nodes_reduce_to_leaders(p, q):
     m = len(sizes)
     sent = two_level.bytes_sent("hierarchical", p, S, q)
     assert sum(sent) == pytest.approx(sum(2 * (n - 1) * S for n in sizes) + 2 * (m - 1) * S)
+
+
+def test_a_shaped_links_burst_is_credited_where_the_link_idles():
+    """A token bucket passes B bytes at once after idling.  A ring keeps both ways of the
+    link busy every step: it earns credit only while it reduces and waits out α.  A tree
+    reduces across one way and broadcasts back the other: the reduce finds what the link
+    earned during the step inside the nodes before it, the broadcast the way that idled
+    during the reduce (a full B)."""
+    S, B = 4 << 20, 500e3
+    shaped = replace(SLOW, burst_inter=B)
+    ring_saved = cost_model.predict("ring", 4, S, SLOW) - cost_model.predict("ring", 4, S, shaped)
+    not_sending = SLOW.alpha_inter + S / 4 * cost_model.gamma_of(SLOW, S / 4)
+    assert 0 < ring_saved <= 2 * 3 * not_sending
+    inside = two_level.step_seconds(*two_level.steps_of("tree", 4, S, 2)[0], 2, SLOW)
+    saved = (min(B, inside / SLOW.beta_inter) + B) * SLOW.beta_inter
+    assert cost_model.predict("tree", 4, S, shaped) == pytest.approx(
+        cost_model.predict("tree", 4, S, SLOW) - saved, rel=1e-9)

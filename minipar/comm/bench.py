@@ -157,7 +157,8 @@ def print_table(rows, params, p):
           f"1/γ_shared={1 / (params.gamma_shared or params.gamma) / 1e9:.2f} GB/s (calibrated)")
     if params.alpha_inter is not None:
         print(f"# between nodes of {params.ranks_per_node} ranks: α={params.alpha_inter * 1e6:.1f} µs, "
-              f"1/β={1 / params.beta_inter / 1e9:.3f} GB/s (calibrated; the model prices each "
+              f"1/β={1 / params.beta_inter / 1e9:.3f} GB/s, burst {params.burst_inter / 1e3:.0f} kB "
+              f"(calibrated; the model prices each "
               f"step by the link it crosses, comm/two_level.py)")
     print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
           f"{'model us':>9} {'vs MPI':>7}")

@@ -3,9 +3,10 @@
 ``calibrate(comm)`` times, through the minipar transport, what ``cost_model`` prices:
 α (one step of a collective on a few bytes), β and β_large (an exchange in and beyond
 cache), γ, γ_large and γ_shared (reductions) between ranks 0 and 1 — and, where MPI sees
-the ranks on several nodes, α and β of the link between them (``calibrate_across``, for
-``two_level.py``).  Every rank gets the same numbers.  ``measure_winners`` times each
-all-reduce algorithm at a few sizes; ``auto`` then follows the measured winner.
+the ranks on several nodes, α, β and the burst of the link between them
+(``calibrate_across``, for ``two_level.py``).  Every rank gets the same numbers.
+``measure_winners`` times each all-reduce algorithm at a few sizes; ``auto`` then
+follows the measured winner.
 
 While two ranks measure, the others wait asleep (``wait_idle``): on a machine whose cores
 the ranks share, spinning bystanders take the cores the measurement needs.
@@ -165,16 +166,23 @@ def node_size(comm):
     return q if block and q < comm.size else 0
 
 
-def calibrate_across(comm, c, small=8, large=8 << 20, reps=7):
+def calibrate_across(comm, c, small=8, large=8 << 20, probe=2 << 20, idle_s=0.02, reps=7):
     """Collective: ``c`` with α and β of the link between nodes, measured between rank 0
     and rank q (the first rank of the next node) through the minipar transport — α one
-    exchange of ``small`` bytes, β one of ``large`` bytes minus α, medians — and the node
-    size q.  On one node ``c`` unchanged."""
+    exchange of ``small`` bytes, β one of ``large`` bytes minus α, medians, back to back —
+    its burst, and the node size q.  On one node ``c`` unchanged.
+
+    The burst B: a shaped link (a token bucket) passes B bytes at once after idling, so
+    an exchange of n >= B bytes after ``idle_s`` asleep takes t(n) = α + (n - B)·β'.  Two
+    sizes give both, β' (the rate once the burst is spent, timed as B was) and B:
+
+        β' = (t(2P) - t(P)) / P,   B = P - (t(P) - α) / β'    (P = ``probe``; B below 5%
+                                                               of P is timing noise: 0)"""
     q = node_size(comm)
     if not q:
         return c
     peer = {0: q, q: 0}.get(comm.rank)
-    vals = numpy.zeros(2)
+    vals = numpy.zeros(3)
     if peer is not None:
         tiny = xp.zeros(max(small // 4, 1), dtype=xp.float32)
         line_up = lambda: comm.sendrecv(tiny[:0], peer, tiny[:0], peer, 11)  # noqa: E731
@@ -182,7 +190,17 @@ def calibrate_across(comm, c, small=8, large=8 << 20, reps=7):
         alpha = _median_time(lambda: exchange(comm, tiny, peer, got, peer, tag=11), reps, line_up)
         send, recv = xp.ones(large, dtype=xp.uint8), xp.zeros(large, dtype=xp.uint8)
         t = _median_time(lambda: exchange(comm, send, peer, recv, peer, tag=11), reps, line_up)
-        vals[:] = alpha, max((t - alpha) / large, 1e-12)
+        beta = max((t - alpha) / large, 1e-12)
+
+        def idle_then_line_up():
+            time.sleep(idle_s)
+            line_up()
+        t1, t2 = (_median_time(lambda: exchange(comm, send[:n], peer, recv[:n], peer, tag=11),
+                               reps, idle_then_line_up) for n in (probe, 2 * probe))
+        after = max((t2 - t1) / probe, 1e-12)
+        burst = min(max(probe - (t1 - alpha) / after, 0.0), probe)
+        vals[:] = alpha, beta, burst if burst >= 0.05 * probe else 0.0
     wait_idle(comm)
     comm.mpi.Bcast(vals, root=0)
-    return replace(c, alpha_inter=float(vals[0]), beta_inter=float(vals[1]), ranks_per_node=q)
+    return replace(c, alpha_inter=float(vals[0]), beta_inter=float(vals[1]),
+                   burst_inter=float(vals[2]), ranks_per_node=q)

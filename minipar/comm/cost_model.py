@@ -72,6 +72,7 @@ class CostParams:
     alpha_inter: float | None = None
     beta_inter: float | None = None
     ranks_per_node: int = 0
+    burst_inter: float = 0.0            # bytes a shaped link passes at once after idling
 
     def to_dict(self):
         d = asdict(self)

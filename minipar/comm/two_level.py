@@ -15,6 +15,13 @@ shares the node's one link, and so does every message that enters it:
                 max over nodes    (α_out + Σ bytes out of (into) the node · β_out) )
            + n_reduced·γ
 
+A shaped link (the simulated cluster's token bucket, ``cluster/netns.py``) lets a burst of
+B bytes through at once after it has idled (``burst_inter``, calibrated): each node link
+keeps a credit c, a step's bytes n through it cost max(n - c, 0)·β_out, and it earns
+credit at its rate while it idles, up to B.  A collective starts with none (collectives
+back to back), so a ring, busy both ways every step, gets none, while a tree's reduce
+and broadcast cross the link one way each: each crossing finds the other way's credit.
+
 Each algorithm is written below as the data of its steps (who sends how many bytes to
 whom), following the code in ring.py, doubling.py, tree.py and hierarchical.py; the one
 pricing function above turns any of them into seconds.  What the flat model of
@@ -121,23 +128,33 @@ STEPS = {"ring": ring_steps, "recursive_doubling": recursive_doubling_steps,
 
 
 # ------------------------------------------------------------------ pricing
-def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES):
-    """One step's time: its slowest message, or its busiest node link (see the module)."""
+def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES, credit=None):
+    """One step's time: its slowest message, or its busiest node link (see the module).
+    ``credit``: {link: bytes} a shaped link may still pass at once (``burst_inter``),
+    spent by this step's bytes and earned back while the link idles in it."""
     from minipar.comm.cost_model import beta_of, gamma_of
     slowest = 0.0
-    out_of, into = defaultdict(float), defaultdict(float)
+    load = defaultdict(float)            # bytes through ("out", node) and ("in", node)
     for src, dst, n in messages:
         k = segments(n, seg)
         if src // q == dst // q:
             slowest = max(slowest, k * c.alpha + n * beta_of(c, n))
         else:
-            slowest = max(slowest, k * c.alpha_inter + n * c.beta_inter)
-            out_of[src // q] += n
-            into[dst // q] += n
-    shared = max(list(out_of.values()) + list(into.values()) + [0.0])
-    if shared:
-        slowest = max(slowest, c.alpha_inter + shared * c.beta_inter)
-    return slowest + reduced * gamma_of(c, reduced)
+            load["out", src // q] += n
+            load["in", dst // q] += n
+            free = min(credit["out", src // q], credit["in", dst // q]) if credit else 0.0
+            slowest = max(slowest, k * c.alpha_inter + max(n - free, 0.0) * c.beta_inter)
+    busy = {link: max(n - (credit[link] if credit else 0.0), 0.0) * c.beta_inter
+            for link, n in load.items()}
+    if busy:
+        slowest = max(slowest, c.alpha_inter + max(busy.values()))
+    took = slowest + reduced * gamma_of(c, reduced)
+    if credit is not None:                # what is left, plus the rate while not sending
+        for link in credit:
+            left = max(credit[link] - load.get(link, 0.0), 0.0)
+            earned = (took - busy.get(link, 0.0)) / c.beta_inter
+            credit[link] = min(left + earned, c.burst_inter)
+    return took
 
 
 def steps_of(algorithm, p, nbytes, q):
@@ -153,7 +170,10 @@ def predict(algorithm, p, nbytes, c, q, seg=SEGMENT_BYTES):
     """Seconds of an all-reduce of ``nbytes`` over ranks 0..p-1, nodes of ``q`` ranks."""
     if p <= 1 or nbytes <= 0:
         return 0.0
-    return sum(step_seconds(m, r, q, c, seg) for m, r in steps_of(algorithm, p, nbytes, q))
+    credit = None
+    if c.burst_inter:                     # every node's links, back to back: no credit yet
+        credit = {(way, node): 0.0 for way in ("out", "in") for node in range(-(-p // q))}
+    return sum(step_seconds(m, r, q, c, seg, credit) for m, r in steps_of(algorithm, p, nbytes, q))
 
 
 def bytes_sent(algorithm, p, nbytes, q=None):

@@ -20,7 +20,9 @@ times, 3 by default, with the median of each number kept; the load is written do
 - with ranks, for the world group (``calibrate_comm.py``): all-reduce, all-gather,
   reduce-scatter and send/recv curves, each timed right after compute (placement
   ``intra``: one machine; ranks sharing cores when there are more ranks than cores),
-  ZeRO-3's cost per unit over ZeRO-2, and the comm cost model's constants and winners.
+  ZeRO-3's cost per unit over ZeRO-2, and the comm cost model's constants and winners;
+- the cores: ``cores_per_node`` is this machine's, ``nodes_per_host`` how many of the
+  nodes found share them (ranks on the same kernel: the simulated cluster's namespaces).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import time
 from minipar.cli_checks import CommandError, OneLineParser, as_flags, at_least, output_file
 from minipar import backend
 from minipar.backend import xp
+from minipar.perf import host
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
 from minipar.perf.profile import Profile, median_profile
 
@@ -224,6 +227,7 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         prof.links = {"intra": {"alpha": c.alpha, "bw": 1 / (c.beta_large or c.beta)}}
         if c.alpha_inter is not None:           # ranks on several nodes: both kinds of link
             q = prof.ranks_per_node = c.ranks_per_node
+            prof.nodes_per_host = host.nodes_per_host(ctx, q)
             prof.links["inter"] = {"alpha": c.alpha_inter, "bw": 1 / c.beta_inter}
             node = ctx.split(ctx.rank // q, ctx.rank)            # a node's ranks
             across = ctx.split(ctx.rank % q, ctx.rank)           # one rank of every node

@@ -11,6 +11,8 @@ with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwis
     + exposed data-parallel communication (comm.py)
     + optimizer     AdamW on this rank's master parameters (profile, per parameter)
     + step overhead the profile's fixed cost of a step (loss reduction, logging)
+    step            at least the shared-core bound where a host's ranks outnumber its
+                    cores (host.py): Σ of their work / cores
 
     tokens/s = B·s / step         MFU = (6N + 12·L·h·s)·B·s / (step · world · peak)
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
+from minipar.perf import host
 from minipar.perf import memory as pmem
 from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
@@ -96,6 +99,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
                                                    config.sequence_parallel)
     hf, hb = head_time(prof, x)
     ef, eb = embed_time(prof, x)
+    # one micro-batch's own work on the mean stage, collectives excluded (host.py)
+    work = per_rank_layers * (lt.forward + lt.backward) + (hf + hb + ef + eb) / pp
     hf, hb, ef, eb = hf + htf, hb + htb, ef + etf, eb + etb
     # the slowest stage (the last: its layers and the head) sets a pipeline's pace
     t_f = per_rank_layers * (lt.forward + tp_f) + hf + (ef if pp == 1 else 0.0)
@@ -122,7 +127,11 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
     opt = prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
     overhead = prof.efficiency.get("step_overhead_s", 0.0)
-    step = span + exposed_dp + opt + overhead
+    path = span + exposed_dp + opt + overhead
+    sent = host.sent_bytes(config, per_rank_layers, act_bytes,
+                           sum(units) if config.zero == 3 else sum(buckets))
+    shared = host.shared_core_bound(prof, rpn, config.world_size, M * work + opt + overhead, sent)
+    step = max(path, shared)
     tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
     tokens = config.batch_size * cfg.seq_len
     peak = prof.peak(dtype) * config.world_size
@@ -133,7 +142,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
                       exposed_dp + tp_exposed,
                       dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
-                           optimizer_s=opt, overhead_s=overhead, t_f=t_f, t_b=t_b, t_w=t_w,
+                           optimizer_s=opt, overhead_s=overhead, critical_path_s=path,
+                           shared_cores_s=shared, t_f=t_f, t_b=t_b, t_w=t_w,
                            t_comm=t_comm, in_flight=in_flight, micro_rows=b, microbatches=M))
 
 

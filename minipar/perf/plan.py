@@ -100,7 +100,8 @@ def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
                 too_big.append((p, p.mem_bytes - limit))
             else:
                 ranked.append(p)
-    ranked.sort(key=lambda p: p.step_s)
+    # where the host's cores bind (perf/host.py) layouts tie: the shorter own path first
+    ranked.sort(key=lambda p: (p.step_s, p.breakdown["critical_path_s"]))
     too_big.sort(key=lambda r: r[1])
     return Plan(ranked, too_big, refused, time.perf_counter() - t0, limit)
 

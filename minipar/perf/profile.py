@@ -24,6 +24,8 @@ The format (all SI units: seconds, bytes, FLOP/s)::
                      (no dtype suffix: fp32)
      "optimizer_s_per_param": {dtype: seconds}  AdamW step per parameter
      "mem_per_rank_bytes", "ranks_per_node", "cores_per_node",
+     "nodes_per_host": nodes whose ranks share one host's cores_per_node cores (1 on a
+                     real cluster; the simulated cluster's namespaces all share one)
      "links":        {"intra"|"inter": {"alpha": s, "bw": bytes/s per rank}}
      "collectives":  {kind: {"<p>:<placement>": [[bytes, seconds], ...]}}  measured
      "cost_params":  the comm cost model's constants (``comm.cost_model.CostParams``)
@@ -83,6 +85,7 @@ class Profile:
     mem_per_rank_bytes: float = 0.0
     ranks_per_node: int = 8
     cores_per_node: int = 0
+    nodes_per_host: int = 1
     links: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
     cost_params: dict = field(default_factory=dict)
@@ -126,10 +129,11 @@ class Profile:
     def overlaps_comm(self, ranks_per_node):
         """Whether communication can hide behind compute.  On a GPU the copies run on
         their own engines; on a CPU a transfer is a core's work, so it hides only when
-        each rank has a core beyond its compute thread (``sync/hooks.spare_core``)."""
+        each rank has a core beyond its compute thread (``sync/hooks.spare_core``) —
+        counting every rank on the host's cores (``nodes_per_host`` nodes of them)."""
         if self.kind == "spec" or not self.cores_per_node:
             return True
-        return self.cores_per_node >= 2 * max(ranks_per_node, 1)
+        return self.cores_per_node >= 2 * max(ranks_per_node, 1) * max(self.nodes_per_host, 1)
 
     # ------------------------------------------------------------ links
     def link(self, placement):
