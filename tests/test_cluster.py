@@ -165,7 +165,7 @@ def test_a_lost_node_and_the_run_finishes_on_the_survivor(tmp_path):
         env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
         job = subprocess.Popen(
             [sys.executable, "-m", "minipar", "cluster", "run", "--prefix", PREFIX, "--", "launch",
-             "--np", "2", "--hang-timeout", "20", "--run-dir", run_dir, "--", "train", *map(str, train),
+             "--np", "2", "--hang-timeout", "5", "--run-dir", run_dir, "--", "train", *map(str, train),
              "--save-every", "5", "--save", tmp_path / "ckpt", "--log-json", log, "--hang-timeout", "15"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         first = run_dir / "attempt-1" / "log.json"

@@ -45,7 +45,7 @@ def single_flash(tmp_path_factory):
     (2, ["--cp", "2"]),
     (4, ["--cp", "4"]),
     (2, ["--cp", "2", "--cp-split", "contiguous"]),
-    (4, ["--cp", "2", "--dp", "2"]),
+    pytest.param(4, ["--cp", "2", "--dp", "2"], marks=pytest.mark.slow),   # by default with ZeRO-3:
     (4, ["--cp", "2", "--tp", "2"]),
     (4, ["--cp", "2", "--pp", "2", "--microbatches", "2"]),
     (4, ["--cp", "2", "--dp", "2", "--zero", "3"]),
@@ -56,8 +56,10 @@ def test_parity_with_single_process(tmp_path, single, n, flags):
 
 
 @pytest.mark.parametrize("n,flags", [
-    (2, ["--cp", "2"]), (4, ["--cp", "4"]), (4, ["--cp", "2", "--dp", "2"]),
-    (4, ["--cp", "2", "--tp", "2"]), (4, ["--cp", "2", "--pp", "2", "--microbatches", "2"])],
+    (2, ["--cp", "2"]), (4, ["--cp", "4"]), (4, ["--cp", "2", "--tp", "2"]),
+    # dp and pp do not touch the attention kernels' ring: with flash, the slow run's
+    pytest.param(4, ["--cp", "2", "--dp", "2"], marks=pytest.mark.slow),
+    pytest.param(4, ["--cp", "2", "--pp", "2", "--microbatches", "2"], marks=pytest.mark.slow)],
                          ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_parity_with_flash_attention(tmp_path, single_flash, n, flags):
     run = train(tmp_path, "run", n, *flags, "--attention", "flash", model=MODEL, batch=8, timeout=240)

@@ -22,16 +22,18 @@ def single(tmp_path_factory):
 @pytest.mark.parametrize("n,flags", [
     (2, ["--tp", "2"]),
     (2, ["--tp", "2", "--sequence-parallel"]),
-    (4, ["--tp", "4"]),
+    pytest.param(4, ["--tp", "4"], marks=pytest.mark.slow),   # tp 4 runs with --sequence-parallel
     (4, ["--tp", "4", "--sequence-parallel"]),
-    (4, ["--dp", "2", "--tp", "2", "--zero", "1"]),
-    (4, ["--dp", "2", "--tp", "2", "--zero", "3"]),
+    # dp x tp without sequence parallelism: the slow run (with it, ZeRO-2 and -3 run by default)
+    pytest.param(4, ["--dp", "2", "--tp", "2", "--zero", "1"], marks=pytest.mark.slow),
+    pytest.param(4, ["--dp", "2", "--tp", "2", "--zero", "3"], marks=pytest.mark.slow),
     # the one optimizer step sums sequence-parallel partial gradients on the shards
     (4, ["--dp", "2", "--tp", "2", "--sequence-parallel", "--zero", "2"]),
     (4, ["--dp", "2", "--tp", "2", "--sequence-parallel", "--zero", "3"]),
     (4, ["--tp", "2", "--pp", "2", "--microbatches", "2"]),
     (4, ["--dp", "2", "--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "2"]),
-    (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"]),
+    # dp x tp x pp: the plain 1F1B one is the slow run's, the one with SP, ZeRO-1 and zb-h1 the default's
+    pytest.param(8, ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"], marks=pytest.mark.slow),
     (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--sequence-parallel", "--zero", "1",
          "--schedule", "zb-h1", "--microbatches", "2"]),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
@@ -149,7 +151,7 @@ def val_loss(nprocs, *flags):
     (2, ["--dp", "2", "--zero", "3"]),
     (2, ["--pp", "2", "--microbatches", "2"]),
     (4, ["--dp", "2", "--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "2"]),
-    (4, ["--tp", "2", "--pp", "2", "--microbatches", "2"]),
+    pytest.param(4, ["--tp", "2", "--pp", "2", "--microbatches", "2"], marks=pytest.mark.slow),  # and with SP:
     (4, ["--tp", "2", "--pp", "2", "--microbatches", "2", "--sequence-parallel"]),
     (1, ["--chunks", "2", "--schedule", "interleaved", "--microbatches", "2"]),  # two stages, one rank
     (2, ["--dp", "2", "--grad-accum", "2", "--zero", "3"]),  # each replica its rows, in pieces

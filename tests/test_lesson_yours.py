@@ -2,7 +2,8 @@
 exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
 that says what is wrong — which rank, step, bucket, layer, block or byte count — not
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
-every notebook with them.)"""
+every notebook with them; for the notebooks it runs only in the slow run, the solutions'
+multi-rank checks run here by default.)"""
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from tests.mpirun import REPO, run_mpi
 
 nbformat = pytest.importorskip("nbformat")
+from tests.test_lessons import SLOW_NOTEBOOKS, solutions  # noqa: E402  (after the skip: it needs nbformat)
 
 LESSONS = os.path.join(REPO, "lessons")
 
@@ -53,34 +55,62 @@ def blank(notebook, name, tmp_path):
     return str(path)
 
 
+def _run_check(script, ranks, mine, *extra):
+    """The lesson's check script on the learner's file: under mpiexec -n ranks, or (0) as
+    a plain process that starts its mpiexec runs itself."""
+    args = [os.path.join("lessons", script), "--file", str(mine), *map(str, extra)]
+    if ranks:
+        return run_mpi(ranks, args, timeout=180, check=False)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.parametrize("notebook,name,script,ranks,diagnostic", BLANKS, ids=[b[1] for b in BLANKS])
 def test_a_blank_fails_with_its_diagnostic(notebook, name, script, ranks, diagnostic, tmp_path):
-    args = [os.path.join("lessons", script), "--file", blank(notebook, name, tmp_path)]
-    if ranks:
-        proc = run_mpi(ranks, args, timeout=180, check=False)
-    else:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-        proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=300)
+    proc = _run_check(script, ranks, blank(notebook, name, tmp_path))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"the blank {name} passed its check:\n{out[-3000:]}"
     assert re.search(diagnostic, out), f"no diagnostic /{diagnostic}/ in:\n{out[-3000:]}"
     assert "Traceback" not in out, f"the blank {name} crashed instead of failing its check:\n{out[-3000:]}"
 
 
-def test_the_blank_reshard_read_names_the_tensor_and_box(tmp_path):
-    """Lesson 17: the blank my_read (zeros) on a real dp2 ZeRO-3 checkpoint."""
-    ck = tmp_path / "ck"
+@pytest.fixture(scope="module")
+def zero3_checkpoint(tmp_path_factory):
+    """A real dp2 ZeRO-3 checkpoint for lesson 17's reshard read (blank and solution)."""
+    ck = tmp_path_factory.mktemp("zero3") / "ck"
     run_mpi(2, ["-m", "minipar", "train", "--model", "tiny", "--n-layer", "1", "--steps", "1",
                 "--data", "stdlib-bytes", "--zero", "3", "--quiet", "--eval-batches", "0",
                 "--save", ck])
+    return ck
+
+
+def test_the_blank_reshard_read_names_the_tensor_and_box(tmp_path, zero3_checkpoint):
+    """Lesson 17: the blank my_read (zeros) on a real dp2 ZeRO-3 checkpoint."""
     args = [os.path.join("lessons", "17_yours.py"), "--file", blank("17_memory.ipynb", "reshard", tmp_path),
-            "--checkpoint", ck]
+            "--checkpoint", zero3_checkpoint]
     out = run_mpi(2, args, timeout=180, check=False)
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
     assert re.search(r"rank \d: \S+: the box at offsets \(.*\), lengths \(.*\) read from \d+ saved "
                      r"pieces differs from the library's read", text), text[-3000:]
+
+
+# The exercises whose notebooks execute in the slow run only (tests/test_lessons.py's
+# SLOW_NOTEBOOKS): their solutions pass their multi-rank checks in the default run too.
+SOLUTIONS = [(n, name, script, ranks) for n, name, script, ranks, _ in BLANKS] + \
+    [("17_memory.ipynb", "reshard", "17_yours.py", 2)]
+SLOW_NOTEBOOK_SOLUTIONS = [s for s in SOLUTIONS if s[0] in SLOW_NOTEBOOKS]
+
+
+@pytest.mark.parametrize("notebook,name,script,ranks", SLOW_NOTEBOOK_SOLUTIONS, ids=[s[1] for s in SLOW_NOTEBOOK_SOLUTIONS])
+def test_the_solution_passes_its_check(notebook, name, script, ranks, tmp_path, request):
+    first, _, body = solutions(notebook)[name].lstrip("\n").partition("\n")
+    assert first.startswith("%%writefile {MINE}/"), f"{notebook}: the solution of {name} is not a %%writefile cell"
+    path = tmp_path / first.rsplit("/", 1)[1]
+    path.write_text(body)
+    extra = ["--checkpoint", request.getfixturevalue("zero3_checkpoint")] if script == "17_yours.py" else []
+    proc = _run_check(script, ranks, path, *extra)
+    assert proc.returncode == 0, f"the solution of {name} failed its check:\n{(proc.stdout + proc.stderr)[-3000:]}"
 
 
 def test_the_blank_recursive_doubling_names_the_step_partner_and_bytes(tmp_path):

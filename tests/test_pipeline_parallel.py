@@ -14,8 +14,13 @@ def single(tmp_path_factory):
     return train(tmp_path_factory.mktemp("single"), "single", 1, model=DEEP, batch=8)
 
 
-@pytest.mark.parametrize("pp", [2, 4])
-@pytest.mark.parametrize("schedule", ["afab", "1f1b", "interleaved", "zb-h1"])
+# every schedule on 4 stages; on 2, 1F1B and ZB-H1 by default and the rest in the slow run
+SCHEDULES = [pytest.param(schedule, pp, id=f"{schedule}-{pp}",
+                          marks=[pytest.mark.slow] if pp == 2 and schedule in ("afab", "interleaved") else [])
+             for schedule in ("afab", "1f1b", "interleaved", "zb-h1") for pp in (2, 4)]
+
+
+@pytest.mark.parametrize("schedule,pp", SCHEDULES)
 def test_schedule_parity(tmp_path, single, pp, schedule):
     flags = ["--pp", str(pp), "--schedule", schedule, "--microbatches", str(2 * pp if pp == 2 else 4)]
     if schedule == "interleaved":
@@ -75,7 +80,7 @@ def _trace_timelines(path):
     return timelines, data["metadata"]
 
 
-@pytest.mark.parametrize("microbatches", [4, 8])
+@pytest.mark.parametrize("microbatches", [4, pytest.param(8, marks=pytest.mark.slow)])
 def test_a_slow_stage_shows_as_wait_and_the_bubble_matches_the_simulator(tmp_path, monkeypatch,
                                                                         microbatches):
     """Stage 1 slowed 4x (MINIPAR_SLOW_RANK): no F/B span contains a receive (an op's span

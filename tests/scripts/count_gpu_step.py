@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--data", default="stdlib", help="stdlib-bytes: a 256-token vocabulary, so 16x fewer "
+                    "embedding rows for the emulated optimizer kernel to walk (one CPU fiber per element)")
     args = ap.parse_args()
     backend.set_backend("cupy")
     if args.fused_kernels != "on":
@@ -57,7 +59,7 @@ def main():
     config = TrainConfig(model="tiny", precision=args.precision, steps=args.steps,  # clean steps
                          batch_size=args.batch_size, seq_len=args.seq_len, n_layer=args.n_layer,
                          d_model=args.d_model, tp=args.tp, pp=args.pp, zero=args.zero,
-                         quiet=True, eval_batches=0, backend="cupy", warmup=1, **scale)
+                         quiet=True, eval_batches=0, backend="cupy", warmup=1, data=args.data, **scale)
     run = setup(config)
     run.warmup = 1
     # an activation: at least one d_model row per token of the batch
