@@ -25,17 +25,10 @@ NAMES = [os.path.basename(p) for p in NOTEBOOKS]
 # The heaviest notebooks (8 to 24 s each on 2 cores) execute in the slow run only: what
 # they drive in the library runs by default in the test files named here; their structure
 # (no outputs, exercises, built from their sources) is checked by default like every lesson's.
-SLOW_NOTEBOOKS = {
+SLOW_NOTEBOOKS = {   # the two heaviest (23 s each); every other notebook executes by default
     "10_recompute.ipynb": "test_recompute.py, test_train_numerics.py (recompute is bit-identical)",
-    "11_flash_attention.ipynb": "test_flash_attention.py, test_flash_emulated.py",
-    "12_3d_parallel.ipynb": "test_layouts.py (dp x tp x pp against one process)",
-    "13_performance.ipynb": "test_profiler.py, test_perf_plan.py, test_perf_memory.py",
     "15_elastic.ipynb": "test_elastic.py, test_balance.py",
-    "16_context_parallel.ipynb": "test_context_parallel.py",
-    "17_memory.ipynb": "test_perf_memory.py, test_checkpoint_reshard.py",
-    "19_decoder.ipynb": "test_llama.py, test_llama_layouts.py, test_flash_gqa.py",
-    "20_cluster.ipynb": "test_cluster.py",
-}  # and the multi-rank exercises of 15, 16, 17, 19 and 20, blank and solved: test_lesson_yours.py
+}  # and lesson 15's multi-rank exercise, blank and solved: test_lesson_yours.py
 EXECUTIONS = [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW_NOTEBOOKS else []) for name in NAMES]
 
 
