@@ -124,8 +124,11 @@ def tensor_parallel(args):
     from minipar.perf.estimate import predict
     from minipar.perf.plan import describe
     from minipar.perf.profile import load_profile
-    run = ["--model", "small", "--steps", args.steps, "--batch-size", 16, "--eval-batches", 0, "--quiet"]
-    configs = [TrainConfig(model="small", batch_size=16, **kw).resolve(4) for kw in LAYOUTS]
+    run = ["--model", "small", "--steps", args.steps, "--batch-size", 16, "--eval-batches", 0, "--quiet",
+           "--data", args.data]
+    vocab = 256 if args.data == "stdlib-bytes" else None        # None: the BPE tokenizer's
+    configs = [TrainConfig(model="small", batch_size=16, vocab_size=vocab, **kw).resolve(4)
+               for kw in LAYOUTS]
     cases = [(describe(c), "block") for c in configs] + [(describe(configs[3]), "cyclic")]
     prof = os.path.join(tempfile.mkdtemp(), "cluster.json")
     measured = {case: [] for case in cases}
@@ -138,7 +141,7 @@ def tensor_parallel(args):
                 measured[flags, placement] += step_times(log)
     profile = load_profile(prof)
     print(f"\n## 4 ranks on 2 nodes x 2, {args.inter_gbps:g} Gbit/s between nodes, small model, "
-          f"batch 16; the profile calibrated on this cluster")
+          f"batch 16, --data {args.data}; the profile calibrated on this cluster")
     print(f"{'layout':<58} {'placement':<9} {'measured ms':>11} {'predicted ms':>12} {'error':>6}"
           f"  (critical path ms, shared-core bound ms: perf/host.py)")
     errors = []
@@ -153,7 +156,7 @@ def tensor_parallel(args):
     print(f"prediction error over {len(errors)} layouts: median {statistics.median(errors):.0%}, "
           f"within 15% for {sum(e <= 0.15 for e in errors)} (goal: at least 6)")
     plan = minipar("plan", "--ranks", 4, "--profile", prof, "--model", "small", "--batch-size", 16,
-                   "--top", 5, "--placements", "block,cyclic")
+                   "--top", 5, "--placements", "block,cyclic", *(["--vocab", vocab] if vocab else []))
     print("plan with this profile, both placements:\n" + plan.stdout)
 
 
@@ -163,6 +166,9 @@ def main():
     p.add_argument("--max-size", default="64M")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--data", default="stdlib", choices=("stdlib", "stdlib-bytes"),
+                   help="the tp part's data: BPE tokens (4,096, the default) or bytes (256: a "
+                        "smaller head, so tp's collectives weigh more in a step)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: allreduce,overlap,tp")
     p.add_argument("--prefix", default=PREFIX,
                    help=f"the name the clusters carry (default {PREFIX}; another for a second run)")
