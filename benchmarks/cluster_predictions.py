@@ -2,7 +2,12 @@
 ``benchmarks/cluster_links.py``'s tp part predicted from a profile calibrated on the
 cluster, beside step times measured there (no cluster needed).
 
-    python benchmarks/cluster_predictions.py PROFILE.json [--measured FILE] [--nodes-per-host 2]
+    python benchmarks/cluster_predictions.py PROFILE.json [--measured FILE] [--vocab 256] [--nodes-per-host 2]
+
+``benchmarks/recorded/cluster_2026-12-07`` holds two profiles calibrated on the cluster
+(``profile_a`` before a 4,096-token run, ``profile_b`` before a byte run) and five runs'
+tables (``runN_tokens.txt``, ``runN_bytes.txt``: pass ``--vocab 256``), measured one after
+another on the quiet machine: every profile can be set against every run.
 
 ``--measured``: a file holding the bottom table that ``cluster_links.py`` printed (its
 ``layout placement measured predicted error`` rows); by default the figures recorded on
@@ -58,6 +63,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("profile", help="a profile calibrated on the cluster (minipar calibrate)")
     ap.add_argument("--measured", help="a file with cluster_links.py's bottom table")
+    ap.add_argument("--vocab", type=int, default=None,
+                    help="the runs' vocabulary (256 for cluster_links.py --data stdlib-bytes; "
+                         "default the BPE tokenizer's 4,096)")
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--nodes-per-host", type=int, default=None,
                     help="set the profile's nodes_per_host (for a profile calibrated before "
@@ -67,7 +75,8 @@ def main():
     if args.nodes_per_host:
         prof.nodes_per_host = args.nodes_per_host
     measured = read_measured(open(args.measured).read() if args.measured else RECORDED)
-    configs = [TrainConfig(model="small", batch_size=16, **kw).resolve(4) for kw in LAYOUTS]
+    configs = [TrainConfig(model="small", batch_size=16, vocab_size=args.vocab, **kw).resolve(4)
+               for kw in LAYOUTS]
     cases = [(c, "block") for c in configs] + [(configs[3], "cyclic")]
     print(f"profile {args.profile}: {prof.ranks_per_node} ranks per node, "
           f"{prof.cores_per_node} cores shared by {prof.nodes_per_host} node(s)")
