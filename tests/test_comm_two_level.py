@@ -85,3 +85,19 @@ def test_a_shaped_links_burst_is_credited_where_the_link_idles():
     saved = (min(B, inside / SLOW.beta_inter) + B) * SLOW.beta_inter
     assert cost_model.predict("tree", 4, S, shaped) == pytest.approx(
         cost_model.predict("tree", 4, S, SLOW) - saved, rel=1e-9)
+
+
+def test_a_winner_timed_without_hierarchical_does_not_hide_it():
+    """A calibration that timed the flat algorithms only (winners_among empty: the four
+    flat ones) must not stop auto from taking hierarchical where the two-level model
+    prices it under that winner; one that timed hierarchical too and saw ring win keeps
+    ring; flat candidates only: the winner decides, as before."""
+    S = 8 << 20
+    both = cost_model.FLAT + ("hierarchical",)
+    assert cost_model.predict("hierarchical", 4, S, SLOW) < cost_model.predict("ring", 4, S, SLOW)
+    flat_timed = replace(SLOW, winners=((S, "ring"),), winners_p=4)
+    assert cost_model.choose(4, S, flat_timed, both) == "hierarchical"
+    assert cost_model.choose(4, S, flat_timed) == "ring"
+    all_timed = replace(flat_timed, winners_among=both)
+    assert cost_model.choose(4, S, all_timed, both) == "ring"
+    assert CostParams.from_dict(all_timed.to_dict()) == all_timed

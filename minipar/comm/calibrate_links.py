@@ -124,14 +124,20 @@ def calibrate(comm, small=8, mid=64 << 10, large=8 << 20, reps=20,
     return c
 
 
-def measure_winners(comm, sizes, c: CostParams | None = None, reps=7,
-                    algorithms=("ring", "recursive_doubling", "rabenseifner", "tree")):
+def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms=None):
     """Collective: time each algorithm's all-reduce at each size (taking turns, median
     of the slowest rank) and return ``c`` with the fastest at each size as ``winners``
-    (what ``choose`` follows), plus the raw table {size: {algorithm: seconds}}."""
+    (what ``choose`` follows; ``winners_among`` the algorithms timed), plus the raw
+    table {size: {algorithm: seconds}}.  By default the four flat algorithms, and the
+    hierarchical one where ``c`` knows the link between nodes and the group spans them."""
     from mpi4py import MPI
     from minipar.comm.collectives import all_reduce
+    from minipar.comm.two_level import crosses_nodes
     c = c or params(comm)
+    if algorithms is None:
+        algorithms = ("ring", "recursive_doubling", "rabenseifner", "tree")
+        if c.alpha_inter is not None and crosses_nodes(comm.size, c.ranks_per_node):
+            algorithms += ("hierarchical",)
     saved = comm.counters.as_dict()
     table = {}
     for n in sizes:
@@ -151,7 +157,7 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7,
     for k, v in saved.items():
         setattr(comm.counters, k, v)
     winners = tuple((n, min(t, key=t.get)) for n, t in table.items())
-    return replace(c, winners=winners, winners_p=comm.size), table
+    return replace(c, winners=winners, winners_p=comm.size, winners_among=tuple(algorithms)), table
 
 
 def node_size(comm):

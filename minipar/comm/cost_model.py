@@ -30,7 +30,9 @@ rounds, not the best round, since a training step sees the typical wait.
 
 ``auto`` follows measured winners where a calibration recorded them (``winners``:
 the fastest algorithm at each measured size, for this group size); between and beyond
-those sizes it takes the model's choice.
+those sizes it takes the model's choice.  A winner decides only among the algorithms
+it was timed against (``winners_among``): a profile whose calibration timed the flat
+ones only still lets the model pick the hierarchical all-reduce across nodes.
 
 Calibration is explicit and visible (issue 18): ``params(comm)`` never communicates;
 it returns, in this order, what ``use(comm, c)`` set, ``MINIPAR_COMM_ALPHA/BETA/GAMMA``
@@ -67,6 +69,7 @@ class CostParams:
     cache_bytes: float | None = None    # None: one β and one γ at every size
     winners: tuple = ()                 # ((nbytes, algorithm), ...) measured at this p
     winners_p: int = 0                  # the group size the winners were measured at
+    winners_among: tuple = ()           # the algorithms timed for them; () : the four flat ones
     # the link between nodes (two_level.py): its α and β, and the node size (ranks 0..q-1
     # on node 0, ...) they were measured with; None / 0: one kind of link everywhere
     alpha_inter: float | None = None
@@ -77,12 +80,14 @@ class CostParams:
     def to_dict(self):
         d = asdict(self)
         d["winners"] = [list(w) for w in self.winners]
+        d["winners_among"] = list(self.winners_among)
         return d
 
     @classmethod
     def from_dict(cls, d):
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["winners"] = tuple(tuple(w) for w in known.get("winners", ()))
+        known["winners_among"] = tuple(known.get("winners_among", ()))
         return cls(**known)
 
 
@@ -173,12 +178,21 @@ def _measured_winner(p, nbytes, c, candidates):
     return None
 
 
-def choose(p, nbytes, c: CostParams, candidates=("ring", "recursive_doubling",
-                                                 "rabenseifner", "tree"), ranks_per_node=None):
+FLAT = ("ring", "recursive_doubling", "rabenseifner", "tree")
+
+
+def choose(p, nbytes, c: CostParams, candidates=FLAT, ranks_per_node=None):
     """The measured winner near this size, else the candidate with the smallest
-    predicted time (ties: first listed)."""
-    return (_measured_winner(p, nbytes, c, candidates)
-            or min(candidates, key=lambda a: predict(a, p, nbytes, c, ranks_per_node)))
+    predicted time (ties: first listed).  A winner decides only among the algorithms it
+    was timed against: a candidate that was not (hierarchical, where a calibration
+    measured the flat ones only) competes with it by the model."""
+    def model(a):
+        return predict(a, p, nbytes, c, ranks_per_node)
+    winner = _measured_winner(p, nbytes, c, candidates)
+    if winner is None:
+        return min(candidates, key=model)
+    untimed = [a for a in candidates if a not in (c.winners_among or FLAT)]
+    return min([winner, *untimed], key=model)
 
 
 # ---------------------------------------------------------------- explicit constants
