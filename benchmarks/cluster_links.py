@@ -115,20 +115,26 @@ def overlap(args):
 LAYOUTS = [dict(dp=4), dict(dp=4, overlap=False), dict(dp=4, zero=1), dict(dp=2, tp=2),
            dict(dp=2, pp=2, schedule="1f1b", microbatches=4), dict(tp=2, pp=2, schedule="1f1b",
                                                                   microbatches=4), dict(tp=4)]
+VOCAB = {"stdlib": None, "stdlib-bytes": 256}       # --data -> vocab (None: the tokenizer's 4,096)
+
+
+def layout_configs(vocab=None):
+    """The tp part's LAYOUTS as resolved 4-rank configs of the small model, batch 16."""
+    from minipar.config import TrainConfig
+    return [TrainConfig(model="small", batch_size=16, vocab_size=vocab, **kw).resolve(4)
+            for kw in LAYOUTS]
 
 
 def tensor_parallel(args):
     """tp inside against across nodes, and predicted against measured for LAYOUTS."""
-    from minipar.config import TrainConfig
     from minipar.perf.comm import Cyclic
     from minipar.perf.estimate import predict
     from minipar.perf.plan import describe
     from minipar.perf.profile import load_profile
     run = ["--model", "small", "--steps", args.steps, "--batch-size", 16, "--eval-batches", 0, "--quiet",
            "--data", args.data]
-    vocab = 256 if args.data == "stdlib-bytes" else None        # None: the BPE tokenizer's
-    configs = [TrainConfig(model="small", batch_size=16, vocab_size=vocab, **kw).resolve(4)
-               for kw in LAYOUTS]
+    vocab = VOCAB[args.data]
+    configs = layout_configs(vocab)
     cases = [(describe(c), "block") for c in configs] + [(describe(configs[3]), "cyclic")]
     prof = os.path.join(tempfile.mkdtemp(), "cluster.json")
     measured = {case: [] for case in cases}
@@ -166,7 +172,7 @@ def main():
     p.add_argument("--max-size", default="64M")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--data", default="stdlib", choices=("stdlib", "stdlib-bytes"),
+    p.add_argument("--data", default="stdlib", choices=tuple(VOCAB),
                    help="the tp part's data: BPE tokens (4,096, the default) or bytes (256: a "
                         "smaller head, so tp's collectives weigh more in a step)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: allreduce,overlap,tp")

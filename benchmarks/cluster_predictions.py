@@ -26,15 +26,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from minipar.config import TrainConfig          # noqa: E402
 from minipar.perf.comm import Cyclic            # noqa: E402
 from minipar.perf.estimate import predict       # noqa: E402
 from minipar.perf.plan import describe          # noqa: E402
 from minipar.perf.profile import load_profile   # noqa: E402
 
-LAYOUTS = [dict(dp=4), dict(dp=4, overlap=False), dict(dp=4, zero=1), dict(dp=2, tp=2),
-           dict(dp=2, pp=2, schedule="1f1b", microbatches=4),
-           dict(tp=2, pp=2, schedule="1f1b", microbatches=4), dict(tp=4)]
+from cluster_links import layout_configs        # noqa: E402  (the tp part's layouts)
 
 # cluster_links.py's tp part on a quiet machine: (layout flags, placement) -> measured ms
 RECORDED = """
@@ -75,8 +72,7 @@ def main():
     if args.nodes_per_host:
         prof.nodes_per_host = args.nodes_per_host
     measured = read_measured(open(args.measured).read() if args.measured else RECORDED)
-    configs = [TrainConfig(model="small", batch_size=16, vocab_size=args.vocab, **kw).resolve(4)
-               for kw in LAYOUTS]
+    configs = layout_configs(args.vocab)
     cases = [(c, "block") for c in configs] + [(configs[3], "cyclic")]
     print(f"profile {args.profile}: {prof.ranks_per_node} ranks per node, "
           f"{prof.cores_per_node} cores shared by {prof.nodes_per_host} node(s)")

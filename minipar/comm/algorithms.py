@@ -60,12 +60,12 @@ def _auto(comm, nbytes):
     key = ("auto", nbytes)
     choice = comm.cache.get(key)
     if choice is None:
-        candidates = ("ring", "recursive_doubling", "rabenseifner", "tree")
+        candidates = cost_model.FLAT
         c = _params(comm)
         if comm.ranks_per_node:  # only a declared node layout makes two levels worth it
             if 1 < node_layout(comm)[3] < comm.size:
                 candidates += ("hierarchical",)
-        elif c.alpha_inter is not None and 1 < c.ranks_per_node < comm.size:
+        elif cost_model.hierarchical_applies(c, comm.size):
             candidates += ("hierarchical",)      # calibrated across real nodes
         choice = cost_model.choose(comm.size, nbytes, c, candidates)
         comm.cache[key] = choice

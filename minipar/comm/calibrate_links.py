@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy  # host metadata (node numbers, the broadcast constants) only
 
 from minipar.backend import xp
-from minipar.comm.cost_model import DEFAULTS, CostParams, params
+from minipar.comm.cost_model import DEFAULTS, FLAT, CostParams, params, hierarchical_applies
 from minipar.comm.exchange import exchange, exchange_reduce
 
 
@@ -132,12 +132,9 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms
     hierarchical one where ``c`` knows the link between nodes and the group spans them."""
     from mpi4py import MPI
     from minipar.comm.collectives import all_reduce
-    from minipar.comm.two_level import crosses_nodes
     c = c or params(comm)
     if algorithms is None:
-        algorithms = ("ring", "recursive_doubling", "rabenseifner", "tree")
-        if c.alpha_inter is not None and crosses_nodes(comm.size, c.ranks_per_node):
-            algorithms += ("hierarchical",)
+        algorithms = FLAT + (("hierarchical",) if hierarchical_applies(c, comm.size) else ())
     saved = comm.counters.as_dict()
     table = {}
     for n in sizes:

@@ -53,7 +53,8 @@ from minipar.comm import two_level
 from minipar.comm.chunks import pow2_floor, segments
 from minipar.comm.exchange import SEGMENT_BYTES
 
-ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
+FLAT = ("ring", "recursive_doubling", "rabenseifner", "tree")   # one kind of link
+ALL_REDUCE_ALGORITHMS = FLAT + ("hierarchical",)
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,11 @@ def _measured_winner(p, nbytes, c, candidates):
     return None
 
 
-FLAT = ("ring", "recursive_doubling", "rabenseifner", "tree")
+def hierarchical_applies(c: CostParams, p):
+    """Whether the hierarchical all-reduce is worth timing and choosing for ``p`` ranks
+    under ``c``: it knows the link between nodes, and the group spans several nodes of
+    more than one rank (with one rank a node it is its own inner algorithm)."""
+    return c.alpha_inter is not None and 1 < c.ranks_per_node < p
 
 
 def choose(p, nbytes, c: CostParams, candidates=FLAT, ranks_per_node=None):

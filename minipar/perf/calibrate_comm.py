@@ -22,7 +22,7 @@ SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 # presets fall.  Without it a log-log line from 64 KiB (1.5 ms, mostly waiting for the other
 # rank) to 1 MiB put a 512 KiB all-reduce across the simulated cluster's link at 8.7 ms, and
 # dp2 x tp2 with tp across nodes 21-31% above its measured step; with it, within 7% (5 runs)
-CURVE_SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20)
+CURVE_SIZES = tuple(sorted(SIZES + (256 << 10,)))
 
 
 def _time_after(fn, work, reps=7):
