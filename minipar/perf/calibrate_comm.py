@@ -49,9 +49,18 @@ def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_dist
     rank, whose compute ran a little slower this time, and buffers that compute has
     just pushed out of cache.  Measured on the 2-core development machine, an all-reduce
     took 2.3x its barrier-synchronised time at 64 KiB and 1.4x at 1 MiB: the sizes
-    tensor parallelism's collectives have there."""
+    tensor parallelism's collectives have there.
+
+    The all-reduce is the ring, the one training runs: tensor parallelism's regions use
+    it (``parallel/tensor/regions.ALGORITHM``: bit-identical on every rank), and so do
+    DDP's buckets where the ranks fill the cores (``sync/hooks.py``: stepped by
+    backward).  ``auto`` would time the cost model's choice instead — on the simulated
+    cluster, with the default constants, Rabenseifner's: 16 ms for a 1 MiB all-reduce
+    over 2 nodes x 2 ranks against the ring's 10-12 ms in training, and 170-190 ms
+    against 92 ms at 7.4 MB, which put tp4's and dp4's predicted steps 30-55% high."""
     from mpi4py import MPI
     from minipar.comm import all_gather, all_reduce, reduce_scatter
+    from minipar.parallel.tensor.regions import ALGORITHM
     if work is None:
         a, w = xp.ones((256, 256), dtype=xp.float32), xp.ones((256, 1024), dtype=xp.float32)
         work = lambda: a @ w  # noqa: E731
@@ -61,7 +70,7 @@ def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_dist
         buf = xp.ones(n // 4, dtype=xp.float32)
         part = buf[: buf.size // p]
         peer = comm.rank ^ peer_distance
-        fns = {"all_reduce": lambda: all_reduce(comm, buf),
+        fns = {"all_reduce": lambda: all_reduce(comm, buf, algorithm=ALGORITHM),
                "all_gather": lambda: all_gather(comm, part, sizes=[part.size] * p),
                "reduce_scatter": lambda: reduce_scatter(comm, buf[: part.size * p]),
                "p2p": lambda: comm.sendrecv(buf, peer, buf.copy(), peer, 12)
@@ -86,7 +95,7 @@ def zero3_unit_overhead(cfg, comm):
     from mpi4py import MPI
     from minipar.nn import GPT
     from minipar.parallel.buckets import Bucket
-    from minipar.perf.calibrate import miniature_config
+    from minipar.perf.calibrate_model import miniature_config
     from minipar.parallel.sync.zero import ZeroSync
     from minipar.parallel.sync.zero3 import Zero3Sync, model_units
     mini = dataclasses.replace(miniature_config(cfg), tie_weights=False)   # ZeRO-3 needs untied
