@@ -65,3 +65,76 @@ def test_nodes_on_one_kernel_share_its_cores():
     assert host.nodes_per_host(FakeComm([me, me, "other", "other"]), 2) == 1
     assert host.ranks_sharing_cores(SHARED, 2, 4) == 4
     assert host.ranks_sharing_cores(SHARED, 2, 2) == 2                   # no more than the world
+
+
+def test_waits_that_spin_slow_every_compute_second_by_ranks_over_cores():
+    """Where waiting ranks poll (MPI's progress engine), 4 ranks on 2 cores are all
+    runnable all step and each gets half a core: every compute second of the critical
+    path counts twice.  Where waits sleep, or each rank has a core, nothing changes."""
+    spinning = dataclasses.replace(SHARED, wait_cpu_share=1.0)
+    c = config(dp=2, pp=2, schedule="1f1b", microbatches=4).resolve(4)
+    calm, slowed = predict(c, SHARED, ranks_per_node=2), predict(c, spinning, ranks_per_node=2)
+    for part in ("t_f", "t_b", "t_w", "optimizer_s", "overhead_s"):
+        assert slowed.breakdown[part] == 2 * calm.breakdown[part], part
+    assert slowed.breakdown["t_comm"] == calm.breakdown["t_comm"]      # the wire is not slowed
+    assert slowed.breakdown["shared_cores_s"] == calm.breakdown["shared_cores_s"]
+    assert slowed.step_s > calm.step_s
+    assert host.compute_slowdown(spinning, 2, 4) == 2.0
+    assert host.compute_slowdown(dataclasses.replace(spinning, cores_per_node=4), 2, 4) == 1.0
+    assert host.compute_slowdown(dataclasses.replace(spinning, nodes_per_host=1), 2, 4) == 1.0
+    assert host.compute_slowdown(dataclasses.replace(spinning, kind="spec"), 2, 4) == 1.0
+
+
+def test_the_model_compute_scale_multiplies_the_compute_only():
+    """calibrate's measured/modelled ratio of the model's own pass scales each
+    micro-batch's compute, not the optimizer or a collective."""
+    c = config(tp=2).resolve(2)
+    plain = predict(c, SHARED, ranks_per_node=2)
+    scaled = predict(c, dataclasses.replace(SHARED, efficiency={"model_compute_scale": 1.5}),
+                     ranks_per_node=2)
+    assert scaled.breakdown["t_w"] == 1.5 * plain.breakdown["t_w"]      # weight gradients only
+    assert 1.0 < scaled.breakdown["t_f"] / plain.breakdown["t_f"] < 1.5  # + tp's all-reduces
+    assert scaled.breakdown["optimizer_s"] == plain.breakdown["optimizer_s"]
+
+
+class _Clock:
+    """An mpi4py stand-in for rank 0 of 2 whose receive waits ``wait_s`` either polling
+    (burning CPU) or asleep."""
+    rank, size = 0, 2
+
+    def __init__(self, spin, wait_s=0.05):
+        self.spin, self.wait_s = spin, wait_s
+
+    def Barrier(self):
+        pass
+
+    def bcast(self, value, root=0):
+        return value
+
+    def Recv(self, buf, source, tag):
+        import time
+        if not self.spin:
+            time.sleep(self.wait_s)
+            return
+        t_end = time.perf_counter() + self.wait_s
+        while time.perf_counter() < t_end:
+            pass
+
+
+def test_wait_cpu_share_tells_a_polling_wait_from_a_sleeping_one():
+    assert host.wait_cpu_share(_Clock(spin=True)) > 0.7
+    assert host.wait_cpu_share(_Clock(spin=False)) < 0.3
+
+
+def test_rank0_alone_shares_its_result_and_the_others_sleep_meanwhile():
+    """Rank 0 burns 0.4 s of CPU; ranks 1-2 wait in a sleeping barrier (their CPU share
+    well under a polling wait's ~1), and all three get rank 0's result."""
+    from tests.mpirun import run_mpi
+    import re
+    out = run_mpi(3, ["tests/scripts/rank0_alone.py"], timeout=60).stdout   # ranks' lines may interleave
+    found = re.findall(r"rank (\d) got (\d) (\d+) share ([\d.]+)", out)
+    lines = {int(r): (got, n, float(share)) for r, got, n, share in found}
+    assert sorted(lines) == [0, 1, 2], out
+    assert {(got, n) for got, n, _ in lines.values()} == {("0", lines[0][1])}
+    for r in (1, 2):
+        assert lines[r][2] < 0.5, out

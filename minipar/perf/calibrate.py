@@ -35,6 +35,7 @@ from minipar import backend
 from minipar.backend import xp
 from minipar.perf import host
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
+from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale
 from minipar.perf.profile import Profile, median_profile
 
 def _time(fn, reps=5):
@@ -65,43 +66,6 @@ def gemm_curve(shapes, dtype, matmul=None):
         w = xp.ones((k, n), dtype=_dtype(dtype))
         pts.append([2.0 * m * n * k, _time(lambda: matmul(a, w))])
     return sorted(pts)
-
-
-def miniature_config(cfg):
-    """The miniature of model ``cfg``: its layers (so its ops and parameter tensors) at
-    d_model = 2·n_head, seq 4, vocab 16, where the arithmetic is negligible."""
-    from minipar.nn import GPTConfig
-    return GPTConfig(vocab_size=16, seq_len=4, n_layer=cfg.n_layer, d_model=2 * cfg.n_head,
-                     n_head=cfg.n_head, tie_weights=cfg.tie_weights)
-
-
-def miniature_overheads(cfg):
-    """(seconds per autograd op, seconds of an optimizer step's fixed cost), measured on a
-    miniature of the model: the same layers — so the same ops and parameter tensors — at
-    d_model = 2·n_head, seq 4, batch 1, vocab 16, where the arithmetic is negligible and
-    what is left is Python, the graph walk and the per-call cost of each NumPy call:
-
-        per op    = (forward + backward) / (2 · ops)      ops counted as compute.py counts
-        optimizer = one AdamW step over the miniature's tensors (a call per tensor)
-
-    ``op_overhead`` (one op on one element) is the floor; a real block's ops carry more
-    Python (reshapes, hooks, the engine's bookkeeping), so this is what a step pays."""
-    import numpy as np
-    from minipar.nn import GPT
-    from minipar.optim import AdamW
-    from minipar.perf.compute import OPS_EMBED, OPS_HEAD, OPS_PER_BLOCK
-    model = GPT(miniature_config(cfg), seed=0)
-    opt = AdamW(model.named_parameters(), lr=1e-4)
-    ids = np.zeros((1, 4), dtype=np.int64)
-
-    def forward_backward():
-        _, loss = model(ids, ids)
-        loss.backward()
-    fb = _time(forward_backward, 15)
-    forward_backward()
-    step = _time(opt.step, 15)
-    ops = cfg.n_layer * OPS_PER_BLOCK + OPS_HEAD + OPS_EMBED
-    return fb / (2 * ops), step
 
 
 def op_overhead():
@@ -189,15 +153,17 @@ def optimizer_per_param(dtype, n=1 << 20):
     return _time(lambda: adamw_update(p, g, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)) / n
 
 
-def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"), comm=None):
-    """A measured Profile of this machine for the shapes of model ``cfg``."""
+COMPUTE_FIELDS = ("gemm_curve", "op_overhead_s", "efficiency", "attention", "elementwise_curve",
+                  "mem_bw", "optimizer_s_per_param", "peak_flops")
+
+
+def measure_compute(prof, cfg, micro_rows, dtypes):
+    """Fill ``prof``'s COMPUTE_FIELDS: what one rank's arithmetic costs."""
     h, s, V, a = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.n_head
     shapes = []
     for b in micro_rows:
         m = b * s
         shapes += [(m, 3 * h, h), (m, h, h), (m, 4 * h, h), (m, h, 4 * h), (m, V, h), (m, h // 2, h)]
-    prof = Profile(name="measured", kind="measured", description="minipar calibrate on "
-                   f"{os.uname().nodename}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for dt in dtypes:
         try:
             prof.gemm_curve[dt] = gemm_curve(shapes, dt)
@@ -214,12 +180,31 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
     prof.mem_bw = 3 * nbytes / (fwd + bwd)   # one rate, the bandwidth view: backward moves 2x
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
     prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
+    prof.efficiency["model_compute_scale"] = model_compute_scale(prof, cfg, micro_rows[len(micro_rows) // 2])
+
+
+def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"), comm=None):
+    """A measured Profile of this machine for the shapes of model ``cfg``.  Where the host
+    runs more ranks than it has cores, rank 0 times the compute alone while the others
+    sleep (a core's rates; ``host.compute_slowdown`` prices the sharing) and sends it to
+    them."""
+    prof = Profile(name="measured", kind="measured", description="minipar calibrate on "
+                   f"{os.uname().nodename}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if comm is not None and comm.size > 1 and host.oversubscribed(comm.mpi, os.cpu_count() or 1):
+        def rates():
+            measure_compute(prof, cfg, micro_rows, dtypes)
+            return {k: getattr(prof, k) for k in COMPUTE_FIELDS}
+        for k, v in host.on_rank0_alone(comm.mpi, rates).items():
+            setattr(prof, k, v)
+    else:
+        measure_compute(prof, cfg, micro_rows, dtypes)
     prof.cores_per_node = os.cpu_count() or 1
     prof.ranks_per_node = max(comm.size if comm else 1, 1)
     prof.links = {"intra": {"alpha": 3e-5, "bw": 1e9}}
     if comm is not None and comm.size > 1:
         from minipar.comm import cost_model
         ctx = comm.context("coll")
+        prof.wait_cpu_share = host.wait_cpu_share(ctx.mpi)
         prof.collectives = comm_curves(ctx)
         prof.efficiency["zero3_unit_overhead_s"] = zero3_unit_overhead(cfg, ctx)
         c, _ = cost_model.measure_winners(ctx, SIZES, cost_model.calibrate(ctx))

@@ -3,7 +3,8 @@
 For a resolved TrainConfig on ``world`` ranks (dp·tp·pp), micro-batch b = B/(dp·M)
 with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwise):
 
-    t_f, t_b, t_w   one micro-batch through this rank's layers (compute.py), tp
+    t_f, t_b, t_w   one micro-batch through this rank's layers (compute.py, times the
+                    model's own pass over the sum of its ops: calibrate_model.py), tp
                     collectives added on the critical path (comm.py); the last stage
                     also runs the head and loss, the first the embeddings
     pipeline        makespan of the schedule from the simulator (pipeline.py);
@@ -12,7 +13,8 @@ with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwis
     + optimizer     AdamW on this rank's master parameters (profile, per parameter)
     + step overhead the profile's fixed cost of a step (loss reduction, logging)
     step            at least the shared-core bound where a host's ranks outnumber its
-                    cores (host.py): Σ of their work / cores
+                    cores (host.py): Σ of their work / cores; where their waits spin
+                    too, every compute second above counts R/C (R ranks, C cores)
 
     tokens/s = B·s / step         MFU = (6N + 12·L·h·s)·B·s / (step · world · peak)
 
@@ -25,6 +27,7 @@ summary and ``benchmarks/memory_scaling.py`` use.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from minipar.perf import activations as act
@@ -87,7 +90,12 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     b, M = micro_rows(config)
     tp, pp, v, dp = config.tp, config.pp, config.chunks, config.dp
     x = layer_shape(cfg, b, tp, config.sequence_parallel, dtype, config.attention)
+    # the model's own pass over the sum of its ops (calibrate_model.py), and ranks sharing
+    # cores, all runnable all step: each gets C/R of one (host.py)
+    scale = prof.efficiency.get("model_compute_scale", 1.0)
+    slow = host.compute_slowdown(prof, rpn, config.world_size)
     lt = layer_time(prof, x, config.recompute)
+    lt = type(lt)(*(scale * slow * t for t in dataclasses.astuple(lt)))
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
     act_bytes = b * cfg.seq_len * cfg.d_model * e
@@ -97,8 +105,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     redo_tp = tp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
                                                    config.sequence_parallel)
-    hf, hb = head_time(prof, x)
-    ef, eb = embed_time(prof, x)
+    hf, hb, ef, eb = (scale * slow * t for t in (*head_time(prof, x), *embed_time(prof, x)))
     # one micro-batch's own work on the mean stage, collectives excluded (host.py)
     work = per_rank_layers * (lt.forward + lt.backward) + (hf + hb + ef + eb) / pp
     hf, hb, ef, eb = hf + htf, hb + htb, ef + etf, eb + etb
@@ -125,12 +132,13 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
                                           accum=M if pp == 1 else 1)
     params_here = pmem.numel(cfg, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)
     master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
-    opt = prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
-    overhead = prof.efficiency.get("step_overhead_s", 0.0)
+    opt = slow * prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
+    overhead = slow * prof.efficiency.get("step_overhead_s", 0.0)
     path = span + exposed_dp + opt + overhead
     sent = host.sent_bytes(config, per_rank_layers, act_bytes,
                            sum(units) if config.zero == 3 else sum(buckets))
-    shared = host.shared_core_bound(prof, rpn, config.world_size, M * work + opt + overhead, sent)
+    shared = host.shared_core_bound(prof, rpn, config.world_size,
+                                    (M * work + opt + overhead) / slow, sent)
     step = max(path, shared)
     tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
     tokens = config.batch_size * cfg.seq_len

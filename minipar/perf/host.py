@@ -25,12 +25,17 @@ node × the profile's ``nodes_per_host`` (nodes whose ranks share one host's
 each rank has a core and its critical path already holds its work: nothing changes there,
 nor on a GPU (a spec profile: its ranks have their own devices).
 
-The rates: on such a host ``calibrate`` times the compute on every rank at once, so an op
-shorter than a time slice costs what a rank gets from a core it shares (its caches and
-switches shared too); longer ones (a GEMM of ~1 GFLOP on the 2-core machine) come out
-sliced, up to R/C times slower, which this bound then counts twice.  Timing the compute on
-one rank alone instead put the bound 20-38% below the simulated cluster's measured steps
-(one trial, the machine shared): sharing a core costs more than splitting its time.
+A waiting rank that spins.  MPI's progress engine (MPICH over UCX, and minipar's
+transport, which waits in it) polls: a rank blocked on a receive keeps its core busy, so
+it gives nothing to the others.  Measured on the simulated cluster (2 nodes x 2 ranks on
+2 cores): a rank in a 2 s receive used 2.03 s of CPU, and a small model's forward and
+backward took 17.8 ms where the other two ranks slept, 35.7 ms where they spun in a
+receive and 37-39 ms where they computed.  ``calibrate`` measures it (``wait_cpu_share``:
+CPU seconds per second of a rank waiting in a receive).  Where waits spin, every rank is
+runnable all step, the scheduler gives each C/R of a core, and every compute second on
+the critical path takes R/C seconds (``compute_slowdown``); the rates are then timed
+on one rank with the others asleep (a core to itself).  The bound above stays for hosts
+whose waits sleep (a rank blocked on a wire gives its core to the others).
 
 Every rank is counted with the mean stage's work (the pipeline's stages differ by the
 embeddings and the head only); its bytes, per micro-batch of b·s·h activations A:
@@ -77,6 +82,56 @@ def shared_core_bound(prof, ranks_per_node, world, busy_s, sent):
         return 0.0
     _, copy_bw = prof.link("intra")
     return ranks * (busy_s + sent / copy_bw) / prof.cores_per_node
+
+
+def compute_slowdown(prof, ranks_per_node, world):
+    """R/C, the factor on every compute second where R ranks share C < R cores and
+    waiting ranks spin (``prof.wait_cpu_share`` >= 0.5); 1 otherwise."""
+    ranks = ranks_sharing_cores(prof, ranks_per_node, world)
+    if prof.kind == "spec" or prof.wait_cpu_share < 0.5 or not prof.cores_per_node:
+        return 1.0
+    return max(ranks / prof.cores_per_node, 1.0)
+
+
+def wait_cpu_share(mpi_comm, wait_s=0.1):
+    """CPU seconds per second of rank 0 while it waits in a receive that rank 1 answers
+    after sleeping ``wait_s`` (every rank calls; 0 on one rank): about 1 where MPI polls,
+    about 0 where a waiting rank sleeps."""
+    import time
+    import numpy as np
+    share = 0.0
+    one = np.zeros(1)
+    mpi_comm.Barrier()
+    if mpi_comm.rank == 1:
+        time.sleep(wait_s)
+        mpi_comm.Send(one, dest=0, tag=77)
+    elif mpi_comm.rank == 0 and mpi_comm.size > 1:
+        t0, c0 = time.perf_counter(), time.process_time()
+        mpi_comm.Recv(one, source=1, tag=77)
+        share = (time.process_time() - c0) / (time.perf_counter() - t0)
+    return mpi_comm.bcast(share, root=0)
+
+
+def oversubscribed(mpi_comm, cores):
+    """Whether this host runs more of ``mpi_comm``'s ranks than it has ``cores``."""
+    return ranks_on_host(mpi_comm) > max(cores, 1)
+
+
+def sleeping_barrier(mpi_comm, poll_s=0.002):
+    """A barrier whose waiting ranks sleep between polls, leaving their cores to the
+    ranks still working (``Barrier`` itself spins)."""
+    import time
+    req = mpi_comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
+def on_rank0_alone(mpi_comm, fn):
+    """``fn()`` run by rank 0 while the other ranks sleep (a core to itself), its result
+    returned on every rank (every rank calls)."""
+    mine = fn() if mpi_comm.rank == 0 else None
+    sleeping_barrier(mpi_comm)
+    return mpi_comm.bcast(mine, root=0)
 
 
 def host_id():

@@ -26,6 +26,9 @@ The format (all SI units: seconds, bytes, FLOP/s)::
      "mem_per_rank_bytes", "ranks_per_node", "cores_per_node",
      "nodes_per_host": nodes whose ranks share one host's cores_per_node cores (1 on a
                      real cluster; the simulated cluster's namespaces all share one)
+     "wait_cpu_share": CPU seconds per second of a rank waiting in a receive (about 1
+                     where MPI polls: then ranks sharing cores slow each other all
+                     step, ``host.compute_slowdown``)
      "links":        {"intra"|"inter": {"alpha": s, "bw": bytes/s per rank}}
      "collectives":  {kind: {"<p>:<placement>": [[bytes, seconds], ...]}}  measured
      "cost_params":  the comm cost model's constants (``comm.cost_model.CostParams``)
@@ -86,6 +89,7 @@ class Profile:
     ranks_per_node: int = 8
     cores_per_node: int = 0
     nodes_per_host: int = 1
+    wait_cpu_share: float = 0.0
     links: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
     cost_params: dict = field(default_factory=dict)
@@ -190,8 +194,9 @@ def median_profile(profiles):
     first = copy.deepcopy(profiles[0])
     first.op_overhead_s = med([p.op_overhead_s for p in profiles])
     first.mem_bw = med([p.mem_bw for p in profiles])
+    first.wait_cpu_share = med([p.wait_cpu_share for p in profiles])
     for k in first.efficiency:
-        if k.endswith("_s"):
+        if k.endswith("_s") or k == "model_compute_scale":
             first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
     for name in ("optimizer_s_per_param", "peak_flops"):
         table = getattr(first, name)
