@@ -216,10 +216,13 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
             prof.links["inter"] = {"alpha": c.alpha_inter, "bw": 1 / c.beta_inter}
             node = ctx.split(ctx.rank // q, ctx.rank)            # a node's ranks
             across = ctx.split(ctx.rank % q, ctx.rank)           # one rank of every node
-            prof.collectives = comm_curves(ctx, placement="inter", peer_distance=q)
+            gaps = []                   # the link's idle time before each timed call
+            prof.collectives = comm_curves(ctx, placement="inter", peer_distance=q, gaps=gaps)
             for group, where in ((node, "intra"), (across, "inter")):
-                for kind, curves in comm_curves(group, placement=where).items():
+                for kind, curves in comm_curves(group, placement=where,
+                                                gaps=gaps if where == "inter" else None).items():
                     prof.collectives[kind].update(curves)
+            prof.efficiency["comm_gap_s"] = statistics.median(gaps)
             prof.notes = [f"measured for {cfg}", f"nodes of {q} ranks: the whole group's and "
                           "one-rank-per-node groups' curves cross nodes (inter), a node's stay "
                           "inside (intra)"]

@@ -25,23 +25,30 @@ SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 CURVE_SIZES = tuple(sorted(SIZES + (256 << 10,)))
 
 
-def _time_after(fn, work, reps=7):
-    """Median seconds of ``fn()`` alone, each call right after ``work()``."""
+def _time_after(fn, work, reps=7, gaps=None):
+    """Median seconds of ``fn()`` alone, each call right after ``work()``; ``gaps``: a list
+    to append the seconds from the end of one call to the start of the next to (the
+    link's idle time before each, which a shaped link turns into burst: perf/comm.py)."""
     work()
     fn()
     out = []
+    end = time.perf_counter()
     for _ in range(reps):
         work()
         t0 = time.perf_counter()
         fn()
         backend.sync()
-        out.append(time.perf_counter() - t0)
+        if gaps is not None:
+            gaps.append(t0 - end)
+        end = time.perf_counter()
+        out.append(end - t0)
     return statistics.median(out)
 
 
-def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_distance=1):
+def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_distance=1, gaps=None):
     """{kind: {"p:PLACEMENT": [[bytes, s]]}} for the whole group, slowest rank, median;
     send/recv between rank r and r XOR ``peer_distance`` (q: a rank on the next node).
+    ``gaps``: a list that collects the idle seconds before each timed call.
 
     Timed as training calls them: each collective right after some compute (``work``,
     by default a GEMM of 256 × 256 · 256 × 1024, ~0.1 GFLOP), with no barrier before it.
@@ -77,7 +84,7 @@ def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_dist
                if peer < p else None}
         for kind, fn in fns.items():
             comm.mpi.Barrier()
-            t = comm.mpi.allreduce(_time_after(fn, work), op=MPI.MAX)
+            t = comm.mpi.allreduce(_time_after(fn, work, gaps=gaps), op=MPI.MAX)
             key = f"{2 if kind == 'p2p' else p}:{placement}"
             out[kind].setdefault(key, []).append([n, t])
     return out

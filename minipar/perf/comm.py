@@ -56,18 +56,48 @@ def placement(p, stride, ranks_per_node):
     return "intra" if p * stride <= max(ranks_per_node, 1) else "inter"
 
 
-def collective_seconds(prof, kind, p, nbytes, where="intra"):
-    """Seconds of one ``kind`` collective of ``nbytes`` over ``p`` ranks."""
+def collective_seconds(prof, kind, p, nbytes, where="intra", gap_s=None):
+    """Seconds of one ``kind`` collective of ``nbytes`` over ``p`` ranks; ``gap_s``: the
+    seconds its link idled before it (``burst_seconds``), None: as calibrated."""
     if p <= 1 and kind != "p2p" or nbytes <= 0:
         return 0.0
     curve = prof.curve(kind, p, where)
     if curve:
-        return interp_loglog(curve, nbytes)
+        t = interp_loglog(curve, nbytes)
+        if where == "inter" and gap_s is not None:
+            out = nbytes if kind == "p2p" else FACTOR[kind] * (p - 1) / p * nbytes
+            t = max(t - burst_seconds(prof, out, gap_s), 0.1 * t)
+        return t
     alpha, bw = prof.link(where)
     if kind == "p2p":
         return alpha + nbytes / bw
     f = FACTOR[kind]
     return f * (p - 1) * alpha + f * (p - 1) / p * nbytes / bw
+
+
+def burst_seconds(prof, out_bytes, gap_s):
+    """Seconds a shaped link's burst saves a transfer of ``out_bytes`` across it after
+    ``gap_s`` idle seconds, over what it saved in calibration.  A token bucket (tc's
+    tbf: the simulated cluster; switches' buffers do the like) earns credit at the
+    link's rate while the link idles, up to the burst B, and lets that much through at
+    once:
+
+        credit(g) = min(B, g · bw, out_bytes)      saving = (credit(gap) - credit(g_cal)) / bw
+
+    g_cal: the idle time before each call ``calibrate`` timed (``comm_gap_s``, ~1 ms),
+    B: ``calibrate_across``'s ``burst_inter``.  tp's all-reduces come a few ms of
+    compute apart and a pipeline's sends a micro-batch apart; both earn more than the
+    curves' calls did.  0 where the profile lacks any of them (a real cluster's
+    profile without a measured burst; profiles from before)."""
+    burst = prof.cost_params.get("burst_inter") or 0.0
+    g_cal = prof.efficiency.get("comm_gap_s")
+    bw = prof.links.get("inter", {}).get("bw")
+    if not burst or g_cal is None or not bw:
+        return 0.0
+
+    def credit(g):
+        return min(burst, max(g, 0.0) * bw, out_bytes)
+    return (credit(gap_s) - credit(g_cal)) / bw
 
 
 def overlapped_buckets(bucket_seconds, backward_s, overlap=True):
@@ -87,17 +117,20 @@ def overlapped_buckets(bucket_seconds, backward_s, overlap=True):
     return max(end - backward_s, 0.0)
 
 
-def tp_seconds_per_layer(prof, tp, act_bytes, ranks_per_node, sp=False):
-    """(forward, backward) seconds of one layer's tensor-parallel collectives."""
+def tp_seconds_per_layer(prof, tp, act_bytes, ranks_per_node, sp=False, gaps=(None, None)):
+    """(forward, backward) seconds of one layer's tensor-parallel collectives; ``gaps``:
+    the compute before each in forward and in backward (half the layer's: attention,
+    then the MLP), the link's idle time (``burst_seconds``)."""
     if tp <= 1:
         return 0.0, 0.0
     where = placement(tp, 1, ranks_per_node)
-    if sp:   # each all-reduce becomes an all-gather before the block half, a reduce-scatter after
-        one = 2 * (collective_seconds(prof, "all_gather", tp, act_bytes, where)
-                   + collective_seconds(prof, "reduce_scatter", tp, act_bytes, where))
-    else:
-        one = 2 * collective_seconds(prof, "all_reduce", tp, act_bytes, where)
-    return one, one
+
+    def one(gap):
+        if sp:   # each all-reduce becomes an all-gather before the block half, a reduce-scatter after
+            return 2 * (collective_seconds(prof, "all_gather", tp, act_bytes, where, gap)
+                        + collective_seconds(prof, "reduce_scatter", tp, act_bytes, where, gap))
+        return 2 * collective_seconds(prof, "all_reduce", tp, act_bytes, where, gap)
+    return one(gaps[0]), one(gaps[1])
 
 
 def kv_copies_seconds(prof, tp, n_kv_head, weight_bytes, ranks_per_node):
@@ -111,22 +144,23 @@ def kv_copies_seconds(prof, tp, n_kv_head, weight_bytes, ranks_per_node):
     return 2 * collective_seconds(prof, "all_reduce", copies, weight_bytes, where)
 
 
-def tp_seconds_edges(prof, tp, act_bytes, tokens, ranks_per_node, sp=False):
+def tp_seconds_edges(prof, tp, act_bytes, tokens, ranks_per_node, sp=False, gaps=(None, None)):
     """((forward, backward) of the embeddings, (forward, backward) of the head) in
     tensor-parallel collectives: the vocabulary-parallel lookup's sum (a reduce-scatter
     under SP), the head's input region (its backward all-reduce; under SP an all-gather
     forward, a reduce-scatter backward) and the vocabulary-parallel loss's two small
-    all-reduces (the max, then the sums and picked logits: 3 floats per token)."""
+    all-reduces (the max, then the sums and picked logits: 3 floats per token).
+    ``gaps``: the compute before those of forward and of backward, as for a layer's."""
     if tp <= 1:
         return (0.0, 0.0), (0.0, 0.0)
     where = placement(tp, 1, ranks_per_node)
-    c = lambda kind, n: collective_seconds(prof, kind, tp, n, where)  # noqa: E731
-    loss = c("all_reduce", 4 * tokens) + c("all_reduce", 8 * tokens)
+    f = lambda kind, n: collective_seconds(prof, kind, tp, n, where, gaps[0])  # noqa: E731
+    b = lambda kind, n: collective_seconds(prof, kind, tp, n, where, gaps[1])  # noqa: E731
+    loss = f("all_reduce", 4 * tokens) + f("all_reduce", 8 * tokens)
     if sp:
-        ag, rs = c("all_gather", act_bytes), c("reduce_scatter", act_bytes)
-        return (rs, ag), (ag + loss, rs)
-    ar = c("all_reduce", act_bytes)
-    return (ar, 0.0), (loss, ar)
+        return (f("reduce_scatter", act_bytes), b("all_gather", act_bytes)), \
+            (f("all_gather", act_bytes) + loss, b("reduce_scatter", act_bytes))
+    return (f("all_reduce", act_bytes), 0.0), (loss, b("all_reduce", act_bytes))
 
 
 def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, forward_s,
@@ -141,10 +175,12 @@ def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, for
     hides = prof.overlaps_comm(ranks_per_node)
     overlap = overlap and hides
     memo = {}
+    # the link idles between a micro-batch's buckets for its compute over their number
+    gap = (forward_s + backward_s) / accum / max(len(unit_bytes if zero == 3 else bucket_bytes), 1)
 
     def t(kind, n):          # buckets mostly share one size: time each size once
         if (kind, n) not in memo:
-            memo[kind, n] = collective_seconds(prof, kind, dp, n, where)
+            memo[kind, n] = collective_seconds(prof, kind, dp, n, where, gap)
         return memo[kind, n]
     if zero == 0:
         ar = [t("all_reduce", n) for n in bucket_bytes]
@@ -166,9 +202,11 @@ def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, for
     return accum * (fwd + bwd + per_unit)
 
 
-def pp_send_seconds(prof, pp, act_bytes, stride, ranks_per_node):
-    """One activation (or its gradient) between neighbouring stages."""
+def pp_send_seconds(prof, pp, act_bytes, stride, ranks_per_node, gap_s=None):
+    """One activation (or its gradient) between neighbouring stages; ``gap_s``: the
+    compute between two sends on the link (a stage's micro-batch)."""
     if pp <= 1:
         return 0.0
-    return collective_seconds(prof, "p2p", 2, act_bytes, placement(2, stride, ranks_per_node))
+    return collective_seconds(prof, "p2p", 2, act_bytes, placement(2, stride, ranks_per_node),
+                              gap_s)
 

@@ -11,7 +11,8 @@ with M micro-batches (``microbatches`` under a pipeline, ``grad_accum`` otherwis
                     without one, M·(t_f + t_b + t_w)
     + exposed data-parallel communication (comm.py)
     + optimizer     AdamW on this rank's master parameters (profile, per parameter)
-    + step overhead the profile's fixed cost of a step (loss reduction, logging)
+    + step overhead the profile's fixed cost of a step (loss reduction, logging), and its
+                    small all-reduces (the gradient norm, the loss)
     step            at least the shared-core bound where a host's ranks outnumber its
                     cores (host.py): Σ of their work / cores; where their waits spin
                     too, every compute second above counts R/C (R ranks, C cores)
@@ -99,12 +100,13 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
     act_bytes = b * cfg.seq_len * cfg.d_model * e
-    tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel)
+    gaps = (lt.forward / 2, lt.backward / 2)      # compute before each tp collective
+    tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel, gaps)
     if cfg.arch == "llama":
         tp_b += pcomm.kv_copies_seconds(prof, tp, cfg.kv_heads, cfg.d_model * x.kv_columns * e, rpn)
     redo_tp = tp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
-                                                   config.sequence_parallel)
+                                                   config.sequence_parallel, gaps)
     hf, hb, ef, eb = (scale * slow * t for t in (*head_time(prof, x), *embed_time(prof, x)))
     # one micro-batch's own work on the mean stage, collectives excluded (host.py)
     work = per_rank_layers * (lt.forward + lt.backward) + (hf + hb + ef + eb) / pp
@@ -115,7 +117,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
         + (eb if pp == 1 else 0.0)
     t_w = per_rank_layers * lt.backward_weight
     t_comm = pcomm.pp_send_seconds(prof, pp, act_bytes / (tp if config.sequence_parallel else 1),
-                                   dp * tp, rpn)
+                                   dp * tp, rpn, gap_s=per_rank_layers * lt.forward)
     kind = config.schedule or "1f1b"
     span, bubble, in_flight = pipeline_time(kind, pp, M, v, t_f, t_b, t_w, t_comm)
     # data-parallel synchronisation over this rank's gradients
@@ -134,7 +136,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
     opt = slow * prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
     overhead = slow * prof.efficiency.get("step_overhead_s", 0.0)
-    path = span + exposed_dp + opt + overhead
+    agree = small_all_reduces_seconds(prof, config, rpn)
+    path = span + exposed_dp + opt + overhead + agree
     sent = host.sent_bytes(config, per_rank_layers, act_bytes,
                            sum(units) if config.zero == 3 else sum(buckets))
     shared = host.shared_core_bound(prof, rpn, config.world_size,
@@ -150,9 +153,22 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
                       exposed_dp + tp_exposed,
                       dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
-                           optimizer_s=opt, overhead_s=overhead, critical_path_s=path,
+                           optimizer_s=opt, overhead_s=overhead, agree_s=agree,
+                           critical_path_s=path,
                            shared_cores_s=shared, t_f=t_f, t_b=t_b, t_w=t_w,
                            t_comm=t_comm, in_flight=in_flight, micro_rows=b, microbatches=M))
+
+
+def small_all_reduces_seconds(prof, config, rpn):
+    """A step's small all-reduces (a few floats each, so latency: the curves' smallest
+    size): the gradient norm and overflow flag agreed over every rank
+    (``parallel/step.py``), and the loss summed over the pipeline and over data
+    parallelism (``train/steps.global_loss``).  Across a node boundary each is a round
+    trip on the slow link, ~1 ms on the simulated cluster."""
+    dp, tp, pp, world = config.dp, config.tp, config.pp, config.world_size
+    groups = [(world, 1), (pp, dp * tp), (dp, tp)]
+    return sum(pcomm.collective_seconds(prof, "all_reduce", p, 4096, pcomm.placement(p, stride, rpn))
+               for p, stride in groups if p > 1)
 
 
 def memory_per_rank(config, korthikanti=False):
