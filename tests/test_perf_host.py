@@ -1,6 +1,9 @@
-"""The shared-core bound (perf/host.py): ranks sharing a host's cores cannot finish a
-step faster than all their work over the cores; with a core per rank nothing changes."""
+"""Ranks sharing a host's cores (perf/host.py): a step cannot be shorter than all their
+work over the cores, and where waiting ranks spin every compute second counts R/C; with
+a core per rank nothing changes."""
 import dataclasses
+
+import pytest
 
 from minipar.config import TrainConfig
 from minipar.perf import host
@@ -80,6 +83,10 @@ def test_waits_that_spin_slow_every_compute_second_by_ranks_over_cores():
     assert slowed.breakdown["shared_cores_s"] == calm.breakdown["shared_cores_s"]
     assert slowed.step_s > calm.step_s
     assert host.compute_slowdown(spinning, 2, 4) == 2.0
+    # what sharing costs beyond the time split, as calibrate measured it
+    costly = dataclasses.replace(spinning, efficiency={"core_sharing_excess": 1.1})
+    assert host.compute_slowdown(costly, 2, 4) == pytest.approx(2.2)
+    assert host.compute_slowdown(dataclasses.replace(costly, cores_per_node=4), 2, 4) == 1.0
     assert host.compute_slowdown(dataclasses.replace(spinning, cores_per_node=4), 2, 4) == 1.0
     assert host.compute_slowdown(dataclasses.replace(spinning, nodes_per_host=1), 2, 4) == 1.0
     assert host.compute_slowdown(dataclasses.replace(spinning, kind="spec"), 2, 4) == 1.0
@@ -107,6 +114,12 @@ class _Clock:
 
     def Barrier(self):
         pass
+
+    def Ibarrier(self):
+        return self
+
+    def Test(self):
+        return True
 
     def bcast(self, value, root=0):
         return value

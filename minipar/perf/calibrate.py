@@ -21,8 +21,14 @@ times, 3 by default, with the median of each number kept; the load is written do
   reduce-scatter and send/recv curves, each timed right after compute (placement
   ``intra``: one machine; ranks sharing cores when there are more ranks than cores),
   ZeRO-3's cost per unit over ZeRO-2, and the comm cost model's constants and winners;
+- the model's own forward + backward of one micro-batch against the sum of its ops
+  (``calibrate_model.model_compute_scale``);
 - the cores: ``cores_per_node`` is this machine's, ``nodes_per_host`` how many of the
   nodes found share them (ranks on the same kernel: the simulated cluster's namespaces).
+  Where the host runs more ranks than cores, rank 0 times the compute alone while the
+  others sleep, then every rank runs the model's pass at once (``core_sharing_excess``);
+  and whether a rank waiting in a receive burns its core (``wait_cpu_share``): both
+  feed ``host.compute_slowdown``.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from minipar import backend
 from minipar.backend import xp
 from minipar.perf import host
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
-from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale
+from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale, model_pass_seconds
 from minipar.perf.profile import Profile, median_profile
 
 def _time(fn, reps=5):
@@ -196,6 +202,9 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
             return {k: getattr(prof, k) for k in COMPUTE_FIELDS}
         for k, v in host.on_rank0_alone(comm.mpi, rates).items():
             setattr(prof, k, v)
+        rows = micro_rows[len(micro_rows) // 2]
+        prof.efficiency["core_sharing_excess"] = host.sharing_excess(
+            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows))
     else:
         measure_compute(prof, cfg, micro_rows, dtypes)
     prof.cores_per_node = os.cpu_count() or 1

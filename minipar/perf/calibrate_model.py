@@ -68,13 +68,11 @@ def miniature_overheads(cfg):
     return fb / (2 * ops), step
 
 
-def model_compute_scale(prof, cfg, rows, reps=5):
-    """measured / modelled seconds of one forward + backward of model ``cfg`` (fp32, its
-    attention) on a micro-batch of ``rows`` sequences, on this rank; 1.0 if the model
-    cannot be timed here.  ``prof``: the curves measured so far."""
+def model_pass_seconds(cfg, rows, reps=5):
+    """Median seconds of one forward + backward of model ``cfg`` (fp32, its attention) on
+    a micro-batch of ``rows`` sequences, on this rank."""
     import numpy as np
     from minipar.nn import make_model
-    from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
     model = make_model(cfg, seed=0)
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (rows, cfg.seq_len))
 
@@ -83,7 +81,15 @@ def model_compute_scale(prof, cfg, rows, reps=5):
         loss.backward()
         for p in model.parameters():
             p.grad = None
-    measured = _median_seconds(forward_backward, reps)
+    return _median_seconds(forward_backward, reps)
+
+
+def model_compute_scale(prof, cfg, rows):
+    """measured / modelled seconds of one forward + backward of model ``cfg`` on a
+    micro-batch of ``rows`` sequences (``model_pass_seconds``); 1.0 where the model
+    prices it at nothing.  ``prof``: the curves measured so far."""
+    from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
+    measured = model_pass_seconds(cfg, rows)
     x = layer_shape(cfg, rows, attention=cfg.attention)
     lt = layer_time(prof, x)
     modelled = cfg.n_layer * (lt.forward + lt.backward) + sum(head_time(prof, x)) + sum(embed_time(prof, x))
