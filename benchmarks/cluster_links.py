@@ -148,6 +148,13 @@ def tensor_parallel(args):
     profile = load_profile(prof)
     print(f"\n## 4 ranks on 2 nodes x 2, {args.inter_gbps:g} Gbit/s between nodes, small model, "
           f"batch 16, --data {args.data}; the profile calibrated on this cluster")
+    from minipar.perf.host import compute_slowdown
+    eff = profile.efficiency
+    print(f"profile {prof}: a waiting rank burns {profile.wait_cpu_share:.2f} CPU s/s, so compute "
+          f"counts x{compute_slowdown(profile, profile.ranks_per_node, 4):.2f} (4 ranks, "
+          f"{profile.cores_per_node} cores); the model's own pass / the sum of its ops "
+          f"{eff.get('model_compute_scale', 1.0):.2f}; curves timed "
+          f"{eff.get('comm_gap_s', float('nan')) * 1e3:.1f} ms of idle link apart")
     print(f"{'layout':<58} {'placement':<9} {'measured ms':>11} {'predicted ms':>12} {'error':>6}"
           f"  (critical path ms, shared-core bound ms: perf/host.py)")
     errors = []

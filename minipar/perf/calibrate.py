@@ -204,7 +204,7 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
             setattr(prof, k, v)
         rows = micro_rows[len(micro_rows) // 2]
         prof.efficiency["core_sharing_excess"] = host.sharing_excess(
-            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows))
+            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows, reps=9))
     else:
         measure_compute(prof, cfg, micro_rows, dtypes)
     prof.cores_per_node = os.cpu_count() or 1
