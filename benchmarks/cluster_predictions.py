@@ -7,7 +7,12 @@ cluster, beside step times measured there (no cluster needed).
 ``benchmarks/recorded/cluster_2026-12-07`` holds two profiles calibrated on the cluster
 (``profile_a`` before a 4,096-token run, ``profile_b`` before a byte run) and five runs'
 tables (``runN_tokens.txt``, ``runN_bytes.txt``: pass ``--vocab 256``), measured one after
-another on the quiet machine: every profile can be set against every run.
+another on the quiet machine: every profile can be set against every run.  Those profiles
+predate ``wait_cpu_share``, ``model_compute_scale`` and ``comm_gap_s``, so they replay the
+model without them.  ``benchmarks/recorded/cluster_2026-12-07b`` holds a clean clone's
+run as a newcomer runs it (``env -i``, nothing set): its two profiles, calibrated by the
+code that has them, and their runs (``run_tokens.txt``, ``run_bytes.txt``), 7 of 8
+within 15% each.
 
 ``--measured``: a file holding the bottom table that ``cluster_links.py`` printed (its
 ``layout placement measured predicted error`` rows); by default the figures recorded on
