@@ -34,25 +34,15 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 from minipar.cli_checks import CommandError, OneLineParser, as_flags, at_least, output_file
 from minipar import backend
 from minipar.backend import xp
 from minipar.perf import host
 from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
+from minipar.perf.calibrate_model import median_seconds as _time
 from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale, model_pass_seconds
 from minipar.perf.profile import Profile, median_profile
-
-def _time(fn, reps=5):
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        backend.sync()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def _dtype(name):

@@ -20,7 +20,8 @@ import time
 from minipar import backend
 
 
-def _median_seconds(fn, reps):
+def median_seconds(fn, reps=5):
+    """Median seconds of ``fn()`` over ``reps`` calls after one warm-up call."""
     fn()
     out = []
     for _ in range(reps):
@@ -61,9 +62,9 @@ def miniature_overheads(cfg):
     def forward_backward():
         _, loss = model(ids, ids)
         loss.backward()
-    fb = _median_seconds(forward_backward, 15)
+    fb = median_seconds(forward_backward, 15)
     forward_backward()
-    step = _median_seconds(opt.step, 15)
+    step = median_seconds(opt.step, 15)
     ops = cfg.n_layer * OPS_PER_BLOCK + OPS_HEAD + OPS_EMBED
     return fb / (2 * ops), step
 
@@ -81,7 +82,7 @@ def model_pass_seconds(cfg, rows, reps=5):
         loss.backward()
         for p in model.parameters():
             p.grad = None
-    return _median_seconds(forward_backward, reps)
+    return median_seconds(forward_backward, reps)
 
 
 def model_compute_scale(prof, cfg, rows):
