@@ -33,9 +33,12 @@ backward took 17.8 ms where the other two ranks slept, 35.7 ms where they spun i
 receive and 37-39 ms where they computed.  ``calibrate`` measures it (``wait_cpu_share``:
 CPU seconds per second of a rank waiting in a receive).  Where waits spin, every rank is
 runnable all step, the scheduler gives each C/R of a core, and every compute second on
-the critical path takes R/C seconds (``compute_slowdown``); the rates are then timed
-on one rank with the others asleep (a core to itself).  The bound above stays for hosts
-whose waits sleep (a rank blocked on a wire gives its core to the others).
+the critical path takes R/C seconds, times what sharing costs beyond splitting the time
+(``compute_slowdown``, ``sharing_excess``).  The rates are then timed on one rank with
+the others asleep (a core to itself): timed on every rank at once they had landed
+anywhere between a core's and half of one (GEMMs of 110 and of 225 GFLOP/s in two
+profiles of the same cluster).  The bound above stays for hosts whose waits sleep (a
+rank blocked on a wire gives its core to the others).
 
 Every rank is counted with the mean stage's work (the pipeline's stages differ by the
 embeddings and the head only); its bytes, per micro-batch of b·s·h activations A:
