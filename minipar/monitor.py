@@ -54,13 +54,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 
 import numpy as np
 
-from minipar import backend, procmem
+from minipar import monitor_text, procmem
 from minipar.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
 from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401 (the readers)
 from minipar.threads import describe_threads
@@ -78,10 +77,6 @@ class _Watched:
         from minipar.comm import watchdog
         self.mpi, self.size = mpi, mpi.Get_size()
         self.hang_timeout = watchdog.get_hang_timeout()
-
-
-def _fmt_bytes(n):
-    return f"{n / 2 ** 20:.1f} MiB"
 
 
 def bits(nats):
@@ -157,7 +152,8 @@ class RunMonitor:
                            mem_budget_bytes_per_rank=self.mem_budget.tolist(),
                            total_steps=self.total_steps, start_step=self.start_step,
                            time=time.time())
-        self._print_header()
+        for line in monitor_text.header_lines(self):
+            self._print(line)
         if self.log_path:
             self.log = open(self.log_path, "w")
             self._write({"header": self.header})
@@ -243,7 +239,8 @@ class RunMonitor:
             self.bar.close()
             self.bar = None
         final = self.summary(val_loss)
-        self._print_summary(final)
+        for line in monitor_text.summary_lines(self, final):
+            self._print(line)
         if self.log:
             self._write({"final": final})
             self.log.close()
@@ -285,48 +282,6 @@ class RunMonitor:
 
     def _print(self, text):
         print(text, file=self.out, flush=True)
-
-    def _print_header(self):
-        h = self.header
-        params = f" | {h['params'] / 1e6:.2f}M parameters" if h.get("params") else ""
-        self._print(f"minipar train | layout {h.get('layout', '?')}{params} | "
-                    f"{self.world_size} rank{'s' if self.world_size != 1 else ''}")
-        self._print(f"  {self.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
-                    f"{h.get('precision', '?')}")
-        self._print(f"  threads: {h['threads']}")
-        if self.bytes_per_token != 1.0:
-            self._print(f"  tokens: a vocabulary of {h.get('vocab_size', '?')}, {self.bytes_per_token:.3f} "
-                        "bytes/token on the validation text (bits/byte = nats/token / ln 2 / that)")
-        note = "" if self.peak_tflops else " (no --peak-tflops given)"
-        self._print(f"  MFU against {self.mfu_basis}{note}")
-
-    def _print_summary(self, f):
-        p = self._print
-        p(f"done: {f['steps']} steps in {f['wall_s']:.1f} s wall")
-        if f["train_loss"] is not None:
-            p(f"  train loss {f['train_loss']:.4f} {self.loss_unit} ({f['train_bits_per_byte']:.3f} bits/byte),"
-              f" mean of last 10 {f['train_loss_last10']:.4f}")
-        if f["val_loss"] is not None:
-            p(f"  val loss   {f['val_loss']:.4f} {self.loss_unit} ({f['val_bits_per_byte']:.3f} bits/byte)")
-        else:
-            p("  val loss   not measured (evaluation skipped)")
-        if f["tokens_per_s"]:
-            p(f"  {f['tokens_per_s']:,.0f} tokens/s | MFU {100 * f['mfu']:.1f}% of {f['mfu_basis']}"
-              f" | communication {100 * f['comm_share']:.1f}% of step time")
-        if f["peak_mem_bytes_per_rank"]:
-            shares = [f"{100 * s:.1f}%" for s in f["mem_share_per_rank"] if s is not None]
-            of = " of GPU memory" if backend.backend_name() == "cupy" else " of the RAM budget"
-            p("  peak memory per rank (tracked arrays of a step): "
-              + ", ".join(map(_fmt_bytes, f["peak_mem_bytes_per_rank"]))
-              + (f" ({', '.join(shares)}{of})" if shares else ""))
-        for line in procmem.summary_lines(f.get("process_memory"), _fmt_bytes):
-            p(line)
-        if f["skipped_steps"]:
-            p(f"  skipped steps (fp16 overflow): {f['skipped_steps']}")
-        if self.log_path:
-            out = os.path.splitext(self.log_path)[0] + "_report"
-            p(f"  draw it: python -m minipar report {self.log_path} --out {out}")
-
 
 def _plain(v):
     """JSON-ready: NumPy scalars to Python numbers, NaN to None."""

@@ -33,6 +33,7 @@ from mpi4py import MPI
 
 from minipar.backend import backend_name, is_device_array, to_host, xp
 from minipar.comm import watchdog
+from minipar.comm.counters import Counters
 
 _HOST = numpy.ndarray
 _BYTE = MPI.BYTE
@@ -50,23 +51,6 @@ class CollectiveArgumentError(ValueError):
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0").lower() not in ("0", "", "false", "no", "off")
-
-
-class Counters:
-    """Bytes and messages moved by one communicator (its contexts and internal
-    sub-communicators keep their own, and the owner's totals add them up — so a
-    progress thread never races the main thread on the same counter)."""
-
-    __slots__ = ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self):
-        self.bytes_sent = self.bytes_recv = self.msgs_sent = self.msgs_recv = 0
-
-    def as_dict(self):
-        return {k: getattr(self, k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
 
 
 class Request:

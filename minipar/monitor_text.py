@@ -1,0 +1,58 @@
+"""What a run prints for a person: the header before the first step and the summary after
+the last (``monitor.RunMonitor`` writes the JSON log; these are its lines of text)."""
+from __future__ import annotations
+
+import os
+
+from minipar import backend, procmem
+
+
+def fmt_bytes(n):
+    return f"{n / 2 ** 20:.1f} MiB"
+
+
+def header_lines(m):
+    """The run's header: layout, parameters, ranks, tokens per step, threads, MFU basis
+    (``m``: the RunMonitor)."""
+    h = m.header
+    params = f" | {h['params'] / 1e6:.2f}M parameters" if h.get("params") else ""
+    lines = [f"minipar train | layout {h.get('layout', '?')}{params} | "
+             f"{m.world_size} rank{'s' if m.world_size != 1 else ''}",
+             f"  {m.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
+             f"{h.get('precision', '?')}",
+             f"  threads: {h['threads']}"]
+    if m.bytes_per_token != 1.0:
+        lines.append(f"  tokens: a vocabulary of {h.get('vocab_size', '?')}, {m.bytes_per_token:.3f} "
+                     "bytes/token on the validation text (bits/byte = nats/token / ln 2 / that)")
+    note = "" if m.peak_tflops else " (no --peak-tflops given)"
+    lines.append(f"  MFU against {m.mfu_basis}{note}")
+    return lines
+
+
+def summary_lines(m, f):
+    """The run's summary from its final record ``f``: losses, tokens/s and MFU, memory,
+    skipped steps, and how to draw the log."""
+    lines = [f"done: {f['steps']} steps in {f['wall_s']:.1f} s wall"]
+    if f["train_loss"] is not None:
+        lines.append(f"  train loss {f['train_loss']:.4f} {m.loss_unit} ({f['train_bits_per_byte']:.3f} "
+                     f"bits/byte), mean of last 10 {f['train_loss_last10']:.4f}")
+    if f["val_loss"] is not None:
+        lines.append(f"  val loss   {f['val_loss']:.4f} {m.loss_unit} ({f['val_bits_per_byte']:.3f} bits/byte)")
+    else:
+        lines.append("  val loss   not measured (evaluation skipped)")
+    if f["tokens_per_s"]:
+        lines.append(f"  {f['tokens_per_s']:,.0f} tokens/s | MFU {100 * f['mfu']:.1f}% of {f['mfu_basis']}"
+                     f" | communication {100 * f['comm_share']:.1f}% of step time")
+    if f["peak_mem_bytes_per_rank"]:
+        shares = [f"{100 * s:.1f}%" for s in f["mem_share_per_rank"] if s is not None]
+        of = " of GPU memory" if backend.backend_name() == "cupy" else " of the RAM budget"
+        lines.append("  peak memory per rank (tracked arrays of a step): "
+                     + ", ".join(map(fmt_bytes, f["peak_mem_bytes_per_rank"]))
+                     + (f" ({', '.join(shares)}{of})" if shares else ""))
+    lines += list(procmem.summary_lines(f.get("process_memory"), fmt_bytes))
+    if f["skipped_steps"]:
+        lines.append(f"  skipped steps (fp16 overflow): {f['skipped_steps']}")
+    if m.log_path:
+        out = os.path.splitext(m.log_path)[0] + "_report"
+        lines.append(f"  draw it: python -m minipar report {m.log_path} --out {out}")
+    return lines
