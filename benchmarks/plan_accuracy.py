@@ -49,12 +49,6 @@ TIME_2 += [dict(LLAMA, zero=1), dict(LLAMA, tp=2, sequence_parallel=True),
 MEM_8 += [(4, dict(LLAMA, tp=4)), (8, dict(LLAMA, tp=2, pp=2, microbatches=2, zero=1))]
 
 
-# what tests/scripts/perf_layouts.py trains unless a layout names its data: the byte corpus
-# (vocabulary 256).  Predicted at the default 4,096 tokens instead, every row came out
-# 15-134% above its measured step (step mean 39%, from 2026-12-05 until this was found)
-RUN_DATA = {"data": "stdlib-bytes"}
-
-
 def mpi(n, args, timeout=900):
     out = subprocess.run(["mpiexec", "-n", str(n), sys.executable] + args, cwd=ROOT, env=ENV,
                          capture_output=True, text=True, timeout=timeout)
@@ -94,7 +88,7 @@ def timed_rows(groups, base, steps, repeats, model, profile):
     for n, _ in groups:
         for i, row in enumerate(runs[n][0]):
             row["step_s"] = statistics.median(t for run in runs[n] for t in run[i]["step_s_all"])
-            config = TrainConfig(**{**RUN_DATA, **row["layout"]}).resolve(n)
+            config = TrainConfig(**row["layout"]).resolve(n)
             row["pred_step_s"] = predict(config, prof).step_s
             rows.append((n, row))
     return rows, prof
@@ -109,7 +103,10 @@ def main():
     ap.add_argument("--profile", default=None, help="skip calibration, use this profile")
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()} on {os.cpu_count()} cores")
-    base = dict(model=a.model, batch_size=a.batch_size)
+    # the data named in every layout, so the runs and the predictions read the same model:
+    # perf_layouts.py defaults to the byte corpus, and predicted at the 4,096-token default
+    # instead every row came out 15-134% high (step mean 39%, 2026-12-05 to 12-07)
+    base = dict(model=a.model, batch_size=a.batch_size, data="stdlib-bytes")
     rows, prof = timed_rows([(1, TIME_1), (2, TIME_2)], base, a.steps, a.repeats, a.model,
                             a.profile)
     print(f"profile: {prof.notes[-1]}; per-op overhead {prof.op_overhead_s * 1e6:.1f} us, "

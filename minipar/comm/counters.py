@@ -21,4 +21,4 @@ class Counters:
         self.bytes_sent = self.bytes_recv = self.msgs_sent = self.msgs_recv = 0
 
     def as_dict(self):
-        return {k: getattr(self, k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
+        return {k: getattr(self, k) for k in self.__slots__}

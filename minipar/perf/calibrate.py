@@ -154,7 +154,8 @@ COMPUTE_FIELDS = ("gemm_curve", "op_overhead_s", "efficiency", "attention", "ele
 
 
 def measure_compute(prof, cfg, micro_rows, dtypes):
-    """Fill ``prof``'s COMPUTE_FIELDS: what one rank's arithmetic costs."""
+    """Fill ``prof``'s COMPUTE_FIELDS: what one rank's arithmetic costs.  Returns the
+    seconds of the model's own pass on the middle micro-batch (``model_compute_scale``)."""
     h, s, V, a = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.n_head
     shapes = []
     for b in micro_rows:
@@ -176,7 +177,10 @@ def measure_compute(prof, cfg, micro_rows, dtypes):
     prof.mem_bw = 3 * nbytes / (fwd + bwd)   # one rate, the bandwidth view: backward moves 2x
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
     prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
-    prof.efficiency["model_compute_scale"] = model_compute_scale(prof, cfg, micro_rows[len(micro_rows) // 2])
+    rows = micro_rows[len(micro_rows) // 2]
+    pass_s = model_pass_seconds(cfg, rows, reps=9)
+    prof.efficiency["model_compute_scale"] = model_compute_scale(prof, cfg, rows, pass_s)
+    return pass_s
 
 
 def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"), comm=None):
@@ -188,13 +192,14 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
                    f"{os.uname().nodename}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if comm is not None and comm.size > 1 and host.oversubscribed(comm.mpi, os.cpu_count() or 1):
         def rates():
-            measure_compute(prof, cfg, micro_rows, dtypes)
-            return {k: getattr(prof, k) for k in COMPUTE_FIELDS}
-        for k, v in host.on_rank0_alone(comm.mpi, rates).items():
+            pass_s = measure_compute(prof, cfg, micro_rows, dtypes)
+            return pass_s, {k: getattr(prof, k) for k in COMPUTE_FIELDS}
+        alone_s, fields = host.on_rank0_alone(comm.mpi, rates)
+        for k, v in fields.items():
             setattr(prof, k, v)
         rows = micro_rows[len(micro_rows) // 2]
         prof.efficiency["core_sharing_excess"] = host.sharing_excess(
-            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows, reps=9))
+            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows, reps=9), alone_s)
     else:
         measure_compute(prof, cfg, micro_rows, dtypes)
     prof.cores_per_node = os.cpu_count() or 1

@@ -85,12 +85,11 @@ def model_pass_seconds(cfg, rows, reps=5):
     return median_seconds(forward_backward, reps)
 
 
-def model_compute_scale(prof, cfg, rows):
-    """measured / modelled seconds of one forward + backward of model ``cfg`` on a
+def model_compute_scale(prof, cfg, rows, measured):
+    """``measured`` / modelled seconds of one forward + backward of model ``cfg`` on a
     micro-batch of ``rows`` sequences (``model_pass_seconds``); 1.0 where the model
     prices it at nothing.  ``prof``: the curves measured so far."""
     from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
-    measured = model_pass_seconds(cfg, rows)
     x = layer_shape(cfg, rows, attention=cfg.attention)
     lt = layer_time(prof, x)
     modelled = cfg.n_layer * (lt.forward + lt.backward) + sum(head_time(prof, x)) + sum(embed_time(prof, x))

@@ -140,6 +140,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     path = span + exposed_dp + opt + overhead + agree
     sent = host.sent_bytes(config, per_rank_layers, act_bytes,
                            sum(units) if config.zero == 3 else sum(buckets))
+    # the bound counts each rank's work at a core's rate: undo the sharing slowdown above
     shared = host.shared_core_bound(prof, rpn, config.world_size,
                                     (M * work + opt + overhead) / slow, sent)
     step = max(path, shared)

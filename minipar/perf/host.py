@@ -93,22 +93,21 @@ def compute_slowdown(prof, ranks_per_node, world):
     sharing a core costs beyond splitting its time (caches refilled after each switch),
     measured by ``calibrate`` (``sharing_excess``; 1.0 if not)."""
     ranks = ranks_sharing_cores(prof, ranks_per_node, world)
-    if prof.kind == "spec" or prof.wait_cpu_share < 0.5 or not prof.cores_per_node:
-        return 1.0
-    if ranks <= prof.cores_per_node:
+    if (prof.kind == "spec" or prof.wait_cpu_share < 0.5 or not prof.cores_per_node
+            or ranks <= prof.cores_per_node):
         return 1.0
     return ranks / prof.cores_per_node * prof.efficiency.get("core_sharing_excess", 1.0)
 
 
-def sharing_excess(mpi_comm, cores, fn):
-    """(seconds of ``fn()`` with every rank of this host running it at once) / (with rank
-    0 running it alone) / (R/C): 1 where sharing a core costs only its time; every rank
-    calls.  On the simulated cluster (4 ranks, 2 cores) a small model's forward +
-    backward took 17.8 ms with a core to itself and 37-39 ms shared: 1.05-1.1."""
-    alone = on_rank0_alone(mpi_comm, fn)
+def sharing_excess(mpi_comm, cores, fn, alone_s):
+    """(seconds of ``fn()`` with every rank of this host running it at once) / ``alone_s``
+    (rank 0 running it alone: ``on_rank0_alone``) / (R/C): 1 where sharing a core costs
+    only its time; every rank calls.  On the simulated cluster (4 ranks, 2 cores) a small
+    model's forward + backward took 17.8 ms with a core to itself and 37-39 ms shared
+    (1.05-1.1); calibrations read 0.99-1.14."""
     mpi_comm.Barrier()
     shared = mpi_comm.allreduce(fn()) / mpi_comm.size
-    return shared / alone / (ranks_on_host(mpi_comm) / max(cores, 1))
+    return shared / alone_s / (ranks_on_host(mpi_comm) / max(cores, 1))
 
 
 def wait_cpu_share(mpi_comm, wait_s=0.1):

@@ -196,8 +196,7 @@ def median_profile(profiles):
     first.mem_bw = med([p.mem_bw for p in profiles])
     first.wait_cpu_share = med([p.wait_cpu_share for p in profiles])
     for k in first.efficiency:
-        if k.endswith("_s") or k in ("model_compute_scale", "core_sharing_excess"):
-            first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
+        first.efficiency[k] = med([p.efficiency.get(k, 0.0) for p in profiles])
     for name in ("optimizer_s_per_param", "peak_flops"):
         table = getattr(first, name)
         for k in table:
