@@ -85,6 +85,28 @@ def _reduce_into(mine, theirs, reduce, theirs_first):
         reduce(mine, theirs, out=mine)
 
 
-def exchange(comm, send, dest, recv, src, tag=COLL_TAG):
-    """Plain swap, no reduction: ``recv`` <- what ``src`` sends, ``send`` -> ``dest``."""
-    comm.sendrecv(send, dest, recv, src, tag)
+def exchange(comm, send, dest, recv, src, nseg=1, tag=COLL_TAG):
+    """Plain swap, no reduction: ``recv`` <- what ``src`` sends, ``send`` -> ``dest``;
+    ``send`` and ``recv`` must not overlap.
+
+    With ``nseg`` > 1 the message goes as ``nseg`` segments, two in flight each way, as
+    in ``exchange_reduce``.  A copy has nothing to overlap, yet one message per flow is
+    fragile where flows share a wire: on the simulated cluster (1 Gbit/s), two flows
+    through one link, each a 16 MiB swap, took 278 to 535 ms as one message each (one
+    flow at times stalls while the other holds the link) and 278 to 284 ms in 1 MiB
+    segments (``benchmarks/cluster_links.py``, the hierarchical all-reduce's gather)."""
+    if nseg <= 1:
+        comm.sendrecv(send, dest, recv, src, tag)
+        return
+    ns, nr = send.size, recv.size
+
+    def piece(a, n, k):
+        return a[n * k // nseg: n * (k + 1) // nseg]
+
+    def post(k):
+        return comm.irecv(piece(recv, nr, k), src, tag), comm.isend(piece(send, ns, k), dest, tag)
+    flight = [post(k) for k in range(min(2, nseg))]
+    for k in range(nseg):
+        comm.waitall(flight[k])
+        if k + 2 < nseg:
+            flight.append(post(k + 2))

@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 from minipar.comm.agree import gather_rows
 from minipar.comm.chunks import chunk_bounds
+from minipar.comm.nodes import remember
 from minipar.comm.ring import ring_all_gather, ring_reduce_scatter
 from minipar.comm.tree import binomial_broadcast, binomial_reduce
 
@@ -58,6 +59,10 @@ def node_layout(comm):
     else:
         cross = comm.split(0 if local.rank == 0 else None, node, share_counters=True)
     comm.cache[key] = (local, cross, uniform, len({n for n, _ in info}))
+    remember(comm, len({n for n, _ in info}) > 1)
+    remember(local, False)
+    if cross is not None:
+        remember(cross, cross.size > 1)
     return comm.cache[key]
 
 

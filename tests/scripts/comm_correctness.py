@@ -155,6 +155,8 @@ def main(argv=None):
         for rpn in (2, 3):
             hc = Communicator(check=True, ranks_per_node=rpn)
             n += check_all_reduce(hc, [0, 1, 29, 1000], 0, ("hierarchical", "auto"), f"rpn={rpn}: ")
+            if args.big:  # ranks on two (pretend) nodes: the ring's copies go in segments
+                n += check_all_reduce(hc, [], args.big, ("ring", "hierarchical"), f"rpn={rpn}: ")
     if comm.rank == 0:
         print(f"OK {n} cases on {p} ranks")
     sys.stdout.flush()
