@@ -21,6 +21,7 @@ import numpy  # host metadata (node numbers, the broadcast constants) only
 
 from minipar.backend import xp
 from minipar.comm.cost_model import DEFAULTS, FLAT, CostParams, params, hierarchical_applies
+from minipar.comm import two_level
 from minipar.comm.exchange import exchange, exchange_reduce
 
 
@@ -136,6 +137,7 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms
     if algorithms is None:
         algorithms = FLAT + (("hierarchical",) if hierarchical_applies(c, comm.size) else ())
     saved = comm.counters.as_dict()
+    idle_s = two_level.refill_seconds(c)       # each call on an idle link, as bench comm
     table = {}
     for n in sizes:
         buf = xp.ones(max(n // 4, 1), dtype=xp.float32)
@@ -143,6 +145,8 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms
         for r in range(-1, reps):
             for k, alg in enumerate(algorithms):
                 buf.fill(1)
+                if idle_s:
+                    time.sleep(idle_s)
                 comm.mpi.Barrier()
                 t0 = time.perf_counter()
                 all_reduce(comm, buf, "sum", alg)
@@ -176,11 +180,11 @@ def calibrate_across(comm, c, small=8, large=8 << 20, probe=2 << 20, idle_s=0.02
     its burst, and the node size q.  On one node ``c`` unchanged.
 
     The burst B: a shaped link (a token bucket) passes B bytes at once after idling, so
-    an exchange of n >= B bytes after ``idle_s`` asleep takes t(n) = α + (n - B)·β'.  Two
-    sizes give both, β' (the rate once the burst is spent, timed as B was) and B:
-
-        β' = (t(2P) - t(P)) / P,   B = P - (t(P) - α) / β'    (P = ``probe``; B below 5%
-                                                               of P is timing noise: 0)"""
+    an exchange of n >= B bytes after ``idle_s`` asleep takes t(n) = α + (n - B)·β, and
+    one size P gives B = P - (t(P) - α) / β (P = ``probe``; below 5% of P it is timing
+    noise: 0).  β is the back-to-back rate above, timed over 8 MiB and many calls: a rate
+    from the difference of two probe sizes (as this did before) put B anywhere from 450 to
+    760 kB for tbf's 478 kB of payload, since a 1 ms error in one probe moves it 120 kB."""
     q = node_size(comm)
     if not q:
         return c
@@ -198,10 +202,9 @@ def calibrate_across(comm, c, small=8, large=8 << 20, probe=2 << 20, idle_s=0.02
         def idle_then_line_up():
             time.sleep(idle_s)
             line_up()
-        t1, t2 = (_median_time(lambda: exchange(comm, send[:n], peer, recv[:n], peer, tag=11),
-                               reps, idle_then_line_up) for n in (probe, 2 * probe))
-        after = max((t2 - t1) / probe, 1e-12)
-        burst = min(max(probe - (t1 - alpha) / after, 0.0), probe)
+        t1 = _median_time(lambda: exchange(comm, send[:probe], peer, recv[:probe], peer, tag=11),
+                          reps, idle_then_line_up)
+        burst = min(max(probe - (t1 - alpha) / beta, 0.0), probe)
         vals[:] = alpha, beta, burst if burst >= 0.05 * probe else 0.0
     wait_idle(comm)
     comm.mpi.Bcast(vals, root=0)
