@@ -11,7 +11,9 @@ the rounds and the nccl-tests bandwidths
     algbw = S / t          busbw = algbw · 2(n-1)/n
 
 (busbw is what each rank's link must carry, comparable across n), the α-β-γ model's
-prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).
+prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).  Where
+calibration found a shaped link between nodes (a burst), every rank sleeps 2·B·β before
+each call, so each starts on an idle link as the model assumes (``comm/two_level.py``).
 
     mpiexec -n N python -m minipar bench comm --check-overhead [--max-size 64K]
 
@@ -29,7 +31,7 @@ from mpi4py import MPI
 
 from minipar.cli_checks import CommandError, OneLineParser, at_least, output_file, positive
 from minipar.backend import set_backend, sync, xp
-from minipar.comm import cost_model
+from minipar.comm import cost_model, two_level
 from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, _auto, all_gather, all_reduce,
                                       barrier)
 from minipar.comm.transport import Communicator
@@ -51,7 +53,7 @@ def fmt_size(n: int) -> str:
     return f"{n}B"
 
 
-def _time_interleaved(comm, fns, budget, max_iters, refill=None):
+def _time_interleaved(comm, fns, budget, max_iters, refill=None, idle_s=0.0):
     """Median (and min) over rounds of the slowest rank's time, for each of ``fns``.
 
     Each round times every function once, in turn, so a load burst on a shared machine
@@ -59,7 +61,10 @@ def _time_interleaved(comm, fns, budget, max_iters, refill=None):
     (untimed, before each call) rewrites the buffer, so every contender starts from the
     same cache state — the one of a training step, whose gradients were just written by
     backward — rather than from whatever its predecessor in the round left (at 64 KiB
-    on 2 ranks that alone moved a ring all-reduce between 23 and 42 µs).
+    on 2 ranks that alone moved a ring all-reduce between 23 and 42 µs).  ``idle_s``
+    (before each call's barrier) does the same for a shaped link's burst credit
+    (``two_level.refill_seconds``): on the simulated cluster a tree all-reduce of 1 MiB
+    found 3.3 ms of idle link after a ring and none after itself.
     """
     for fn in fns:  # warm-up: connections, workspaces, page faults, the cost model
         fn()
@@ -75,6 +80,8 @@ def _time_interleaved(comm, fns, budget, max_iters, refill=None):
         for k, fn in enumerate(fns):
             if refill is not None:
                 refill()
+            if idle_s:
+                time.sleep(idle_s)
             comm.mpi.Barrier()
             t0 = time.perf_counter()
             fn()
@@ -94,6 +101,7 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
     params = cost_model.calibrate(ctx)        # explicit and collective: the model's constants
     cost_model.use(ctx, params)               # ... and "auto" chooses by them
     cost_model.measure_winners(ctx, sizes, params)   # then by the measured winners
+    idle_s = two_level.refill_seconds(params)   # a shaped link starts each call idle
     rows = []
     for size in sizes:
         buf = base[: size // itemsize]
@@ -105,7 +113,7 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
             names.append(alg)
             fns.append(lambda a=alg: all_reduce(comm, buf, "sum", a))
         timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters,
-                                                  refill=lambda: buf.fill(1))))
+                                                  refill=lambda: buf.fill(1), idle_s=idle_s)))
         t_mpi = timed.get("mpi", (float("nan"),))[0]
         for alg in names:
             t, t_min = timed[alg]

@@ -18,9 +18,13 @@ shares the node's one link, and so does every message that enters it:
 A shaped link (the simulated cluster's token bucket, ``cluster/netns.py``) lets a burst of
 B bytes through at once after it has idled (``burst_inter``, calibrated): each node link
 keeps a credit c, a step's bytes n through it cost max(n - c, 0)·β_out, and it earns
-credit at its rate while it idles, up to B.  A collective starts with none (collectives
-back to back), so a ring, busy both ways every step, gets none, while a tree's reduce
-and broadcast cross the link one way each: each crossing finds the other way's credit.
+credit at its rate while it idles, up to B.  A collective starts with a full B on every
+link, as one that follows compute finds it (a gradient all-reduce after backward; ``bench
+comm`` lets the link idle before each call it times, since otherwise a call's time
+depends on how long the call before it left the link idle).  So a ring, busy both ways
+every step, saves B once, in its first step, while a tree's reduce and broadcast cross
+the link one way each, and each crossing finds a full B: the broadcast's way idled
+during the reduce.
 
 Each algorithm is written below as the data of its steps (who sends how many bytes to
 whom), following the code in ring.py, doubling.py, tree.py and hierarchical.py; the one
@@ -157,6 +161,13 @@ def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES, credit=None):
     return took
 
 
+def refill_seconds(c):
+    """Seconds of idle that refill a shaped link's bucket twice over (2·B·β_out; 0
+    without a burst): what ``bench comm`` and ``measure_winners`` sleep before each call,
+    so every call starts as ``predict`` assumes."""
+    return 2 * c.burst_inter * c.beta_inter if c.burst_inter and c.beta_inter else 0.0
+
+
 def steps_of(algorithm, p, nbytes, q):
     ranks = list(range(p))
     if algorithm == "hierarchical":
@@ -171,8 +182,8 @@ def predict(algorithm, p, nbytes, c, q, seg=SEGMENT_BYTES):
     if p <= 1 or nbytes <= 0:
         return 0.0
     credit = None
-    if c.burst_inter:                     # every node's links, back to back: no credit yet
-        credit = {(way, node): 0.0 for way in ("out", "in") for node in range(-(-p // q))}
+    if c.burst_inter:                     # every node's links, idle before the call: full
+        credit = {(way, node): c.burst_inter for way in ("out", "in") for node in range(-(-p // q))}
     return sum(step_seconds(m, r, q, c, seg, credit) for m, r in steps_of(algorithm, p, nbytes, q))
 
 
