@@ -178,7 +178,10 @@ def main():
     p.add_argument("--inter-gbps", type=float, default=1.0)
     p.add_argument("--max-size", default="64M")
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="interleaved runs of each layout (a step on 4 ranks over 2 cores can take "
+                        "a slow mode for a whole run: dp2 x tp2 block, 8 steps, medians of 162 "
+                        "to 210 ms between runs; 3 runs keep one from deciding the median)")
     p.add_argument("--data", default="stdlib", choices=tuple(VOCAB),
                    help="the tp part's data: BPE tokens (4,096, the default) or bytes (256: a "
                         "smaller head, so tp's collectives weigh more in a step)")
