@@ -1,6 +1,6 @@
 """The two-level all-reduce model with and without a shaped link's burst credit, beside the
 all-reduce times ``benchmarks/cluster_links.py`` recorded on the simulated cluster (2 nodes
-x 2 ranks, 1 Gbit/s, a quiet machine), offline:
+x 2 ranks, 1 Gbit/s, each call on a link that had idled), offline:
 
     python benchmarks/cluster_burst.py PROFILE.json [--burst-kb 500]
 
@@ -22,14 +22,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from minipar.comm import two_level                 # noqa: E402
 from minipar.comm.cost_model import CostParams     # noqa: E402
 
-# cluster_links.py's all-reduce part on a quiet machine: its calibrated constants
-# (inside α 4.9 µs, β 9.82 GB/s; between α 16.6 µs, β 0.120 GB/s) and measured ms
-RECORDED_LINKS = dict(alpha=4.9e-6, beta=1 / 9.82e9, alpha_inter=16.6e-6, beta_inter=1 / 0.120e9)
+# cluster_links.py's all-reduce part in benchmarks/recorded/cluster_2026-12-07c (each call
+# after the link idled): its calibrated constants (inside α 12.4 µs, β 5.08 GB/s; between
+# α 13.4 µs, β 0.120 GB/s) and measured ms
+RECORDED_LINKS = dict(alpha=12.4e-6, beta=1 / 5.08e9, alpha_inter=13.4e-6, beta_inter=1 / 0.120e9)
 RECORDED_MS = {
-    ("ring", 1 << 18): 3.22, ("tree", 1 << 18): 2.51, ("hierarchical", 1 << 18): 1.85,
-    ("ring", 1 << 20): 12.88, ("tree", 1 << 20): 11.22, ("hierarchical", 1 << 20): 8.82,
-    ("ring", 1 << 22): 50.34, ("tree", 1 << 22): 69.21, ("hierarchical", 1 << 22): 34.90,
-    ("ring", 1 << 24): 211.00, ("tree", 1 << 24): 299.01, ("hierarchical", 1 << 24): 206.39,
+    ("ring", 1 << 18): 0.91, ("tree", 1 << 18): 0.62, ("hierarchical", 1 << 18): 1.00,
+    ("ring", 1 << 20): 9.54, ("tree", 1 << 20): 10.28, ("hierarchical", 1 << 20): 5.80,
+    ("ring", 1 << 22): 50.94, ("tree", 1 << 22): 65.51, ("hierarchical", 1 << 22): 33.87,
+    ("ring", 1 << 24): 211.05, ("tree", 1 << 24): 283.28, ("hierarchical", 1 << 24): 152.02,
 }
 
 
