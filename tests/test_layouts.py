@@ -139,7 +139,7 @@ def test_bad_configurations_through_mpiexec(tmp_path):
 
 def val_loss(nprocs, *flags):
     proc = run_mpi(nprocs, ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--precision", "fp64",
-                            "--steps", "4", "--lr", "1e-2", "--batch-size", "8", "--eval-batches", "2", *flags],
+                            "--steps", "8", "--lr", "1e-2", "--batch-size", "8", "--eval-batches", "2", *flags],
                    timeout=60)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("val loss")]
     assert len(lines) == 1, proc.stdout  # printed once, by rank 0, with every digit
@@ -165,7 +165,10 @@ def test_final_evaluation_under_collective_forwards(n, flags, single_val_loss):
 
 @pytest.fixture(scope="module")
 def single_val_loss():
-    loss = val_loss(1)     # on the default data: the stdlib in 4,096 BPE tokens
+    # on the default data: the stdlib in 4,096 BPE tokens.  Its files differ between Python
+    # builds, and so does the loss: after 4 steps 8.198 (pyenv 3.11.7) and 8.235 (Debian's
+    # 3.11.2), which missed this margin; after 8 steps 8.040 and 8.088
+    loss = val_loss(1)
     assert loss < math.log(STDLIB_VOCAB) - 0.1  # trained away from the untrained ln V = 8.32
     return loss
 
