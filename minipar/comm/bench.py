@@ -64,7 +64,7 @@ def _time_interleaved(comm, fns, budget, max_iters, refill=None, idle_s=0.0):
     on 2 ranks that alone moved a ring all-reduce between 23 and 42 µs).  ``idle_s``
     (before each call's barrier) does the same for a shaped link's burst credit
     (``two_level.refill_seconds``): on the simulated cluster a tree all-reduce of 1 MiB
-    found 3.3 ms of idle link after a ring and none after itself.
+    found 3.3 ms of idle link after a ring, and a full burst after another tree.
     """
     for fn in fns:  # warm-up: connections, workspaces, page faults, the cost model
         fn()
