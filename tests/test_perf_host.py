@@ -2,6 +2,8 @@
 work over the cores, and where waiting ranks spin every compute second counts R/C; with
 a core per rank nothing changes."""
 import dataclasses
+import re
+import time
 
 import pytest
 
@@ -9,6 +11,7 @@ from minipar.config import TrainConfig
 from minipar.perf import host
 from minipar.perf.estimate import predict
 from minipar.perf.profile import Profile
+from tests.mpirun import run_mpi
 
 # a CPU host of 2 cores running 2 nodes x 2 ranks (the simulated cluster), rates linear
 # in the work (no measured curves), no fixed costs: each rank's work is its FLOPs and bytes
@@ -125,7 +128,6 @@ class _Clock:
         return value
 
     def Recv(self, buf, source, tag):
-        import time
         if not self.spin:
             time.sleep(self.wait_s)
             return
@@ -142,8 +144,6 @@ def test_wait_cpu_share_tells_a_polling_wait_from_a_sleeping_one():
 def test_rank0_alone_shares_its_result_and_the_others_sleep_meanwhile():
     """Rank 0 burns 0.4 s of CPU; ranks 1-2 wait in a sleeping barrier (their CPU share
     well under a polling wait's ~1), and all three get rank 0's result."""
-    from tests.mpirun import run_mpi
-    import re
     out = run_mpi(3, ["tests/scripts/rank0_alone.py"], timeout=60).stdout   # ranks' lines may interleave
     found = re.findall(r"rank (\d) got (\d) (\d+) share ([\d.]+)", out)
     lines = {int(r): (got, n, float(share)) for r, got, n, share in found}

@@ -10,7 +10,8 @@ import pytest
 
 from minipar.autograd import Tensor, function, ops
 from minipar.config import TrainConfig
-from minipar.profiler import StepProfiler, summarize, timed_step
+from minipar.profiler import StepProfiler, timed_step
+from minipar.profiler_report import summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(model="tiny", n_layer=2, d_model=32, seq_len=16, batch_size=4, steps=3)

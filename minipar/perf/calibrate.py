@@ -149,6 +149,13 @@ def optimizer_per_param(dtype, n=1 << 20):
     return _time(lambda: adamw_update(p, g, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)) / n
 
 
+def model_pass(cfg, micro_rows):
+    """(rows, seconds) of the model's own forward + backward on the middle micro-batch of
+    ``micro_rows``: the pass ``model_compute_scale`` and ``sharing_excess`` compare with."""
+    rows = micro_rows[len(micro_rows) // 2]
+    return rows, model_pass_seconds(cfg, rows, reps=9)
+
+
 COMPUTE_FIELDS = ("gemm_curve", "op_overhead_s", "efficiency", "attention", "elementwise_curve",
                   "mem_bw", "optimizer_s_per_param", "peak_flops")
 
@@ -177,9 +184,8 @@ def measure_compute(prof, cfg, micro_rows, dtypes):
     prof.mem_bw = 3 * nbytes / (fwd + bwd)   # one rate, the bandwidth view: backward moves 2x
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}
     prof.peak_flops = {dt: max(f / t for f, t in c) for dt, c in prof.gemm_curve.items()}
-    rows = micro_rows[len(micro_rows) // 2]
-    pass_s = model_pass_seconds(cfg, rows, reps=9)
-    prof.efficiency["model_compute_scale"] = model_compute_scale(prof, cfg, rows, pass_s)
+    pass_rows, pass_s = model_pass(cfg, micro_rows)
+    prof.efficiency["model_compute_scale"] = model_compute_scale(prof, cfg, pass_rows, pass_s)
     return pass_s
 
 
@@ -197,9 +203,8 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
         alone_s, fields = host.on_rank0_alone(comm.mpi, rates)
         for k, v in fields.items():
             setattr(prof, k, v)
-        rows = micro_rows[len(micro_rows) // 2]
         prof.efficiency["core_sharing_excess"] = host.sharing_excess(
-            comm.mpi, os.cpu_count() or 1, lambda: model_pass_seconds(cfg, rows, reps=9), alone_s)
+            comm.mpi, os.cpu_count() or 1, lambda: model_pass(cfg, micro_rows)[1], alone_s)
     else:
         measure_compute(prof, cfg, micro_rows, dtypes)
     prof.cores_per_node = os.cpu_count() or 1

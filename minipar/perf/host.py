@@ -52,6 +52,9 @@ embeddings and the head only); its bytes, per micro-batch of b·s·h activations
 from __future__ import annotations
 
 import os
+import time
+
+import numpy as np
 
 
 def ranks_sharing_cores(prof, ranks_per_node, world):
@@ -115,8 +118,6 @@ def wait_cpu_share(mpi_comm, wait_s=0.1):
     after sleeping ``wait_s`` (every rank calls; 0 on one rank): about 1 where MPI polls,
     about 0 where a waiting rank sleeps.  The other ranks sleep meanwhile: spinning in a
     barrier, two of them took a third of the 2-core machine from rank 0 (0.6)."""
-    import time
-    import numpy as np
     share = 0.0
     one = np.zeros(1)
     mpi_comm.Barrier()
@@ -139,7 +140,6 @@ def oversubscribed(mpi_comm, cores):
 def sleeping_barrier(mpi_comm, poll_s=0.002):
     """A barrier whose waiting ranks sleep between polls, leaving their cores to the
     ranks still working (``Barrier`` itself spins)."""
-    import time
     req = mpi_comm.Ibarrier()
     while not req.Test():
         time.sleep(poll_s)
