@@ -44,15 +44,32 @@ def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=
 # up to lr·δg/eps ≈ 5e-3·1e-18/1e-8 = 5e-13.  Seed 0's first step has such a gradient
 # (blocks.0.mlp.proj.weight[69, 5]: g = -2.5e-9), so weights agree to 1e-12, not better.
 ADAM_EPS_FLOOR = 1e-12
+MOMENT_RTOL = 1e-9
 
 
 def assert_same_run(a, b, rtol=1e-12):
-    """Same losses and the same final weights and Adam moments, to ``rtol``.  Weights are
-    compared relative to each array's scale (rtol · max|w|, at least ADAM_EPS_FLOOR): a
-    bias that is ~1e-15 after a few steps from zero has no relative precision of its own."""
+    """The same run, two ways: the same losses (at least one step logged), the same final
+    weights and the same optimizer state — its step count, and Adam's m and v for every
+    parameter, the same names on both sides.
+
+    Losses to ``rtol``.  Weights relative to each array's scale (rtol · max|w|, at least
+    ADAM_EPS_FLOOR): a bias that is ~1e-15 after a few steps from zero has no relative
+    precision of its own.  The moments to MOMENT_RTOL of each entry, and in absolute
+    terms m to 1e-15 (a gradient's reduction-order rounding is ~1e-18, see above) and
+    v to MOMENT_RTOL · max|v| (v sums g², so an entry whose gradient cancels to ~0 keeps
+    the square of that rounding)."""
     (la, pa, sa), (lb, pb, sb) = a, b
+    assert len(la) > 0 and len(lb) > 0, "a run logged no step"
     np.testing.assert_allclose(la, lb, rtol=rtol, atol=0)
-    for name in pa:
+    assert sa["step"] == sb["step"], ("optimizer step", sa["step"], sb["step"])
+    names = sorted(pb)
+    for what, x, y in (("weights", pa, pb), ("adam m", sa["m"], sb["m"]), ("adam v", sa["v"], sb["v"])):
+        assert sorted(x) == names == sorted(y), (what, "names differ", set(x) ^ set(y))
+    for name in pb:
         scale = max(float(np.abs(pb[name]).max(initial=0.0)) * rtol, ADAM_EPS_FLOOR)
         np.testing.assert_allclose(pa[name], pb[name], rtol=rtol, atol=scale, err_msg=name)
-        np.testing.assert_allclose(sa["m"][name], sb["m"][name], rtol=1e-9, atol=1e-15, err_msg=name)
+        np.testing.assert_allclose(sa["m"][name], sb["m"][name], rtol=MOMENT_RTOL, atol=1e-15,
+                                   err_msg=f"adam m {name}")
+        v_scale = MOMENT_RTOL * float(np.abs(sb["v"][name]).max(initial=0.0))
+        np.testing.assert_allclose(sa["v"][name], sb["v"][name], rtol=MOMENT_RTOL, atol=v_scale,
+                                   err_msg=f"adam v {name}")
