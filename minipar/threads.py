@@ -236,12 +236,6 @@ def current_budget() -> ThreadBudget:
     return _current if _current is not None else budget_threads()
 
 
-def blas_threads() -> list[int]:
-    """What the loaded BLAS/OpenMP libraries report now (via threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-    return [pool["num_threads"] for pool in threadpool_info()]
-
-
 def describe_threads(budget: ThreadBudget | None = None) -> str:
     """One line for the run header, e.g. ``2 ranks on this node, 1 BLAS thread
     each (2 cores)`` or ``OMP_NUM_THREADS=2 set by you: kept (2 ranks, 2 cores)``."""

@@ -55,9 +55,6 @@ class Tensor:
         """The same values, cut from the graph (shares memory)."""
         return Tensor(self.data)
 
-    def is_leaf(self):
-        return self.ctx is None
-
     def zero_grad(self):
         self.grad = None
 

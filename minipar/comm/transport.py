@@ -169,9 +169,6 @@ class Communicator:
     msgs_sent = property(lambda self: self._total("msgs_sent"))
     msgs_recv = property(lambda self: self._total("msgs_recv"))
 
-    def counters_dict(self):
-        return {k: self._total(k) for k in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv")}
-
     def reset_counters(self):
         self.counters.reset()
         for c in self._children:

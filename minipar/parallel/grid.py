@@ -71,10 +71,6 @@ class ProcessGrid:
         self.pp_comm = comm.split(color=(c.dp * cp + c.cp) * tp + c.tp, key=c.pp)
 
     @property
-    def is_first_stage(self):
-        return self.coords.pp == 0
-
-    @property
     def is_last_stage(self):
         return self.coords.pp == self.pp - 1
 

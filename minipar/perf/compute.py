@@ -96,11 +96,6 @@ def layer_gemms(x: LayerShape):
             ("fc", bs, 4 * h // t, h, 1), ("fc2", bs, h, 4 * h // t, 1)]
 
 
-def layer_flops(x: LayerShape):
-    """Forward FLOPs of one layer on one tp rank: 24bsh²/t + 4bs²h/t."""
-    return sum(2 * m * n * k * batch for _, m, n, k, batch in layer_gemms(x))
-
-
 def _gemm_s(prof, x, m, n, k, batch):
     flops = 2.0 * m * n * k * batch
     nbytes = x.e * batch * (m * k + k * n + m * n)

@@ -39,10 +39,6 @@ class Span(NamedTuple):
     start: float
     end: float
 
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
 
 def _as_span(item) -> Span:
     if isinstance(item, Span):
