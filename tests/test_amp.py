@@ -227,15 +227,17 @@ def test_the_trainers_step_is_the_same_fp16_step():
                 norm = opt.step(1.0)
             assert opt.last_scale == 2.0 ** 16 and not opt.last_skipped and norm > 0
             assert opt.memory_bytes()["params"] == 6 * model.num_parameters()
-            return [p.data.copy() for p in sync.amp.masters]
+            return sync.to_named([s.master for s in sync.slots])
         amp = MixedPrecision(model, "fp16")
         opt = AdamW(amp.named_masters(), lr=1e-2)
         for _ in range(3):
             amp_train_step(model, amp, opt, scaler, x, x, 1, 1.0)
-        return [p.data.copy() for p in amp.masters]
+        return amp.state_dict()
 
-    for a, b in zip(run(True), run(False)):
-        assert np.array_equal(a, b)
+    flat, per_parameter = run(True), run(False)
+    assert flat.keys() == per_parameter.keys()
+    for name in flat:
+        assert np.array_equal(flat[name], per_parameter[name]), name
 
 
 def test_norm_fn_sees_named_unscaled_master_grads():

@@ -24,17 +24,19 @@ def test_views_of_one_buffer_per_bucket():
     model = GPT(CFG, seed=0)
     sync = DDPSync(model, Communicator(), bucket_bytes=4096)
     assert len(sync.buckets) > 1 and len(sync.slots) == len(sync.buckets)
-    for b in sync.buckets:
-        for p, view in zip(b.params, b.grad_views):
-            assert p.data.base is b.flat and p.grad is view and view.base is b.flat_grad
+    flat = sync.flat
+    for i, b in enumerate(sync.buckets):
+        for p, view in zip(b.params, flat.grad_views[i]):
+            assert p.data.base is flat.weights[i] and p.grad is view
+            assert view.base is flat.grad_flats[i]
     x, y = batch(0)
     _, loss = model(x, y)
     loss.backward()
-    b = sync.buckets[0]
-    assert np.any(b.flat_grad != 0)                    # backward wrote into the buffer
+    assert np.any(flat.grad_flats[0] != 0)             # backward wrote into the buffer
     sync.zero_grad()
-    assert all(not np.any(b.flat_grad) for b in sync.buckets)
-    assert all(p.grad is v for b in sync.buckets for p, v in zip(b.params, b.grad_views))
+    assert all(not np.any(g) for g in flat.grad_flats)
+    assert all(p.grad is v for b, views in zip(sync.buckets, flat.grad_views)
+               for p, v in zip(b.params, views))
 
 
 def test_a_replaced_gradient_is_caught():
@@ -51,8 +53,10 @@ def test_a_replaced_gradient_is_caught():
     got = [p.grad for p in sync.params]
     for e, g in zip(expected, got):
         np.testing.assert_array_equal(e, g)
-    assert all(p.grad is v for b in sync.buckets for p, v in zip(b.params, b.grad_views))
-    assert all(s.grad is b.flat_grad for s, b in zip(slots, sync.buckets))
+    flat = sync.flat
+    assert all(p.grad is v for b, views in zip(sync.buckets, flat.grad_views)
+               for p, v in zip(b.params, views))
+    assert all(s.grad is g for s, g in zip(slots, flat.grad_flats))
 
 
 def test_same_training_as_per_parameter_adamw():

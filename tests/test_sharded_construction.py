@@ -11,7 +11,7 @@ from minipar import backend
 from minipar.nn import GPT, config_from_preset
 from minipar.nn.init import (Normal, generator, init_specs, initial_value, is_placeholder,
                              name_key, placeholder)
-from minipar.parallel.placement import Placement
+from minipar.parallel.placement import Placement, SlotRange
 from minipar.parallel.tensor.sharding import Shard
 from tests.mpirun import REPO, run_mpi
 
@@ -70,9 +70,12 @@ def test_placement_cuts_tp_then_zero3_range():
     cols = Placement("w", (4, 6), Shard(1), tp_rank=1, tp_size=2)
     np.testing.assert_array_equal(cols.local(full), full[:, 3:])
     assert cols.piece_shape == (4, 3) and cols.local_size == 12
-    ranged = Placement("w", (4, 6), Shard(1), 1, 2, flat=(0, 2, 7))
+    ranged = Placement("w", (4, 6), Shard(1), 1, 2,
+                       owned=SlotRange(0, 2, 7, 0, weights_sharded=True))
     np.testing.assert_array_equal(ranged.local(full), full[:, 3:].reshape(-1)[2:7])
     assert ranged.local_size == 5
+    optimizer_only = Placement("w", (4, 6), Shard(1), 1, 2, owned=SlotRange(0, 2, 7, 0))
+    np.testing.assert_array_equal(optimizer_only.local(full), full[:, 3:])   # ZeRO-1/2
     qkv = Placement("qkv", (2, 6), Shard(1, groups=3), tp_rank=0, tp_size=2)
     np.testing.assert_array_equal(qkv.local(np.arange(12).reshape(2, 6)), [[0, 2, 4], [6, 8, 10]])
 

@@ -18,7 +18,9 @@ from minipar.backend import to_device, xp
 
 
 class Bucket:
-    def __init__(self, params, pad_to):
+    def __init__(self, params, pad_to, dtype=None):
+        """``dtype``: what the bucket's flat arrays hold (default the parameters'; mixed
+        precision: the half dtype its gradients travel in)."""
         self.params = list(params)
         self.shapes = [p.shape for p in self.params]    # kept: ZeRO-3 frees the storage
         self.offsets = []
@@ -29,10 +31,11 @@ class Bucket:
         self.numel = total
         self.padded = -(-total // pad_to) * pad_to if total else 0
         self.shard_size = self.padded // pad_to if pad_to else 0
-        self.dtype = self.params[0].dtype
-        self.ready = 0          # gradients accumulated in the current backward
-        self.handle = None      # the in-flight non-blocking collective
-        self.full = None        # ZeRO-3: the gathered flat weights while the unit computes
+        self.dtype = xp.dtype(dtype) if dtype is not None else self.params[0].dtype
+        # DDP's progress through a step (read by its comm hooks): gradients arrived in
+        # this backward, and the bucket's in-flight collective
+        self.ready = 0
+        self.handle = None
 
     def views(self, flat):
         """(param, view of ``flat`` shaped like the param) pairs."""
@@ -50,10 +53,10 @@ class Bucket:
                 view[...] = p.grad
         return flat
 
-    def pack_data(self, value_of=None):
-        """A new flat buffer of the weights; ``value_of(param)`` gives them (default
-        ``param.data``), one parameter at a time."""
-        flat = xp.zeros(self.padded, dtype=self.dtype)
+    def pack_data(self, value_of=None, dtype=None):
+        """A new flat buffer of the weights (in ``dtype``, default the bucket's);
+        ``value_of(param)`` gives them (default ``param.data``), one parameter at a time."""
+        flat = xp.zeros(self.padded, dtype=dtype or self.dtype)
         for p, view in self.views(flat):
             view[...] = p.data if value_of is None else to_device(value_of(p))
         return flat
@@ -66,11 +69,12 @@ class Bucket:
             if start < stop:
                 yield p, start, stop
 
-    def pack_range(self, lo, hi, value_of):
+    def pack_range(self, lo, hi, value_of, dtype=None):
         """Elements [lo, hi) of the flat weights, building nothing else: each overlapping
         parameter's values come from ``value_of(param)`` (a host or device array of its
-        shape, made one at a time — ZeRO-3's sharded construction)."""
-        flat = xp.zeros(hi - lo, dtype=self.dtype)
+        shape, made one at a time — ZeRO-3's sharded construction), in ``dtype`` (default
+        the bucket's)."""
+        flat = xp.zeros(hi - lo, dtype=dtype or self.dtype)
         offset = dict(zip(map(id, self.params), self.offsets))
         for p, start, stop in self.ranges(lo, hi):
             off = offset[id(p)]
@@ -81,17 +85,18 @@ class Bucket:
         return rank * self.shard_size, (rank + 1) * self.shard_size
 
 
-def make_buckets(params, bucket_bytes, pad_to=1):
-    """Split ``params`` (in reverse model order) into buckets of at most ~bucket_bytes;
-    a parameter larger than that gets a bucket of its own.  Dtypes never mix."""
+def make_buckets(params, bucket_bytes, pad_to=1, dtype=None):
+    """Split ``params`` (in reverse model order) into buckets of at most ~bucket_bytes of
+    ``dtype`` (default each parameter's own); a parameter larger than that gets a bucket
+    of its own.  Dtypes never mix."""
     buckets, current, size = [], [], 0
     for p in reversed(list(params)):
-        nbytes = p.size * p.dtype.itemsize
+        nbytes = p.size * (xp.dtype(dtype) if dtype is not None else p.dtype).itemsize
         if current and (size + nbytes > bucket_bytes or p.dtype != current[0].dtype):
-            buckets.append(Bucket(current, pad_to))
+            buckets.append(Bucket(current, pad_to, dtype))
             current, size = [], 0
         current.append(p)
         size += nbytes
     if current:
-        buckets.append(Bucket(current, pad_to))
+        buckets.append(Bucket(current, pad_to, dtype))
     return buckets

@@ -14,7 +14,9 @@ visible order, each step a wrapper or a layer swap over the model before it:
     4. the synchroniser     DDPSync | ZeroSync (ZeRO-1/2) | Zero3Sync, with the masters
                             of mixed precision; ZeRO-3 also wraps the model (Zero3Model)
 
-Where each parameter ends up is ``Parallelized.placements`` (``placement.py``).
+Where each parameter ends up is one table, ``Parallelized.placements`` (``placement.py``):
+the tp cuts and pipeline stages are made first (``tp_placements``: construction cuts
+drawn tensors with them), and the synchroniser adds its own cut (``sync.placements()``).
 
 ``build_optimizer(parallel, config, grid)`` then gives the one optimizer step
 (``step.Optimizer``) over the synchroniser.  ``config`` is anything with the fields of
@@ -45,16 +47,6 @@ class Parallelized:
         return x if self.positions is None else x[:, self.positions]
 
 
-def _rules(tp_model, config):
-    from minipar.parallel.sync import ParamRules
-    if tp_model is None:
-        return ParamRules()
-    specs = tp_model.shard_specs
-    return ParamRules(tp=config.tp, replicated=lambda name: name not in specs,
-                      sequence_parallel=config.sequence_parallel,
-                      replicas=lambda name: specs[name].replicas if name in specs else 1)
-
-
 def _compression_hook(config):
     """DDP's comm hook for ``config.grad_compression`` (None: the plain all-reduce)."""
     method = getattr(config, "grad_compression", "none")
@@ -65,16 +57,13 @@ def _compression_hook(config):
                      start=config.compression_start)
 
 
-def _piece_drawer(specs, seed, tp_model, grid, checkpoint=None):
+def _piece_drawer(specs, seed, table, checkpoint=None):
     """name -> this rank's tp piece of that weight, drawn from (seed, name): one full
     tensor on the host at a time (``nn/init.py``, ``placement.py``).  Resuming from a
     ``checkpoint``, zeros: the optimizer's slots then read exactly the elements they own
     (``train/saving.load_state``), so nothing is drawn and no whole tensor is read."""
     import numpy as np
     from minipar.nn.init import initial_value
-    from minipar.parallel.placement import tp_placements
-    shapes = {n: shape for n, (shape, _) in specs.items()}
-    table = tp_placements(shapes, tp_model, grid.tp_comm)
     if checkpoint is not None:
         return lambda name: np.zeros(table[name].piece_shape)
 
@@ -84,23 +73,24 @@ def _piece_drawer(specs, seed, tp_model, grid, checkpoint=None):
     return piece
 
 
-def make_sync(module, config, grid, rules, model=None, initial_piece=None):
-    """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp)."""
+def make_sync(module, config, grid, table, model=None, initial_piece=None):
+    """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp);
+    ``table``: the placements made so far (tp, stage)."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
     bucket_bytes = int((config.bucket_mb or 25.0) * 2**20)
     if config.zero == 0:
         hook = _compression_hook(config)
-        sync = DDPSync(module, grid.dp_cp_comm, rules, bucket_bytes=bucket_bytes,
+        sync = DDPSync(module, grid.dp_cp_comm, table, bucket_bytes=bucket_bytes,
                        algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half,
                        comm_hook=hook, initial_piece=initial_piece)
         if hook is not None:
             hook.bind(sync)          # it needs the buckets' parameters (names, shapes)
         return sync
     if config.zero == 3:
-        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, rules,
+        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, table,
                          half_dtype=half, initial_piece=initial_piece)
-    return ZeroSync(module, grid.dp_cp_comm, rules, stage=config.zero, bucket_bytes=bucket_bytes,
+    return ZeroSync(module, grid.dp_cp_comm, table, stage=config.zero, bucket_bytes=bucket_bytes,
                     half_dtype=half, initial_piece=initial_piece)
 
 
@@ -110,7 +100,7 @@ def parallelize(model, config, grid, checkpoint=None):
     otherwise its blocks are wrapped in place.  ``checkpoint`` (an open ``Checkpoint``):
     a model of placeholders is built as zeros, not drawn; its weights are read later."""
     from minipar.nn.init import init_specs, initialise, is_unmade
-    from minipar.parallel.placement import placements
+    from minipar.parallel.placement import tp_placements
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     specs = init_specs(model) if is_unmade(model) else None   # read before any cut
     seed = getattr(model, "seed", 0)
@@ -126,7 +116,6 @@ def parallelize(model, config, grid, checkpoint=None):
     if config.recompute != "none":                                  # 2. recomputation
         from minipar.recompute import apply_recompute
         apply_recompute(model, config.recompute)
-    rules = _rules(tp_model, config)
     module, engine = model, None
     if config.pp > 1 or config.chunks > 1:                          # 3. pipeline stages
         from minipar.parallel.pipeline.engine import PipelineEngine
@@ -139,19 +128,20 @@ def parallelize(model, config, grid, checkpoint=None):
         engine = PipelineEngine(module, grid.pp_comm, config.schedule, config.microbatches,
                                 config.chunks, activation_shape=act_shape,
                                 dtype=backend.dtype_of(config.precision))
+    tp_comm = grid.tp_comm if tp_model is not None else None
+    table = tp_placements(global_shapes, tp_model, tp_comm,         # the cuts so far
+                          bool(config.sequence_parallel), module)
     piece = None
     if specs is not None:                                           # 3b. construction
-        piece = _piece_drawer(specs, seed, tp_model, grid, checkpoint)
-    sync = make_sync(module, config, grid, rules, initial_piece=piece)   # 4. synchroniser
+        piece = _piece_drawer(specs, seed, table, checkpoint)
+    sync = make_sync(module, config, grid, table, initial_piece=piece)   # 4. synchroniser
     if piece is not None and is_unmade(module):    # weights no synchroniser packed
         initialise(module, piece)
     if engine is None and config.zero == 3:
         model = module = sync.wrap(model)
-    parallel = Parallelized(model=None if engine else model, module=module, sync=sync,
-                            engine=engine, tp_model=tp_model, positions=positions)
-    tp_comm = grid.tp_comm if tp_model is not None else None
-    parallel.placements = placements(parallel, global_shapes, tp_comm)
-    return parallel
+    return Parallelized(model=None if engine else model, module=module, sync=sync,
+                        engine=engine, tp_model=tp_model, positions=positions,
+                        placements=sync.placements())
 
 
 def build_optimizer(parallel, config, grid):

@@ -2,20 +2,31 @@
 
 Every parameter has a global name (``blocks.0.mlp.fc.weight``), a global shape (the
 plain GPT's) and a *placement*, the chain of cuts from the global tensor to what one
-rank holds (PyTorch DTensor's Shard(dim) / Replicate, Megatron's ShardedTensor):
+rank holds and updates (PyTorch DTensor's Shard(dim) / Replicate with DCP's chunks,
+Megatron's ShardedTensor with its ``flattened_range``):
 
     global tensor (shape)
       ── tp:    Shard(axis, groups) over the tp group, or replicated   -> the tp piece
       ── pp:    held by one virtual pipeline stage (or by all without a pipeline)
-      ── ZeRO-3: elements [lo, hi) of the flattened tp piece, this rank's range of the
-                 unit's flat bucket (or the whole piece without ZeRO-3) -> the local part
+      ── dp:    ``owned``, a SlotRange made by the gradient synchroniser: elements
+                [lo, hi) of the flattened tp piece, which the optimizer updates as
+                elements [start, start + hi - lo) of its slot ``slot``; the whole piece
+                (DDP) or this rank's range of a flat bucket (ZeRO-1/2/3)
 
     local = placement.local(full)  =  flatten(Shard.local(full))[lo:hi]   (ZeRO-3)
                                    =  Shard.local(full)                   (otherwise)
 
-The same table drives construction (draw a tensor, keep ``local(full)``, drop the rest:
-one full tensor on the host at a time), the memory a rank holds (``local_size``) and —
-for the checkpoint's index — which global elements each rank's bytes are.
+and its *replication*: how many ranks hold the same values, and which one of them
+counts them (writes them to a checkpoint):
+
+    over tp:  every tp rank for a replicated weight, ``Shard.replicas`` for a part held
+              by several (a KV head copied for grouped-query attention); the first counts
+    over dp:  every data-parallel rank under DDP, one under ZeRO; dp rank 0 counts
+
+Every consumer reads this one record: construction (draw a tensor, keep
+``local(full)``), the global norm's weights (1 / tp replicas) and the sequence-parallel
+partial sums, the checkpoint's index and resharding (``checkpoint/shards.py``) and
+the memory a rank holds (``local_size``).
 """
 from __future__ import annotations
 
@@ -29,6 +40,18 @@ from minipar.parallel.tensor.sharding import Shard
 
 
 @dataclass(frozen=True)
+class SlotRange:
+    """The data-parallel cut: where a parameter's elements sit in the optimizer's slots."""
+    slot: int                 # index of the slot (a bucket, or this rank's shard of one)
+    lo: int                   # elements [lo, hi) of the flattened tp piece ...
+    hi: int
+    start: int                # ... are elements [start, start + hi - lo) of the slot
+    dp_replicas: int = 1      # data-parallel ranks whose slots hold these same elements
+    dp_first: bool = True     # this rank is the first of them (the one that counts them)
+    weights_sharded: bool = False   # the model's weights too are only [lo, hi) (ZeRO-3)
+
+
+@dataclass(frozen=True)
 class Placement:
     name: str
     shape: tuple                      # global shape
@@ -36,7 +59,31 @@ class Placement:
     tp_rank: int = 0
     tp_size: int = 1
     stage: Optional[int] = None       # virtual pipeline stage holding it; None: no pipeline
-    flat: Optional[tuple] = None      # ZeRO-3: (unit, lo, hi) of the flattened tp piece
+    owned: Optional[SlotRange] = None   # the synchroniser's cut (None: not made yet)
+    sequence_parallel: bool = False   # activations split over tp along the sequence
+
+    @property
+    def tp_replicas(self):
+        """tp ranks holding the same values as this one."""
+        return self.tp_size if self.tp is None else self.tp.replicas
+
+    @property
+    def norm_weight(self):
+        """w in ||g||² = Σ w·g² summed over the tp group: each element counted once."""
+        return 1.0 / self.tp_replicas
+
+    @property
+    def tp_partial_grad(self):
+        """Whether this rank's gradient is only its part of a sum over tp: a weight
+        replicated over tp sees only this rank's tokens under sequence parallelism."""
+        return self.sequence_parallel and self.tp_size > 1 and self.tp is None
+
+    @property
+    def counted_here(self):
+        """Whether this rank is the one that counts (writes) its values: the first holder
+        over tp and over dp."""
+        first_over_tp = self.tp_rank % self.tp_replicas == 0
+        return first_over_tp and (self.owned is None or self.owned.dp_first)
 
     @property
     def piece_shape(self):
@@ -48,8 +95,8 @@ class Placement:
     @property
     def local_size(self):
         """Elements this rank holds."""
-        if self.flat is not None:
-            return self.flat[2] - self.flat[1]
+        if self.owned is not None and self.owned.weights_sharded:
+            return self.owned.hi - self.owned.lo
         return math.prod(self.piece_shape)
 
     def boxes(self):
@@ -96,58 +143,36 @@ class Placement:
     def local(self, full):
         """What this rank holds of the full array: the tp piece, then the ZeRO-3 range."""
         part = self.piece(full)
-        if self.flat is None:
+        if self.owned is None or not self.owned.weights_sharded:
             return part
-        _, lo, hi = self.flat
-        return part.reshape(-1)[lo:hi]
+        return part.reshape(-1)[self.owned.lo:self.owned.hi]
 
 
 def _put(values, axis, value):
     return tuple(value if i == axis else v for i, v in enumerate(values))
 
 
-def placements(parallel, global_shapes, tp_comm=None):
-    """{name: Placement} of every parameter this rank holds, read from a ``Parallelized``
-    (its tensor-parallel cuts, its pipeline stages, its ZeRO-3 buckets).
-    ``global_shapes``: {name: shape} of the plain model."""
-    tp_specs = getattr(parallel.tp_model, "shard_specs", {}) if parallel.tp_model else {}
-    rank, size = (tp_comm.rank, tp_comm.size) if tp_comm is not None else (0, 1)
-    stage_of = _stages(parallel.module)
-    flat_of = _zero3_ranges(parallel.sync)
-    table = {}
-    for name, _ in parallel.module.named_parameters():
-        table[name] = Placement(name, tuple(global_shapes[name]), tp_specs.get(name),
-                                rank, size, stage_of.get(name), flat_of.get(name))
-    return table
-
-
-def tp_placements(global_shapes, tp_model, tp_comm):
-    """The tp part of the placements only (before the pipeline and ZeRO exist): what
-    construction needs to cut a freshly drawn tensor to this rank's piece."""
+def tp_placements(global_shapes, tp_model=None, tp_comm=None, sequence_parallel=False,
+                  module=None):
+    """The cuts made before the synchroniser: tp (from ``tp_model.shard_specs``) and, where
+    ``module`` is a pipeline rank's ``RankStages``, the stage.  What construction needs to
+    cut a freshly drawn tensor to this rank's piece; the synchroniser adds its own cut."""
     specs = getattr(tp_model, "shard_specs", {}) if tp_model is not None else {}
     rank, size = (tp_comm.rank, tp_comm.size) if tp_model is not None else (0, 1)
-    return {n: Placement(n, tuple(s), specs.get(n), rank, size) for n, s in global_shapes.items()}
-
-
-def _stages(module):
-    """{name: virtual stage} when ``module`` is a pipeline rank's ``RankStages``."""
-    out = {}
+    stage_of = {}
     for stage in getattr(module, "stages", []):
         for name, _ in stage.named_parameters():
-            out[name] = stage.index
-    return out
+            stage_of[name] = stage.index
+    return {n: Placement(n, tuple(s), specs.get(n), rank, size, stage_of.get(n),
+                         sequence_parallel=sequence_parallel)
+            for n, s in global_shapes.items()}
 
 
-def _zero3_ranges(sync):
-    """{name: (unit, lo, hi)}: the elements of each parameter (flattened tp piece) inside
-    this rank's shard of its ZeRO-3 unit (lo == hi: none of them)."""
-    if getattr(sync, "stage", 0) != 3:
-        return {}
-    out = {}
-    for unit, b in enumerate(sync.buckets):
-        start, stop = b.shard_range(sync.comm.rank)
-        for p, off, shape in zip(b.params, b.offsets, b.shapes):
-            n = math.prod(shape)
-            lo, hi = max(start, off), min(stop, off + n)
-            out[sync.names[id(p)]] = (unit, lo - off, max(lo, hi) - off)
+def slot_segments(table, slots):
+    """Per slot: [(name, lo, hi, start)] of the parameters whose elements it holds,
+    read from the placements (``SlotRange``)."""
+    out = [[] for _ in range(slots)]
+    for name, p in table.items():
+        if p.owned is not None and p.owned.lo < p.owned.hi:
+            out[p.owned.slot].append((name, p.owned.lo, p.owned.hi, p.owned.start))
     return out

@@ -133,7 +133,7 @@ class Optimizer:
         synchroniser holds every gradient in one buffer and a kernel takes it, one launch
         does unscale, check and squares (``kernels/fused_cuda.unscale_check_norm``); else a
         pass per gradient, the squares summed in float64."""
-        flat = getattr(self.sync, "flat_grads", lambda: None)()
+        flat = self.sync.flat_grads()
         fused = fused_kernels("unscale_check_norm", flat[0]) if flat is not None else None
         if fused is not None:
             buffer, ends, weights = flat

@@ -97,9 +97,7 @@ class Run:
             shared.update(loss_scale=opt.last_scale, skipped=opt.last_skipped)
         if c.balance:
             shared["batch_shares"] = list(self.balancer.shares)
-        hook = getattr(opt.sync, "comm_hook", None)
-        if hasattr(hook, "pop_stats"):       # bytes this rank's transport counted, this step
-            shared.update(hook.pop_stats())
+        shared.update(opt.sync.stats().comm)   # the comm hook's bytes, this step
         self.balancer.record(step, t_opt - t0)
         return shared, mine
 

@@ -36,7 +36,8 @@ import numpy as np
 
 from minipar import checkpoint
 from minipar.backend import to_device, to_host
-from minipar.checkpoint.shards import owned_pieces, read_slot, slot_segments, writes
+from minipar.checkpoint.shards import owned_pieces, read_slot
+from minipar.parallel.placement import slot_segments
 from minipar.train.errors import TrainingStopped
 
 
@@ -46,14 +47,14 @@ def local_pieces(run):
     opt, table = run.optimizer, run.parallel.placements
     sync = opt.sync
     pieces = []
-    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(sync))):
-        segments = [s for s in segments if writes(sync, table[s[0]])]
+    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(table, len(sync.slots)))):
+        segments = [s for s in segments if table[s[0]].counted_here]
         if not segments:
             continue
         for kind, array in (("param", slot.master), ("adam_m", opt.m[i]), ("adam_v", opt.v[i])):
             flat = to_host(array).reshape(-1)
             pieces += owned_pieces(kind, flat, segments, table)
-    hook = getattr(sync, "comm_hook", None)
+    hook = sync.comm_hook
     if hasattr(hook, "state_dict"):               # error feedback differs per rank: every rank's
         for key, a in hook.state_dict().items():
             a = np.asarray(a)
@@ -73,7 +74,7 @@ def checkpoint_meta(run, step):
             "data": {"seed": c.seed, "next_step": step, "batch_size": c.batch_size}}
     if run.dataset.tokenizer is not None:          # sample and resume decode with it
         meta["tokenizer"] = run.dataset.tokenizer.to_dict()
-    if hasattr(getattr(opt.sync, "comm_hook", None), "state_dict"):
+    if hasattr(opt.sync.comm_hook, "state_dict"):
         meta["compression"] = {"method": c.grad_compression, "world_size": grid.world.size,
                                "layout": c.layout_name()}
     if opt.scaler:
@@ -175,7 +176,7 @@ def load_state(optimizer, parallel, ckpt, config=None, rank=0):
     from.  Compression state is per rank: it is loaded when the run has the checkpoint's
     method and layout, else started afresh (said once)."""
     meta, sync, table = ckpt.meta, optimizer.sync, parallel.placements
-    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(sync))):
+    for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(table, len(sync.slots)))):
         for kind, target in (("param", slot.master), ("adam_m", optimizer.m[i]),
                              ("adam_v", optimizer.v[i])):
             flat = np.zeros(target.size, dtype=to_host(target.reshape(-1)[:0]).dtype)
@@ -183,7 +184,7 @@ def load_state(optimizer, parallel, ckpt, config=None, rank=0):
             target[...] = to_device(flat).reshape(target.shape)
     sync.publish()
     optimizer.step_count = int(meta["optimizer_step"])
-    hook = getattr(sync, "comm_hook", None)
+    hook = sync.comm_hook
     saved = meta.get("compression")
     if hasattr(hook, "load_state_dict") and config is not None:
         mine = [n for n in ckpt.names("hook") if n.split("/", 1)[0] == str(rank)]

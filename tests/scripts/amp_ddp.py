@@ -33,7 +33,6 @@ def main():
 
     model = GPT(cfg, seed=0)
     sync = DDPSync(model, comm, half_dtype=np.float16)
-    amp = sync.amp
     opt = Optimizer(sync, scaler=make_scaler("fp16", comm=comm, init_scale=2.0 ** 10),
                     lr=3e-3, weight_decay=0.0)
     oracle = GPT(cfg, seed=0)
@@ -55,7 +54,8 @@ def main():
         losses.append(float(mean))
         oracle_losses.append(amp_train_step(oracle, oracle_amp, oracle_opt, oracle_scaler,
                                             x, y, 1, 1.0)[0])
-    mine = np.concatenate([m.data.ravel() for m in amp.masters])
+    masters = sync.to_named([s.master for s in sync.slots])     # by name, fp32
+    mine = np.concatenate([masters[n].ravel() for n in oracle_amp.names])
     low, high = mine.copy(), mine.copy()
     all_reduce(comm, low, op="min")
     all_reduce(comm, high, op="max")

@@ -73,16 +73,17 @@ for stage in (2, 3):
         def checked_release(i, release=release, sync=sync):
             b = sync.buckets[i]
             grads = [p.grad for p in b.params if p.grad is not None]
-            in_buffers.append(b.full is not None and b.full.base is sync.gathered.arrays[i % 2]
+            full = sync.full[i]
+            in_buffers.append(full is not None and full.base is sync.gathered.arrays[i % 2]
                               and len(grads) > 0
                               and all(g.base is sync.staging.arrays[i % 2] for g in grads))
             release(i)
         sync.release_unit = checked_release
     model(ids, ids)[1].backward()
-    results = [h.wait() for b in sync.buckets for h in b.pending]
+    results = [h.wait() for state in sync.shards for h in state.pending]
     report[f"shards_own_memory{stage}"] = len(results) > 0 and all(
-        r.base is None and r.size == b.shard_size for b in sync.buckets for r in
-        (h.wait() for h in b.pending))
+        r.base is None and r.size == b.shard_size for b, state in zip(sync.buckets, sync.shards)
+        for r in (h.wait() for h in state.pending))
     if stage == 3:                 # the blocks and the head (the embeddings: in finish)
         report["zero3_units_in_buffers"] = len(in_buffers) == len(sync.buckets) - 1 and all(in_buffers)
     sync.finish()

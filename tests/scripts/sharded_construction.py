@@ -25,6 +25,7 @@ from minipar.nn import GPT
 from minipar.nn.init import InitStats
 from minipar.parallel.grid import ProcessGrid
 from minipar.parallel.parallelize import parallelize
+from minipar.parallel.sync import Zero3Sync
 
 LAYOUTS = {
     2: [dict(zero=3), dict(tp=2), dict(pp=2), dict(tp=2, sequence_parallel=True, zero=3)],
@@ -54,14 +55,12 @@ for layout in LAYOUTS[world.size]:
 
     def held(parallel):
         """{name: this rank's values of it} (ZeRO-3: its range of the unit's shard)."""
-        if getattr(parallel.sync, "stage", 0) == 3:
+        if isinstance(parallel.sync, Zero3Sync):
             out = {}
             for name, pl in parallel.placements.items():
-                unit, lo, hi = pl.flat
-                b = parallel.sync.buckets[unit]
-                off = b.offsets[[parallel.sync.names[id(p)] for p in b.params].index(name)]
-                start = b.shard_range(parallel.sync.comm.rank)[0]
-                out[name] = backend.to_host(b.param_shard[off + lo - start:off + hi - start])
+                cut = pl.owned
+                shard = parallel.sync.shards[cut.slot].master
+                out[name] = backend.to_host(shard[cut.start:cut.start + cut.hi - cut.lo])
             return out
         return {n: backend.to_host(p.data) for n, p in parallel.module.named_parameters()}
 
@@ -72,8 +71,8 @@ for layout in LAYOUTS[world.size]:
         assert np.array_equal(values, theirs[name]), (layout, name, "differs from the old way")
         assert np.array_equal(values, pl.local(full[name])), (layout, name, "!= placement cut")
         assert values.size == pl.local_size, (layout, name)
-    if getattr(sharded.sync, "stage", 0) == 3:
-        kept = sum(b.param_shard.nbytes for b in sharded.sync.buckets)
+    if isinstance(sharded.sync, Zero3Sync):
+        kept = sum(state.master.nbytes for state in sharded.sync.shards)
     else:
         kept = sum(v.nbytes for v in mine.values())
     total = sum(a.nbytes for a in full.values())

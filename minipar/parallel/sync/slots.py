@@ -1,8 +1,9 @@
-"""What a synchroniser hands the optimizer step: Slots, and the rules that fill them.
+"""What a synchroniser hands the optimizer step: Slots.
 
-A ``Slot`` is one array this rank updates: a whole parameter (DDP) or this rank's shard
-of a flat bucket (ZeRO).  Besides the master and its gradient it carries, per element
-where a bucket mixes parameters, the facts the step needs about them:
+A ``Slot`` is one array this rank updates: a flat bucket (DDP) or this rank's shard of
+one (ZeRO).  Besides the master and its gradient it carries, per element where a bucket
+mixes parameters, the facts the step needs about them, read from the parameters'
+placements (``parallel/placement.py``; ``GradSync.slot_facts``):
 
     decay          1 where weight decay applies (matrices), 0 on biases and norms
                    (the optimizer step scales a per-element mask to λ·mask in place)
@@ -14,12 +15,11 @@ where a bucket mixes parameters, the facts the step needs about them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from minipar.backend import xp
 from minipar.comm import broadcast
 from minipar.nn.init import is_placeholder
-from minipar.optim import decays
 from minipar.parallel.buckets import make_buckets
 
 
@@ -31,25 +31,6 @@ class Slot:
     norm_weight: Any = 1.0
     tp_replicated: Any = False
     decay_scale: Any = None      # the weight decay a per-element mask was scaled by (step.py)
-
-
-@dataclass(frozen=True)
-class ParamRules:
-    """Facts about parameters by name, from the model (tensor parallelism knows them)."""
-    tp: int = 1
-    replicated: Callable[[str], bool] = lambda name: False   # same weight on every tp rank
-    sequence_parallel: bool = False   # replicated weights then get partial gradients
-    decays: Callable = decays
-    replicas: Callable[[str], int] = lambda name: 1   # tp ranks holding each part of a shard
-
-    def norm_weight(self, name):
-        """1/(tp ranks holding the same values): each element counted once in ||g||."""
-        if self.tp > 1 and self.replicated(name):
-            return 1.0 / self.tp
-        return 1.0 / self.replicas(name)
-
-    def partial_over_tp(self, name):
-        return self.sequence_parallel and self.tp > 1 and self.replicated(name)
 
 
 def value_source(names, initial_piece):

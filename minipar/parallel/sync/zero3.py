@@ -36,7 +36,7 @@ from minipar.autograd import Function, Tensor, is_grad_enabled
 from minipar.comm import all_gather, all_gather_async
 from minipar.nn.module import Wrapper
 from minipar.parallel.buckets import Bucket
-from minipar.parallel.sync.zero import ZeroSync
+from minipar.parallel.sync.zero import Shard, ZeroSync
 
 
 class _UnitBoundary(Function):
@@ -72,16 +72,18 @@ def model_units(model):
 
 
 class Zero3Sync(ZeroSync):
-    def __init__(self, model, comm, rules=None, half_dtype=None, initial_piece=None):
+    stage_sharding_weights = True
+
+    def __init__(self, model, comm, table=None, half_dtype=None, initial_piece=None):
         """``initial_piece(name)``: the values of a parameter that is still a placeholder
         (``nn/init.py``); only my range of each unit is kept, one tensor at a time."""
         if model.config.tie_weights:
             raise ValueError("ZeRO-3 does not support tied weights (the tied weight would "
                              "belong to two units); untie them")
-        buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
-        for b in buckets:
-            b.staged = None               # (flat, views) while its gradients accumulate
-        super().__init__(model, comm, rules, stage=3, buckets=buckets, half_dtype=half_dtype,
+        buckets = [Bucket(u, pad_to=comm.size, dtype=half_dtype) for u in model_units(model)]
+        self.full = [None] * len(buckets)     # unit i's gathered flat weights while it computes
+        self.staged = [None] * len(buckets)   # (flat, views) while its gradients accumulate
+        super().__init__(model, comm, table, stage=3, buckets=buckets, half_dtype=half_dtype,
                          initial_piece=initial_piece)
         self.handles = {}
         self.empty = xp.zeros(0, dtype=buckets[0].dtype)   # what a freed parameter holds
@@ -91,6 +93,18 @@ class Zero3Sync(ZeroSync):
         self.in_flight = [None, None]     # the reduce-scatter using each staging buffer
         for i in range(len(buckets)):
             self.free(i)
+
+    def _hold(self, b, lo, hi):
+        """Only my range of the unit is ever built (sharded construction): the master
+        shard, and under mixed precision its copy in the model's dtype, gathered."""
+        master_dtype = xp.float32 if self.half_dtype is not None else None
+        master = b.pack_range(lo, hi, self.value_of, master_dtype)
+        half = master.astype(self.half_dtype) if self.half_dtype is not None else None
+        return Shard(master, half=half, pending=[])
+
+    def gather_source(self, i):
+        state = self.shards[i]
+        return state.master if state.half is None else state.half
 
     def wrap(self, model):
         """The model as it must be called: unit by unit."""
@@ -105,25 +119,25 @@ class Zero3Sync(ZeroSync):
         last there still be held (not in a forward/backward walk's unit order)."""
         b = self.buckets[i]
         holder = self.gathered.holder[i % 2]
-        busy = holder is not None and holder != i and (self.buckets[holder].full is not None
+        busy = holder is not None and holder != i and (self.full[holder] is not None
                                                        or holder in self.handles)
         return xp.empty(b.padded, dtype=b.dtype) if busy else self.gathered.take(i, b)
 
     def prefetch(self, i):
-        if 0 <= i < len(self.buckets) and i not in self.handles and self.buckets[i].full is None:
+        if 0 <= i < len(self.buckets) and i not in self.handles and self.full[i] is None:
             b = self.buckets[i]
-            self.handles[i] = all_gather_async(self.comm, self.gather_source(b), sizes=self._sizes(b),
+            self.handles[i] = all_gather_async(self.comm, self.gather_source(i), sizes=self._sizes(b),
                                                out=self._gather_buffer(i))
 
     def gather(self, i):
         b = self.buckets[i]
-        if b.full is not None:
+        if self.full[i] is not None:
             return
         handle = self.handles.pop(i, None)
-        b.full = handle.wait() if handle else all_gather(self.comm, self.gather_source(b),
-                                                         sizes=self._sizes(b),
-                                                         out=self._gather_buffer(i))
-        for p, view in b.views(b.full):
+        self.full[i] = handle.wait() if handle else all_gather(self.comm, self.gather_source(i),
+                                                               sizes=self._sizes(b),
+                                                               out=self._gather_buffer(i))
+        for p, view in b.views(self.full[i]):
             p.data = view
 
     def stage_grads(self, i):
@@ -132,7 +146,7 @@ class Zero3Sync(ZeroSync):
         b = self.buckets[i]
         holder = self.staging.holder[i % 2]
         if (any(p.grad is not None for p in b.params)     # already staged, or accumulating
-                or holder is not None and self.buckets[holder].staged is not None):
+                or holder is not None and self.staged[holder] is not None):
             return                        # (then its gradients are packed as ZeRO-2's are)
         previous = self.in_flight[i % 2]
         if previous is not None:
@@ -140,32 +154,31 @@ class Zero3Sync(ZeroSync):
             self.in_flight[i % 2] = None
         flat = self.staging.take(i, b)
         flat.fill(0)
-        b.staged = (flat, [view for _, view in b.views(flat)])
-        for p, view in zip(b.params, b.staged[1]):
+        self.staged[i] = (flat, [view for _, view in b.views(flat)])
+        for p, view in zip(b.params, self.staged[i][1]):
             p.grad = view
 
-    def _grad_buffer(self, bucket):
+    def _grad_buffer(self, i):
         """The unit's staged gradients, any ``p.grad`` that was replaced copied back in."""
-        if bucket.staged is None:
-            return super()._grad_buffer(bucket)
-        (flat, views), bucket.staged = bucket.staged, None
-        for p, view in zip(bucket.params, views):
+        if self.staged[i] is None:
+            return super()._grad_buffer(i)
+        (flat, views), self.staged[i] = self.staged[i], None
+        for p, view in zip(self.buckets[i].params, views):
             if p.grad is not view:
                 view[...] = 0 if p.grad is None else p.grad
         return flat
 
     def free(self, i):
-        b = self.buckets[i]
-        b.full = None
-        for p in b.params:
+        self.full[i] = None
+        for p in self.buckets[i].params:
             p.data = self.empty
 
     def release_unit(self, i):
         """The unit's backward is over: hand its gradients to the reduce-scatter, free it."""
         b = self.buckets[i]
         if any(p.grad is not None for p in b.params):
-            self._reduce_scatter(b, asynchronous=True)   # ZeRO-2's: frees the full grads
-            self.in_flight[i % 2] = b.pending[-1]
+            self._reduce_scatter(i, asynchronous=True)   # ZeRO-2's: frees the full grads
+            self.in_flight[i % 2] = self.shards[i].pending[-1]
         self.free(i)
 
     def run_unit(self, i, fn, x):
@@ -192,9 +205,17 @@ class Zero3Sync(ZeroSync):
     def publish(self):
         """Weights stay sharded (the next forward gathers them); under mixed precision
         the half copy of my shard is refreshed from the fp32 master shard."""
-        if self.half_dtype is not None:
-            for b in self.buckets:
-                b.half_shard[...] = b.param_shard
+        for state in self.shards:
+            if state.half is not None:
+                state.half[...] = state.master
+
+    def memory_bytes(self):
+        """My shard of every unit's weights and gradients (the full ones live only while a
+        unit computes), and the fp32 master shard under mixed precision."""
+        item = self.buckets[0].dtype.itemsize     # of the weights the model computes with
+        shards = sum(b.shard_size * item for b in self.buckets)
+        masters = sum(state.master.nbytes for state in self.shards) if self.half_dtype else 0
+        return {"params": shards, "grads": shards, "optimizer": masters}
 
 
 class _Pair:

@@ -56,10 +56,8 @@ class CompressionHook:
     # ------------------------------------------------------------------ binding
     def bind(self, sync):
         """Attach to a ``DDPSync`` (or a list of ``Bucket``\\ s); returns the hook."""
-        buckets = list(getattr(sync, "buckets", sync))
-        by_id = {}
-        if hasattr(sync, "names"):
-            by_id = {id(p): n for n, p in zip(sync.names, sync.params)}
+        from minipar.parallel.sync.base import GradSync
+        buckets, by_id = (sync.buckets, sync.names) if isinstance(sync, GradSync) else (list(sync), {})
         self.buckets = buckets
         self.names = [[by_id.get(id(p), f"bucket{i}.param{j}") for j, p in enumerate(b.params)]
                       for i, b in enumerate(buckets)]
