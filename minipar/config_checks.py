@@ -7,7 +7,8 @@ layout is refused too, never silently ignored.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import numbers
+from dataclasses import fields, replace
 
 from minipar.backend import backend_name
 
@@ -17,6 +18,16 @@ EVAL_BATCHES = 16      # validation batches by default: 16 of the default 8 sequ
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message says what to change."""
+
+
+def _whole_numbers(config):
+    """Every field the config declares an ``int`` holds one: a size of 2.5 (from Python)
+    would otherwise fail deep inside a layer's shape or the pipeline's schedule."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("int", "Optional[int]") and value is not None and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ConfigError(f"`{f.name}` must be a whole number, got {value!r}")
 
 
 def _positive(config):
@@ -43,7 +54,7 @@ def _numbers(config):
             raise ConfigError(f"`{name}` must be a finite number >= 0 (0 turns it off), got {value}")
     for name in ("eval_batches", "warmup", "save_every", "keep", "seed", "hang_timeout"):
         value = getattr(c, name)
-        if value is not None and value < 0:
+        if value is not None and not value >= 0:      # nan too: it is not >= 0
             raise ConfigError(f"`{name}` must be >= 0, got {value}")
     if c.seed >= 2 ** 63:
         raise ConfigError(f"`seed` must be below 2^63, got {c.seed}")
@@ -53,6 +64,45 @@ def _numbers(config):
         value = getattr(c, name)
         if value is not None and not (_finite(value) and value > 0):
             raise ConfigError(f"`{name}` must be a finite number > 0, got {value}")
+
+
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE_MODES = ("none", "full", "selective")
+BACKENDS = ("numpy", "cupy")
+
+
+def _names(config):
+    """Every setting chosen from a list names one of it.  The command line's choices
+    allow nothing else; these catch a ``TrainConfig`` built in Python before the class
+    that reads the name (the synchroniser, the schedule, the all-reduce) refuses it
+    after the first message."""
+    from minipar.backend import dtype_of
+    from minipar.comm.algorithms import _algorithm as all_reduce_algorithm
+    from minipar.parallel.pipeline.schedules import SCHEDULES
+    c = config
+    if c.zero not in ZERO_STAGES:
+        raise ConfigError(f"`zero` must be 0, 1, 2 or 3, got {c.zero!r}")
+    if c.recompute not in RECOMPUTE_MODES:
+        raise ConfigError(f"`recompute` must be one of {', '.join(RECOMPUTE_MODES)}, got {c.recompute!r}")
+    if c.backend is not None and c.backend not in BACKENDS:
+        raise ConfigError(f"`backend` must be one of {', '.join(BACKENDS)}, got {c.backend!r}")
+    if c.schedule is not None and c.schedule not in SCHEDULES:
+        raise ConfigError(f"`schedule` must be one of {', '.join(SCHEDULES)}, got {c.schedule!r}")
+    try:
+        all_reduce_algorithm(c.comm_algorithm)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"`comm_algorithm`: {err}") from None
+    try:
+        dtype_of(c.precision)                 # bf16 also needs ml_dtypes: said here, not later
+    except (ValueError, RuntimeError) as err:
+        raise ConfigError(f"`precision`: {err}") from None
+
+
+def _zero(config, cfg):
+    if config.zero == 3 and cfg.tie_weights:
+        raise ConfigError("`zero` 3 with `tie_weights` is not supported: ZeRO-3 gathers and frees "
+                          "the model unit by unit, and the tied weight would belong to two units "
+                          "(the embedding and the head); drop `tie_weights` or use `zero` 1 or 2")
 
 
 def check_resumed_step(config, step):
@@ -139,8 +189,11 @@ def _pipeline(config, cfg, dp):
         raise ConfigError(f"`schedule` interleaved needs `microbatches` divisible by `pp` {pp}, got {m}")
     if m < 1:
         raise ConfigError("`microbatches` must be >= 1")
-    if cfg.n_layer % (pp * chunks):
-        raise ConfigError(f"`n_layer` {cfg.n_layer} is not divisible by pp·chunks = {pp}·{chunks}")
+    from minipar.parallel.pipeline.stage import check_partition
+    try:
+        check_partition(cfg.n_layer, pp, chunks)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if cfg.tie_weights:
         raise ConfigError("`tie_weights` with pipeline parallelism is not supported; drop it")
     if config.grad_accum != 1:
@@ -205,15 +258,18 @@ def with_data_vocabulary(config):
 
 def check(config, world_size):
     """``config`` resolved for ``world_size`` ranks, or ConfigError."""
-    config = with_data_vocabulary(config)
+    _whole_numbers(config)
     _positive(config)
     _numbers(config)
+    _names(config)
+    config = with_data_vocabulary(config)     # the data may be built now: after the cheap checks
     dp = _data_parallel_size(config, world_size)
     try:
         cfg = config.model_config()
         _tensor(config, cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    _zero(config, cfg)
     _flags_have_effect(config)
     _compression(config)
     _context(config, cfg)

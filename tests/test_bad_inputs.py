@@ -9,12 +9,17 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from minipar import checkpoint
+from minipar.__main__ import build_parser
+from minipar.config import ConfigError, TrainConfig
+from minipar.layout import LayoutError, validate_layout
 from minipar.monitor import step_records
+from minipar.nn import GPTConfig
 from tests.cli import write_full
 from tests.mpirun import REPO, run_mpi
 
@@ -146,6 +151,83 @@ def test_layout_error_printed_once_under_mpiexec():
     proc = run_mpi(2, ["-m", "minipar", "train", *TINY, *RUN, "--tp", "3"], check=False, timeout=60)
     assert proc.returncode != 0
     assert proc.stderr.count("minipar train: world size 2 != dp·tp·pp = ?·3·1") == 1, proc.stderr
+
+
+# What a library class would refuse only once it is built (ZeRO-3's synchroniser, the
+# watchdog, the model's layers), and model sizes no model runs with: the config checks
+# refuse each first, from the flags and the world size alone.
+LIBRARY_REFUSALS = [  # (world size, flags, what the one line must say)
+    (1, ["--arch", "llama", "--d-ff", "0"], "--d-ff must be >= 1, got 0"),
+    (1, ["--arch", "llama", "--d-ff", "-4"], "--d-ff must be >= 1, got -4"),
+    (1, ["--arch", "llama", "--n-kv-head", "0"], "--n-kv-head must be >= 1, got 0"),
+    (1, ["--arch", "llama", "--rope-theta", "nan"], "--rope-theta must be a finite number > 0, got nan"),
+    (1, ["--arch", "llama", "--rope-theta", "0"], "--rope-theta must be a finite number > 0, got 0"),
+    (1, ["--arch", "llama", "--d-model", "16", "--n-head", "16"], "head size d_model/n_head = 1 must be even"),
+    (1, ["--n-layer", "0"], "--n-layer must be >= 1, got 0"),
+    (1, ["--d-model", "0"], "--d-model must be >= 1, got 0"),
+    (1, ["--seq-len", "0"], "--seq-len must be >= 1, got 0"),
+    (1, ["--d-model", "18", "--n-head", "4"], "--d-model 18 must be divisible by --n-head 4"),
+    (1, ["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
+    (1, ["--zero", "3", "--tie-weights"], "--zero 3 with --tie-weights is not supported"),
+    (2, ["--zero", "3", "--tie-weights"], "--zero 3 with --tie-weights is not supported"),
+    (2, ["--hang-timeout", "nan"], "--hang-timeout must be >= 0, got nan"),
+]
+
+
+@pytest.mark.parametrize("size,flags,message", LIBRARY_REFUSALS,
+                         ids=[f"{n} {' '.join(f)}" for n, f, _ in LIBRARY_REFUSALS])
+def test_library_refusals_come_first_from_the_config_checks(size, flags, message):
+    """validate_layout runs on the flags and the world size alone: no communicator
+    exists yet, so nothing can have been sent."""
+    args = build_parser().parse_args(["train", *TINY, *RUN, *flags])
+    with pytest.raises(LayoutError) as refused:
+        validate_layout(args, rank_and_size=(0, size))
+    assert str(refused.value.code).startswith("minipar train: ") and message in str(refused.value.code)
+
+
+@pytest.mark.parametrize("n,flags,message", [
+    (1, ["--arch", "llama", "--d-ff", "0"], "--d-ff must be >= 1, got 0"),
+    (2, ["--zero", "3", "--tie-weights"], "--zero 3 with --tie-weights is not supported"),
+], ids=["d-ff 0", "zero 3 tie-weights under mpiexec"])
+def test_library_refusals_through_the_command_line(n, flags, message):
+    """The real command: exit 2, the one line once, no traceback, nothing trained."""
+    proc = run_mpi(n, ["-m", "minipar", "train", *TINY, *RUN, "--steps", "1", *flags],
+                   check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minipar train: ") and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout.strip()
+
+
+PYTHON_CONFIGS = [  # TrainConfig fields from Python, where no argparse choice guards them
+    ({"zero": 4}, "`zero` must be 0, 1, 2 or 3, got 4"),
+    ({"precision": "fp8"}, "`precision`: unknown precision 'fp8'"),
+    ({"recompute": "layers"}, "`recompute` must be one of none, full, selective"),
+    ({"pp": 2, "schedule": "gpipe"}, "`schedule` must be one of afab, 1f1b, interleaved, zb-h1"),
+    ({"comm_algorithm": "butterfly"}, "`comm_algorithm`: unknown all-reduce algorithm 'butterfly'"),
+    ({"backend": "torch"}, "`backend` must be one of numpy, cupy"),
+    ({"n_layer": 2.5}, "`n_layer` must be a whole number, got 2.5"),
+    ({"microbatches": 2.0, "pp": 2}, "`microbatches` must be a whole number, got 2.0"),
+]
+
+
+@pytest.mark.parametrize("fields,message", PYTHON_CONFIGS, ids=[str(f) for f, _ in PYTHON_CONFIGS])
+def test_python_configs_are_refused_by_resolve(fields, message):
+    config = TrainConfig(model="tiny", n_layer=2, d_model=16, n_head=2, seq_len=8, batch_size=4,
+                         data="stdlib-bytes", quiet=True)
+    world_size = fields.get("pp", 1)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        replace(config, **fields).resolve(world_size)
+
+
+def test_the_model_config_refuses_a_zero_size_itself():
+    """GPTConfig keeps its own checks for Python callers: a 0 is refused, never taken
+    for "the default" (None is the default)."""
+    llama = GPTConfig(arch="llama", n_head=4, n_kv_head=2)
+    assert llama.validate() is llama
+    for field, value in (("d_ff", 0), ("n_kv_head", 0), ("rope_theta", float("inf"))):
+        with pytest.raises(ValueError, match=f"`{field}` must be"):
+            replace(llama, **{field: value}).validate()
 
 
 def test_non_finite_training_stops_before_saving(tmp_path, good):

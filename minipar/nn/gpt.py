@@ -68,24 +68,28 @@ class GPTConfig:
 
     @property
     def kv_heads(self):
-        """Key/value heads: n_kv_head, or n_head (multi-head attention)."""
-        return self.n_kv_head or self.n_head
+        """Key/value heads: n_kv_head, or n_head (multi-head attention) when it is None."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     @property
     def ffn_width(self):
         """The MLP's hidden width: 4·d (gpt2); d_ff or 8/3·d rounded up to 64 (llama)."""
         if self.arch == "gpt2":
             return 4 * self.d_model
-        return self.d_ff or 64 * math.ceil(8 * self.d_model / 3 / 64)
+        if self.d_ff is not None:
+            return self.d_ff
+        return 64 * math.ceil(8 * self.d_model / 3 / 64)
 
     def validate(self):
+        """This config, or ValueError naming the field a model cannot be built or trained
+        with.  A size given as 0 is refused, never read as "the default" (None is)."""
         for field in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head", "pad_vocab_to"):
             if getattr(self, field) < 1:
                 raise ValueError(f"`{field}` must be >= 1, got {getattr(self, field)}")
         if self.d_model % self.n_head:
             raise ValueError(f"`d_model` {self.d_model} must be divisible by `n_head` {self.n_head}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout}")
         if self.attention not in ("naive", "flash"):
             raise ValueError(f"`attention` must be naive or flash, got {self.attention!r}")
         if self.arch not in ("gpt2", "llama"):
@@ -96,14 +100,17 @@ class GPTConfig:
                     raise ValueError(f"`{field}` belongs to `arch` llama; gpt2 has "
                                      f"{'n_head key/value heads' if field == 'n_kv_head' else 'an MLP of 4·d_model'}")
             return self
-        if self.kv_heads < 1 or self.n_head % self.kv_heads:
+        for field in ("n_kv_head", "d_ff"):
+            if getattr(self, field) is not None and getattr(self, field) < 1:
+                raise ValueError(f"`{field}` must be >= 1, got {getattr(self, field)}")
+        if not 0 < self.rope_theta < math.inf:      # nan fails both comparisons
+            raise ValueError(f"`rope_theta` must be a finite number > 0, got {self.rope_theta}")
+        if self.n_head % self.kv_heads:
             raise ValueError(f"`n_head` {self.n_head} must be a multiple of `n_kv_head` "
                              f"{self.kv_heads} (each key/value head serves a group of query heads)")
         if (self.d_model // self.n_head) % 2:
             raise ValueError(f"RoPE rotates pairs of features: the head size d_model/n_head = "
                              f"{self.d_model // self.n_head} must be even")
-        if self.ffn_width < 1 or self.rope_theta <= 0:
-            raise ValueError("`d_ff` and `rope_theta` must be positive")
         return self
 
 
