@@ -6,13 +6,15 @@
 data parallelism and ZeRO (the count is exact up to a few bytes of scalars); within
 5 % under tensor and pipeline parallelism, recomputation and accumulation, where the
 peak's moment depends on the schedule (interleaved stages, and the sends a stage has
-not yet found complete, are counted approximately).
+not yet found complete, are counted approximately).  Korthikanti et al.'s closed forms
+(``korthikanti_layer_bytes``) against the paper's own tensor-by-tensor count.
 """
 import json
 
 import pytest
 
 from minipar.perf import activations as act
+from minipar.perf.models import KORTHIKANTI
 from tests.mpirun import run_mpi
 
 TIGHT, LOOSE = 0.01, 0.05
@@ -24,8 +26,19 @@ TWO_RANKS = [dict(), dict(zero=1), dict(zero=2, precision="bf16", bucket_mb=0.05
              dict(recompute="full"), dict(recompute="selective"), dict(attention="flash")]
 
 
-def _check(line):
-    d = json.loads(line)
+def _reports(nprocs, layouts, timeout):
+    """Run ``layouts`` on ``nprocs`` ranks: one report per layout, in order, each with one
+    entry per rank (a run that printed fewer, or none, fails here rather than passing
+    with nothing compared)."""
+    out = run_mpi(nprocs, ["tests/scripts/perf_layouts.py", json.dumps(layouts)], timeout=timeout)
+    reports = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    assert len(reports) == len(layouts) > 0, (len(reports), len(layouts), out.stdout[-2000:])
+    for report, kw in zip(reports, layouts):
+        assert report["layout"] == kw and len(report["ranks"]) == nprocs, (kw, report["layout"])
+    return reports
+
+
+def _check(d):
     kw = d["layout"]
     loose = any(k in kw for k in ("tp", "pp", "recompute", "grad_accum"))
     for r in d["ranks"]:
@@ -39,20 +52,14 @@ def test_one_process_layouts():
                (dict(), dict(precision="bf16"), dict(precision="fp64"), dict(grad_accum=2),
                 dict(recompute="full"), dict(recompute="selective"), dict(attention="flash"),
                 dict(zero=3, dp=1))]
-    out = run_mpi(1, ["tests/scripts/perf_layouts.py", json.dumps(layouts)], timeout=300)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(layouts)
-    for line in lines:
-        _check(line)
+    for report in _reports(1, layouts, timeout=300):
+        _check(report)
 
 
 def test_two_rank_layouts():
     layouts = [dict(model="tiny", batch_size=8, **kw) for kw in TWO_RANKS]
-    out = run_mpi(2, ["tests/scripts/perf_layouts.py", json.dumps(layouts)], timeout=400)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(layouts)
-    for line in lines:
-        _check(line)
+    for report in _reports(2, layouts, timeout=400):
+        _check(report)
 
 
 def test_four_rank_state_is_exact():
@@ -61,9 +68,7 @@ def test_four_rank_state_is_exact():
                 dict(pp=2, chunks=2, schedule="interleaved", microbatches=2, zero=1))]
     # llama, n_kv_head 2 over tp 4: each rank holds a copy of one KV head
     layouts.append(dict(model="llama-tiny", batch_size=8, tp=4, zero=1))
-    out = run_mpi(4, ["tests/scripts/perf_layouts.py", json.dumps(layouts)], timeout=400)
-    for line in (x for x in out.stdout.splitlines() if x.startswith("{")):
-        d = json.loads(line)
+    for d in _reports(4, layouts, timeout=400):
         for r in d["ranks"]:
             assert r["state"] == r["state_model"], (d["layout"], r["coords"])
 
@@ -77,21 +82,73 @@ def test_llama_layouts():
            (dict(zero=1), dict(tp=2, sequence_parallel=True),
             dict(pp=2, microbatches=4, schedule="zb-h1"))]
     for n, layouts in ((1, one), (2, two)):
-        out = run_mpi(n, ["tests/scripts/perf_layouts.py", json.dumps(layouts)], timeout=300)
-        lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
-        assert len(lines) == len(layouts)
-        for line in lines:
-            _check(line)
+        for report in _reports(n, layouts, timeout=300):
+            _check(report)
 
 
+# Korthikanti et al. 2022, Section 4.1: what one transformer layer keeps for backward,
+# 16-bit values (2 bytes) and 1-byte dropout masks.  (what, bytes per unit, unit, split by
+# tp): unit "sbh" counts s·b·h elements, "as2b" a·s²·b (the attention scores); tensor
+# parallelism splits the heads' and the MLP's inner tensors, sequence parallelism (§4.2.2)
+# the rest along the sequence.
+LAYER_TENSORS = [
+    ("attention: QKV matmul input", 2, "sbh", False),
+    ("attention: Q and K", 4, "sbh", True),
+    ("attention: softmax output", 2, "as2b", True),
+    ("attention: softmax dropout mask", 1, "as2b", True),
+    ("attention: dropout output, the input of scores·V", 2, "as2b", True),
+    ("attention: V", 2, "sbh", True),
+    ("attention: output projection input", 2, "sbh", True),
+    ("attention: dropout mask", 1, "sbh", False),
+    ("MLP: first linear input", 2, "sbh", False),
+    ("MLP: GeLU input", 8, "sbh", True),
+    ("MLP: GeLU output, the second linear input", 8, "sbh", True),
+    ("MLP: dropout mask", 1, "sbh", False),
+    ("LayerNorm 1 input", 2, "sbh", False),
+    ("LayerNorm 2 input", 2, "sbh", False),
+]
+
+
+def paper_layer_bytes(s, b, h, a, t, sp, recompute):
+    """LAYER_TENSORS summed: each tensor split by t where tp (or, with sp, the sequence)
+    splits it; selective recomputation keeps none of the scores (§4.3), full recomputation
+    only the layer's input, 2·s·b·h (split along the sequence with sp)."""
+    if recompute == "full":
+        return 2 * s * b * h / (t if sp else 1)
+    total = 0
+    for _, nbytes, unit, split in LAYER_TENSORS:
+        if unit == "as2b":
+            total += 0 if recompute == "selective" else nbytes * a * s * s * b / t
+        else:
+            total += nbytes * s * b * h / (t if split or sp else 1)
+    return total
+
+
+def test_the_inventory_adds_up_to_the_papers_block_totals():
+    """§4.1's subtotals: attention 11·sbh + 5·as²b, MLP 19·sbh, the two LayerNorms 4·sbh."""
+    def total(prefix, unit):
+        return sum(n for what, n, u, _ in LAYER_TENSORS if what.startswith(prefix) and u == unit)
+    assert (total("attention", "sbh"), total("attention", "as2b")) == (11, 5)
+    assert (total("MLP", "sbh"), total("MLP", "as2b")) == (19, 0)
+    assert total("LayerNorm", "sbh") == 4
+
+
+@pytest.mark.parametrize("name", ["22B", "175B", "530B", "1T"])
 @pytest.mark.parametrize("t,sp", [(1, False), (2, False), (8, False), (8, True)])
-def test_korthikanti_forms(t, sp):
-    s, b, h, a = 2048, 1, 12288, 96
-    sbh = s * b * h
-    got = act.korthikanti_layer_bytes(s, b, h, a, t, sp)
-    want = sbh / t * (34 + 5 * a * s / h) if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t))
-    assert got == pytest.approx(want)
-    assert act.korthikanti_layer_bytes(s, b, h, a, t, sp, "full") == pytest.approx(
-        2 * sbh / (t if sp else 1))
-    if t == 1:
-        assert got == pytest.approx(sbh * (34 + 5 * a * s / h))
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_korthikanti_forms_count_the_papers_tensors(name, t, sp, recompute):
+    """The library's closed forms (Table 2) equal the tensor-by-tensor count of §4.1, for
+    the paper's models (models.KORTHIKANTI: h, a; s = 2048, their micro-batch b)."""
+    h, a, _, _, _, _, b, *_ = KORTHIKANTI[name]
+    s = 2048
+    got = act.korthikanti_layer_bytes(s, b, h, a, t, sp, recompute)
+    assert got == pytest.approx(paper_layer_bytes(s, b, h, a, t, sp, recompute), rel=1e-12)
+
+
+def test_selective_recomputation_saves_what_the_paper_says():
+    """§4.3: with tensor and sequence parallelism, selective recomputation cuts a layer's
+    activations by 70 % for GPT-3 175B (5as/h = 80) and 65 % for MT-NLG 530B (5as/h = 64)."""
+    for name, saved in (("175B", 0.70), ("530B", 0.65)):
+        h, a, _, t, _, _, b, *_ = KORTHIKANTI[name]
+        kept = [act.korthikanti_layer_bytes(2048, b, h, a, t, True, r) for r in ("none", "selective")]
+        assert 1 - kept[1] / kept[0] == pytest.approx(saved, abs=0.005)
