@@ -8,12 +8,29 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minipar.tokenizer import Tokenizer, count_chunks, split_text, train_tokenizer
-from minipar.tokenizer.train import merge_pair
 
 TEXT = ("def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n"
         "        self.x = x  # café, naïve, 東京\n        self.y = y\n\n") * 3 + \
     "x = 12345 + 0.5e-3  # numbers\nprint('hello world', \"it's\")\n\t\r\n  \n"
 DOCS = [TEXT.encode(), b"caf\xe9 latin-1 bytes \xff\xfe, not UTF-8", b"   \n\n   spaces", b"x"]
+
+
+def merged(tokens, a, b, new):
+    """Every (a, b), left to right and not overlapping, replaced by ``new``: a token that
+    follows an unconsumed ``a`` joins it (``new`` is never ``a``, so a consumed pair is
+    never joined again — (a, a, a) becomes (new, a))."""
+    out = []
+    for token in tokens:
+        if out and out[-1] == a and token == b:
+            out[-1] = new
+        else:
+            out.append(token)
+    return out
+
+
+def test_the_references_merge():
+    assert merged([1, 1, 1], 1, 1, 9) == [9, 1] and merged([1, 1, 1, 1], 1, 1, 9) == [9, 9]
+    assert merged([1, 2, 1, 2, 2], 1, 2, 9) == [9, 9, 2] and merged([2, 1], 1, 2, 9) == [2, 1]
 
 
 def reference_merges(chunk_counts, n_merges):
@@ -30,7 +47,7 @@ def reference_merges(chunk_counts, n_merges):
         best = max(counts.values())
         pair = min(p for p, c in counts.items() if c == best)    # ties: the smallest pair
         merges.append(pair)
-        words = {c: merge_pair(w, *pair, 256 + k) for c, w in words.items()}
+        words = {c: merged(w, *pair, 256 + k) for c, w in words.items()}
     return merges
 
 
@@ -40,7 +57,7 @@ def reference_encode(merges, data):
     for chunk in split_text(data.decode("utf-8", "surrogateescape")):
         tokens = list(chunk.encode("utf-8", "surrogateescape"))
         for rank, (a, b) in enumerate(merges):
-            tokens = merge_pair(tokens, a, b, 256 + rank)
+            tokens = merged(tokens, a, b, 256 + rank)
         out += tokens
     return out
 
