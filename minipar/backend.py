@@ -14,7 +14,8 @@ framework needs around that choice:
 - host/device transfers: ``to_host`` (always a NumPy array), ``to_device``;
 - ``sync()``: wait for the device, so timers measure work rather than launches;
 - a dtype policy: names such as ``"fp32"`` or ``"bf16"`` map to dtypes
-  (bfloat16 comes from ``ml_dtypes``, on NumPy and on CuPy >= 14);
+  (bfloat16 comes from ``ml_dtypes``, on NumPy and on CuPy >= 14), and half-precision
+  values are widened to float32 for their statistics (``widened``);
 - a byte counter of live tracked arrays with its peak, which the memory figures
   of ZeRO, recomputation and the training log are read from.
 """
@@ -139,6 +140,19 @@ def is_half(dtype) -> bool:
     accumulate in float32 and whose reductions and statistics are taken in float32."""
     dtype = numpy.dtype(dtype)
     return dtype.itemsize == 2 and (dtype.kind == "f" or dtype.name == "bfloat16")
+
+
+def wide_dtype(dtype):
+    """The dtype a ``dtype`` array's statistics (max, sums, variance, log-sum-exp) are
+    taken in: float32 for the half-precision floats, ``dtype`` itself otherwise."""
+    return numpy.dtype(numpy.float32) if is_half(dtype) else numpy.dtype(dtype)
+
+
+def widened(a):
+    """``a`` in its ``wide_dtype``: a half-precision array converted to float32, any
+    other returned as it is (no copy).  Tested by item size, the cheapest test, since
+    the fused ops call it for every block of rows."""
+    return a.astype(xp.float32) if a.dtype.itemsize < 4 else a
 
 
 _default_dtype = numpy.dtype(numpy.float32)

@@ -5,7 +5,7 @@ and on a GPU the tensor cores' fast path), while everything that accumulates sta
 in float32 (Micikevicius et al., 2018, "Mixed Precision Training"):
 
 - matmuls take half inputs and accumulate in fp32 (``ops_reduce._mm``); softmax,
-  layer-norm statistics, losses and sums are computed in fp32 (``ops_nn._wide``);
+  layer-norm statistics, losses and sums are computed in fp32 (``backend.widened``);
 - ``MixedPrecision`` keeps an fp32 *master* copy of every parameter.  The optimizer
   (AdamW, with fp32 m and v) updates the masters; the half parameters are only a
   rounded copy, w_half = round(w32).  An update lr·u smaller than half an ulp of w

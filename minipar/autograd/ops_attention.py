@@ -7,10 +7,9 @@ model's fused softmax below.
 """
 from __future__ import annotations
 
-from minipar.backend import xp
+from minipar.backend import wide_dtype, xp
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import fused_kernels
-from minipar.autograd.ops_nn import _wide
 from minipar.autograd.rows import for_row_blocks, row_dot, row_sum
 
 
@@ -62,7 +61,7 @@ class AttentionSoftmax(Function):
             return ctx.saved[0]
         nq, nk = scores.shape[-2:]
         s3 = scores.reshape(-1, nq, nk)
-        wide = _wide(s3[:0]).dtype
+        wide = wide_dtype(s3.dtype)
         p = xp.empty(s3.shape, dtype=scores.dtype)
         bias = causal_bias(nq, nk, wide) if causal else None
         in_place = p.dtype == wide

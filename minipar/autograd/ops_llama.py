@@ -24,10 +24,10 @@ product (as ``ops.silu`` then ``*``); the rotation works in the input's dtype.
 """
 from __future__ import annotations
 
-from minipar.backend import is_half, xp
+from minipar.backend import widened, xp
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import fused_kernels
-from minipar.autograd.ops_nn import _wide, layernorm_param_grads
+from minipar.autograd.ops_nn import layernorm_param_grads
 
 
 class RMSNorm(Function):
@@ -37,7 +37,7 @@ class RMSNorm(Function):
             y, xhat, inv_rms = fused.rmsnorm_forward(x, weight, eps)
             ctx.save_for_backward(xhat, inv_rms)
             return y
-        wide = _wide(x)
+        wide = widened(x)
         inv_rms = 1.0 / xp.sqrt((wide * wide).mean(axis=-1, keepdims=True) + eps)
         xhat = wide * inv_rms
         ctx.save_for_backward(xhat, inv_rms)     # weight: read from ctx.inputs (see Linear)
@@ -57,7 +57,7 @@ class RMSNorm(Function):
                                           (True, False))
         gx = None
         if nx:
-            gh = _wide(g) * w
+            gh = widened(g) * w
             gh -= xhat * ((gh * xhat).sum(axis=-1, keepdims=True) / d)
             gh *= inv_rms
             gx = gh.astype(g.dtype, copy=False)
@@ -96,7 +96,7 @@ class SwiGLU(Function):
             y, sigma = fused.swiglu_forward(gate, up)
             ctx.save_for_backward(gate, up, sigma)
             return y
-        wide = gate.astype(xp.float32) if is_half(gate.dtype) else gate
+        wide = widened(gate)
         sigma = xp.tanh(wide * 0.5)
         sigma += 1.0
         sigma *= 0.5

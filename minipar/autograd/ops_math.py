@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from minipar.backend import xp, is_half, backend_name
+from minipar.backend import xp, is_half, backend_name, widened
 from minipar.autograd.function import Function
 from minipar.autograd.rows import for_row_blocks
 
@@ -249,7 +249,7 @@ class Silu(Function):
 
     @staticmethod
     def forward(ctx, x):
-        wide = x.astype(xp.float32) if is_half(x.dtype) else x
+        wide = widened(x)
         sigma = xp.tanh(wide * 0.5)
         sigma += 1.0
         sigma *= 0.5

@@ -7,15 +7,10 @@ log-sum-exp) in float32, and results are rounded back: the mixed-precision rule.
 """
 from __future__ import annotations
 
-from minipar.backend import xp, backend_name, is_half
+from minipar.backend import xp, backend_name, is_half, wide_dtype, widened
 from minipar.autograd.function import Function
 from minipar.autograd.ops_math import fused_kernels
 from minipar.autograd.rows import column_dot, column_sums, for_row_blocks, row_dot, row_sum
-
-
-def _wide(x):
-    """x in at least float32, for statistics of half-precision values."""
-    return x.astype(xp.float32) if x.dtype.itemsize < 4 else x
 
 
 class Softmax(Function):
@@ -23,7 +18,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, axis=-1):
-        z = _wide(x)
+        z = widened(x)
         e = xp.exp(z - z.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
         y = e.astype(x.dtype)
@@ -42,7 +37,7 @@ class LogSoftmax(Function):
 
     @staticmethod
     def forward(ctx, x, axis=-1):
-        z = _wide(x)
+        z = widened(x)
         m = z.max(axis=axis, keepdims=True)
         y = (z - (m + xp.log(xp.exp(z - m).sum(axis=axis, keepdims=True)))).astype(x.dtype)
         ctx.save_for_backward(y)
@@ -59,7 +54,7 @@ def layernorm_param_grads(g2, xhat, dtype, needs=(True, True)):
     """LayerNorm's (dw, db) = (Σ dy·x̂, Σ dy) over the rows of dy (rows, d), summed in
     float32 or wider and cast to the weights' ``dtype``; None where ``needs`` (w, b) is
     False.  Sums over rows, so whole-array reductions; the fused kernels use it too."""
-    wide = _wide(g2)
+    wide = widened(g2)
     gw = column_dot(wide, xhat).astype(dtype, copy=False) if needs[0] else None
     gb = column_sums(wide).astype(dtype, copy=False) if needs[1] else None
     return gw, gb
@@ -82,13 +77,13 @@ class LayerNorm(Function):
             return y
         d = x.shape[-1]
         x2 = x.reshape(-1, d)
-        wide = _wide(x2[:0]).dtype
+        wide = wide_dtype(x2.dtype)
         y = xp.empty(x2.shape, dtype=x.dtype)
         xhat = xp.empty(x2.shape, dtype=wide)
         inv_sigma = xp.empty((x2.shape[0], 1), dtype=wide)
 
         def rows(lo, hi):
-            z = _wide(x2[lo:hi])
+            z = widened(x2[lo:hi])
             c = xhat[lo:hi]
             mean = row_sum(z)
             mean /= d
@@ -125,7 +120,7 @@ class LayerNorm(Function):
             gx = xp.empty(g2.shape, dtype=g.dtype)
 
             def rows(lo, hi):
-                gh = _wide(g2[lo:hi]) * w
+                gh = widened(g2[lo:hi]) * w
                 xh = xhat[lo:hi]
                 mean_gh = row_sum(gh)
                 mean_gh /= d
@@ -177,7 +172,7 @@ class CrossEntropy(Function):
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index=-100):
-        z = _wide(logits.reshape(-1, logits.shape[-1]))
+        z = widened(logits.reshape(-1, logits.shape[-1]))
         t = targets.reshape(-1)
         keep = t != ignore_index
         safe_t = xp.where(keep, t, 0)
@@ -192,7 +187,7 @@ class CrossEntropy(Function):
         loss = ((lse - picked) * keep).sum() / count
         ctx.save_for_backward(e, sum_e)
         ctx.args = (safe_t, keep, count, logits.shape, logits.dtype)
-        return xp.asarray(loss, dtype=xp.float32 if logits.dtype.itemsize < 4 else logits.dtype)
+        return xp.asarray(loss, dtype=wide_dtype(logits.dtype))
 
     @staticmethod
     def backward(ctx, g):

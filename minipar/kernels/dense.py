@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from minipar.autograd.ops_attention import causal_mask
-from minipar.backend import xp
+from minipar.backend import widened, xp
 
 __all__ = ["causal_mask", "dense_attention_forward", "dense_attention_backward"]
 
@@ -32,9 +32,7 @@ __all__ = ["causal_mask", "dense_attention_forward", "dense_attention_backward"]
 def dense_attention_forward(q, k, v, causal=True):
     """``(out, probs)``: O = softmax(Q Kᵀ/sqrt(d) + mask) V, and P (B, H, Nq, Nk) for backward."""
     scores = q @ k.swapaxes(-1, -2)
-    if scores.dtype.itemsize < 4:
-        scores = scores.astype(xp.float32)  # softmax statistics of half inputs in fp32
-    scores = scores * (1.0 / math.sqrt(q.shape[-1]))
+    scores = widened(scores) * (1.0 / math.sqrt(q.shape[-1]))  # softmax statistics in fp32
     if causal:
         scores = xp.where(causal_mask(q.shape[-2], k.shape[-2]), scores, -xp.inf)
     row_max = scores.max(axis=-1, keepdims=True)

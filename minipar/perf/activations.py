@@ -16,8 +16,8 @@ of them on the first stage, AFAB all m, interleaving with v chunks
 p·(1 + (p-1)/(p·v)) micro-batch stages' worth (``pipeline.in_flight``).
 
 ``minipar_block_bytes`` is the same count for minipar's autograd, where every op's
-output lives until backward: per block (e: activation bytes, w: 4 — LayerNorm and the
-loss compute in fp32)
+output lives until backward: per block (e: activation bytes, w = max(e, 4): the bytes
+of a statistic, which LayerNorm and the loss keep in float32 at least, ``backend.wide_dtype``)
 
     25·N·h·e + 2·b·a·s²·e   (t = 1, naive attention, N = b·s tokens)
     ln out, xhat (w), qkv 3, scores + P (2·a·s²/h), P·v, head merge, proj, add,
@@ -68,15 +68,11 @@ def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, recompute="none"):
     return sbh * (10 + 24 / t + 5 * a * s / (h * t))
 
 
-def _wide(dtype):
-    return 4 if DTYPE_BYTES[dtype] < 4 else DTYPE_BYTES[dtype]
-
-
 def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naive",
                         recompute="none", block: Optional[Llama] = None):
     """Bytes one of minipar's blocks keeps for backward (see the module docstring);
     ``block``: None for gpt2's, ``Llama(kv, ffn)`` for the llama block."""
-    e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
+    e, w, N = DTYPE_BYTES[dtype], max(DTYPE_BYTES[dtype], 4), b * s
     seq = N / t if sp else N                      # tokens of the LN / residual parts
     norms = 2 * (seq * h * e + seq * h * w + seq * w)        # out, xhat, inv_sigma
     residual = 2 * seq * h * e                               # the two adds
@@ -120,7 +116,7 @@ def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32", sp=False):
     """ln_f (out, xhat, inv_sigma), logits, and the loss's exp(z - max) and its sums
     (vocabulary-parallel: the sums and the picked logits, stacked for one all-reduce).
     Under sequence parallelism ln_f runs on s/t positions and its output is gathered."""
-    e, w, N = DTYPE_BYTES[dtype], _wide(dtype), b * s
+    e, w, N = DTYPE_BYTES[dtype], max(DTYPE_BYTES[dtype], 4), b * s
     v = -(-vocab // t)
     norm = N * h * e + N * h * w + N * w
     if sp and t > 1:

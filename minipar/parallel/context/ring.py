@@ -31,17 +31,13 @@ import math
 
 from minipar.autograd import Function
 from minipar.autograd.ops_attention import causal_bias
-from minipar.backend import xp
+from minipar.backend import wide_dtype, widened, xp
 from minipar.kernels.flash_reference import grouped_views
 from minipar.nn.module import Module
 from minipar.parallel.context.split import chunks_of, pair_kind, positions_of
 
 
 # ---------------------------------------------------------------- one chunk pair
-def _wide(x):
-    return x if x.dtype == xp.float64 else x.astype(xp.float32)
-
-
 def pair_forward(q, k, v, kind, diagonal, implementation=None):
     """(o, L) of queries q (B, H, n, d) over keys k, v (B, Hkv, n, d): all of them, or
     causally on the diagonal."""
@@ -51,7 +47,7 @@ def pair_forward(q, k, v, kind, diagonal, implementation=None):
         return flash_forward(c(q), c(k), c(v), diagonal, implementation)
     q_shape = q.shape
     q, k, v = grouped_views(q, k, v)                     # (B, Hkv, G, n, d), (B, Hkv, 1, n, d)
-    s = _wide(q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    s = widened(q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if diagonal:
         s = s + causal_bias(s.shape[-2], s.shape[-1], s.dtype)
     m = s.max(axis=-1, keepdims=True)
@@ -72,16 +68,16 @@ def pair_backward(q, k, v, out, lse, grad_out, kind, diagonal, implementation=No
     q, k, v = grouped_views(q, k, v)                     # (B, Hkv, G, n, d), (B, Hkv, 1, n, d)
     out, grad_out, lse = out.reshape(q.shape), grad_out.reshape(q.shape), lse.reshape(q.shape[:-1])
     scale = 1.0 / math.sqrt(q.shape[-1])
-    s = _wide(q @ k.swapaxes(-1, -2)) * scale
+    s = widened(q @ k.swapaxes(-1, -2)) * scale
     if diagonal:
         s = s + causal_bias(s.shape[-2], s.shape[-1], s.dtype)
     p = xp.exp(s - lse[..., None])                       # this block's share of softmax
-    g, o = _wide(grad_out), _wide(out)
+    g, o = widened(grad_out), widened(out)
     d = (g * o).sum(axis=-1, keepdims=True)
     dv = (p.swapaxes(-1, -2) @ g).sum(axis=2)            # summed over the group
-    ds = p * (g @ _wide(v).swapaxes(-1, -2) - d)
-    dq = (ds @ _wide(k)) * scale
-    dk = (ds.swapaxes(-1, -2) @ _wide(q)).sum(axis=2) * scale
+    ds = p * (g @ widened(v).swapaxes(-1, -2) - d)
+    dq = (ds @ widened(k)) * scale
+    dk = (ds.swapaxes(-1, -2) @ widened(q)).sum(axis=2) * scale
     return (dq.astype(q.dtype).reshape(q_shape), dk.astype(k.dtype).reshape(kv_shape),
             dv.astype(v.dtype).reshape(kv_shape))
 
@@ -133,7 +129,7 @@ class RingAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, core):
         ring = _Ring(core.comm, core.zigzag)
-        out = xp.zeros(q.shape, dtype=q.dtype if q.dtype == xp.float64 else xp.float32)
+        out = xp.zeros(q.shape, dtype=wide_dtype(q.dtype))
         lse = xp.full(q.shape[:3], -xp.inf, dtype=out.dtype)
         kv = xp.ascontiguousarray(xp.stack([k, v]))
         for t in range(ring.C):
@@ -144,7 +140,7 @@ class RingAttention(Function):
                 rows = slice(i * (q.shape[2] // 2), (i + 1) * (q.shape[2] // 2))
                 o, l = pair_forward(_half(q, i), _half(kv[0], j), _half(kv[1], j), core.kind,
                                     diagonal, core.implementation)
-                merge(out[:, :, rows], lse[:, :, rows], _wide(o), l.astype(lse.dtype))
+                merge(out[:, :, rows], lse[:, :, rows], widened(o), l.astype(lse.dtype))
             if t < ring.C - 1:
                 ring.finish(reqs)
                 kv = nxt
@@ -159,7 +155,7 @@ class RingAttention(Function):
         core = ctx.core
         ring = _Ring(core.comm, core.zigzag)
         n = q.shape[2] // 2
-        dq = xp.zeros(q.shape, dtype=_wide(q).dtype)
+        dq = xp.zeros(q.shape, dtype=wide_dtype(q.dtype))
         kv = xp.ascontiguousarray(xp.stack([k, v]))
         dkv = xp.zeros(kv.shape, dtype=dq.dtype)       # the accumulator travelling with kv
         for t in range(ring.C):

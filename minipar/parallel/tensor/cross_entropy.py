@@ -19,7 +19,7 @@ no max, no S and no gradient; a rank may hold padding only.
 """
 from __future__ import annotations
 
-from minipar.backend import to_device, xp
+from minipar.backend import to_device, wide_dtype, widened, xp
 from minipar.autograd import ops
 from minipar.autograd.function import Function
 from minipar.parallel.tensor.regions import all_reduce_inplace
@@ -30,9 +30,7 @@ class VocabParallelCrossEntropy(Function):
     def forward(ctx, logits, targets, comm=None, vocab_start=0, ignore_index=-100,
                 vocab_size=None):
         n_local = logits.shape[-1]
-        z = logits.reshape(-1, n_local)
-        if z.dtype.itemsize < 4:   # statistics of half-precision logits in float32
-            z = z.astype(xp.float32)
+        z = widened(logits.reshape(-1, n_local))   # statistics of half logits in float32
         real = n_local if vocab_size is None else min(max(vocab_size - vocab_start, 0), n_local)
         if real < n_local:         # a padded vocabulary's rows: in no max, no sum, no gradient
             z = xp.where(xp.arange(n_local) < real, z, -xp.inf)
@@ -54,7 +52,7 @@ class VocabParallelCrossEntropy(Function):
         loss = ((m + xp.log(sum_e) - picked) * keep).sum() / count
         ctx.save_for_backward(e, sum_e)
         ctx.args = (safe_t, mine, keep, count, logits.shape, logits.dtype)
-        return xp.asarray(loss, dtype=xp.float32 if logits.dtype.itemsize < 4 else logits.dtype)
+        return xp.asarray(loss, dtype=wide_dtype(logits.dtype))
 
     @staticmethod
     def backward(ctx, g):
