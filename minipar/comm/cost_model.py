@@ -123,7 +123,9 @@ def _ring(p, S, c, seg=SEGMENT_BYTES):
             + (p - 1) / p * S * gamma_of(c, piece))
 
 
-def _fold(p, S, c):
+def _fold_seconds(p, S, c):
+    """The fold onto a power of two (``doubling._fold_in``/``_fold_out``; as steps,
+    ``two_level._fold_steps``): 2α + 2S·β + S·γ, nothing when p is a power of two."""
     if pow2_floor(p) == p:
         return 0.0
     return 2 * c.alpha + 2 * S * beta_of(c, S) + S * gamma_of(c, S)
@@ -144,11 +146,11 @@ def predict(algorithm, p, nbytes, c: CostParams, ranks_per_node=None, seg=SEGMEN
         return _ring(p, S, c, seg)
     if algorithm == "recursive_doubling":
         g = gamma_of(c, S, shared=True)
-        return L * (segments(S, seg) * c.alpha + S * beta_of(c, S) + S * g) + _fold(p, S, c)
+        return L * (segments(S, seg) * c.alpha + S * beta_of(c, S) + S * g) + _fold_seconds(p, S, c)
     if algorithm == "rabenseifner":
         b, g = beta_of(c, S / 2), gamma_of(c, S / 2)
         return (L * c.alpha + sum(segments(S / 2 ** (i + 1), seg) * c.alpha for i in range(L))
-                + 2 * (p2 - 1) / p2 * S * b + (p2 - 1) / p2 * S * g + _fold(p, S, c))
+                + 2 * (p2 - 1) / p2 * S * b + (p2 - 1) / p2 * S * g + _fold_seconds(p, S, c))
     if algorithm == "tree":
         d = math.ceil(math.log2(p))
         return 2 * d * (c.alpha + S * beta_of(c, S)) + d * S * gamma_of(c, S)

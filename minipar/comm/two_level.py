@@ -56,9 +56,11 @@ def ring_steps(ranks, S):
     return [(shift, piece)] * (p - 1) + [(shift, 0.0)] * (p - 1)
 
 
-def _fold(ranks, S):
+def _fold_steps(ranks, S):
     """Non-powers of two: the first 2·rem ranks pair up, the even one hands its buffer
-    over before (and takes the result back after).  Returns (in, out, survivors)."""
+    over before (and takes the result back after), as ``doubling._fold_in`` and
+    ``_fold_out`` do.  Returns (steps in, steps out, survivors); the flat model's
+    closed form of their cost is ``cost_model._fold_seconds``."""
     p = len(ranks)
     rem = p - pow2_floor(p)
     if not rem:
@@ -71,7 +73,7 @@ def _fold(ranks, S):
 
 def recursive_doubling_steps(ranks, S):
     """log2 p' swaps of the whole buffer with partners at distance 1, 2, 4, ..."""
-    fold_in, fold_out, live = _fold(ranks, S)
+    fold_in, fold_out, live = _fold_steps(ranks, S)
     steps, mask = [], 1
     while mask < len(live):
         steps.append(([(live[i], live[i ^ mask], S) for i in range(len(live))], S))
@@ -81,7 +83,7 @@ def recursive_doubling_steps(ranks, S):
 
 def rabenseifner_steps(ranks, S):
     """Recursive halving (distance p'/2 first, halves of the window) then doubling back."""
-    fold_in, fold_out, live = _fold(ranks, S)
+    fold_in, fold_out, live = _fold_steps(ranks, S)
     p2 = len(live)
     halving, mask, part = [], p2 >> 1, S / 2
     while mask:
