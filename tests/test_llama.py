@@ -8,6 +8,7 @@ from minipar.autograd import Tensor, ops
 from minipar.nn import config_from_preset, make_model
 from minipar.nn.attention import naive_attention
 from minipar.nn.rope import RotaryEmbedding, rope_angles
+from minipar.optim import AdamW
 from tests.gradcheck import check_grad
 
 pytestmark = pytest.mark.usefixtures("fp64")   # every test here in float64 (tests/conftest.py)
@@ -115,13 +116,26 @@ def test_llama_model_parameters_and_flops():
 
 
 def test_llama_loss_starts_near_uniform_and_trains():
+    """Untrained, the loss is ln V (every token equally likely); AdamW on one fixed batch
+    (fp64, seed 0) then lowers it at every step, by more than 2 nats in 8 steps (from
+    5.5 to 2.6: the 32 next tokens are memorised)."""
     cfg = config_from_preset("llama-tiny", n_layer=2, d_model=32, seq_len=16)
     model = make_model(cfg, seed=0)
-    ids = RNG.integers(0, 256, size=(2, 16))
-    _, loss = model(ids, ids)
-    assert abs(float(loss.data) - np.log(256)) < 0.1
-    loss.backward()
-    assert all(p.grad is not None and np.abs(p.grad).max() > 0 for p in model.parameters())
+    ids = np.random.default_rng(1).integers(0, 256, size=(2, 17))
+    x, y = ids[:, :-1], ids[:, 1:]
+    opt = AdamW(model.named_parameters(), lr=1e-2, weight_decay=0.0)
+    losses = []
+    for step in range(9):
+        _, loss = model(x, y)
+        losses.append(float(loss.data))
+        opt.zero_grad()
+        loss.backward()
+        if step == 0:                        # every parameter has a part in the loss
+            assert all(p.grad is not None and np.abs(p.grad).max() > 0 for p in model.parameters())
+        opt.step()
+    assert abs(losses[0] - np.log(256)) < 0.1
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert losses[-1] < losses[0] - 2.0, losses
 
 
 @pytest.mark.parametrize("overrides,message", [
