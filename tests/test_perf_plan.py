@@ -148,3 +148,23 @@ def test_placement_block_keeps_tp_inside_a_node_and_cyclic_spreads_it():
                 placements=("block", "cyclic"))
     ranked = [(p.config.tp, p.config.dp, p.config.pp, p.breakdown["placement"]) for p in best.ranked]
     assert ranked.index((2, 2, 1, "block")) < ranked.index((2, 2, 1, "cyclic"))
+
+
+def test_layout_auto_resolves_to_the_plans_first_layout(monkeypatch, capsys):
+    """``train --layout auto`` on 4 ranks runs exactly the layout ``minipar plan`` ranks
+    first for the same run — the fastest predicted — with the run's other settings kept.
+    The profile is the shipped h100 one ($MINIPAR_PROFILE), so nothing is measured here."""
+    from minipar.__main__ import build_parser
+    from minipar.config_checks import with_data_vocabulary
+    from minipar.layout import validate_layout
+    monkeypatch.setenv("MINIPAR_PROFILE", "h100")
+    world = 4
+    run = ["train", "--model", "tiny", "--batch-size", "16", "--data", "stdlib-bytes", "--seed", "7"]
+    chosen = validate_layout(build_parser().parse_args(run + ["--layout", "auto"]), (0, world))
+    base = with_data_vocabulary(TrainConfig.from_namespace(build_parser().parse_args(run)))
+    ranked = plan(base, world, "h100").ranked
+    assert len({p.config.layout_name() for p in ranked}) > 1       # a choice was made
+    assert ranked[0].step_s == min(p.step_s for p in ranked)
+    assert chosen == ranked[0].config.resolve(world)
+    assert chosen.seed == 7 and chosen.batch_size == 16
+    assert f"--layout auto: running {chosen.layout_name()}\n" in capsys.readouterr().out
