@@ -47,7 +47,8 @@ def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule span
     layout.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     layout.add_argument("--balance", action="store_true",
                         help="give each data-parallel replica a share of the batch by its speed")
-    layout.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB (default 25)")
+    layout.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB "
+                        "(default: the performance model's choice for the layout)")
     layout.add_argument("--no-overlap", action="store_true",
                         help="all-reduce after backward instead of from gradient hooks")
     layout.add_argument("--grad-compression", default="none",

@@ -284,12 +284,10 @@ def check(config, world_size):
         from minipar.checkpoint import exists
         if not exists(config.resume):
             raise ConfigError(f"`resume` {config.resume}: no checkpoint there")
-    bucket_mb = config.bucket_mb
-    if bucket_mb is None and config.zero < 3:
-        bucket_mb = 25.0
     scale = config.initial_loss_scale
     if scale is None and config.precision == "fp16":
         scale = 2.0 ** 16
-    return replace(config, dp=dp, microbatches=m, bucket_mb=bucket_mb, initial_loss_scale=scale,
+    # bucket_mb stays None where none was given: the run chooses it (perf/bucket_size.py)
+    return replace(config, dp=dp, microbatches=m, initial_loss_scale=scale,
                    schedule=config.schedule or ("1f1b" if config.pipelined else None),
                    eval_batches=EVAL_BATCHES if config.eval_batches is None else config.eval_batches)

@@ -21,6 +21,8 @@ def header_lines(m):
              f"  {m.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
              f"{h.get('precision', '?')}",
              f"  threads: {h['threads']}"]
+    if h.get("bucket_mb") is not None:
+        lines.append(f"  gradient buckets: {h['bucket_mb']:g} MiB ({h.get('bucket_source', 'given')})")
     if m.bytes_per_token != 1.0:
         lines.append(f"  tokens: a vocabulary of {h.get('vocab_size', '?')}, {m.bytes_per_token:.3f} "
                      "bytes/token on the validation text (bits/byte = nats/token / ln 2 / that)")

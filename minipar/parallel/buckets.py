@@ -16,6 +16,8 @@ import math
 
 from minipar.backend import to_device, xp
 
+DEFAULT_BUCKET_MB = 25.0    # a bucket's size where no one chose one (PyTorch DDP's default)
+
 
 class Bucket:
     def __init__(self, params, pad_to, dtype=None):

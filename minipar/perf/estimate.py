@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import host
+from minipar.perf.bucket_size import bucket_bytes, choose_bucket_mb
 from minipar.perf import memory as pmem
 from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
@@ -85,6 +86,9 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     """Prediction for a resolved ``config``.  ``korthikanti``: count activations with
     Korthikanti et al.'s formula (Megatron's kernels) instead of minipar's own
     (default: for spec-sheet profiles)."""
+    if config.bucket_mb is None and config.zero < 3 and config.dp > 1:   # as train chooses
+        config = dataclasses.replace(config, bucket_mb=choose_bucket_mb(config, prof,
+                                                                         ranks_per_node)[0])
     cfg = config.model_config()
     rpn = ranks_per_node or prof.ranks_per_node or 1
     dtype = compute_dtype(config.precision)
@@ -122,10 +126,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     span, bubble, in_flight = pipeline_time(kind, pp, M, v, t_f, t_b, t_w, t_comm)
     # data-parallel synchronisation over this rank's gradients
     gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
-    bb = int((config.bucket_mb or 25.0) * 2 ** 20)
     buckets = [n * gbytes for n, _ in pmem.rank_buckets(
-        cfg, bb, DTYPE_BYTES["fp32" if gbytes == 2 else config.precision], dp,
-        tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
+        cfg, bucket_bytes(config), gbytes, dp, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
     units = [sum(k for _, k in u) * gbytes for u in pmem.units(cfg, tp=tp, pp=pp, chunks=v,
                                                                 pp_rank=pp - 1)]
     backward_all = M * (t_b + t_w) if pp == 1 else (t_b + t_w)
@@ -242,9 +244,9 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
         accumulate = M > 1
         if config.pipelined:    # a stage peaks before its first backward if it holds them all
             accumulate = in_flight < M
-    # DDP in fp32/fp64 keeps its gradients in flat buffers (parallel/sync/flat.py): they
-    # live the whole step, so they count at the peak, as accumulated ones do
-    flat_grads = config.zero == 0 and config.precision not in ("fp16", "bf16")
+    # DDP keeps its gradients in flat buffers (parallel/sync/flat.py): they live the
+    # whole step, so they count at the peak, as accumulated ones do
+    flat_grads = config.zero == 0
     grads = 0
     if (accumulate and config.zero < 2) or flat_grads:
         item = DTYPE_BYTES[dtype]
@@ -255,8 +257,8 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
 
 def decay_mask_bytes(config, state):
     """The weight-decay mask a rank keeps beside AdamW's m and v: one value per element
-    of the flat buckets or shards it updates (the size of m), none for DDP under mixed
-    precision (per-parameter scalars).  ``state``: ``memory.model_state_bytes``."""
-    if config.precision not in ("fp16", "bf16"):
+    of the flat buckets or shards it updates (the size of m).  ``state``:
+    ``memory.model_state_bytes``."""
+    if config.precision not in ("fp16", "bf16") or config.zero == 0:
         return state["optimizer"] / 2                # m and v: the mask is one of them
-    return 0 if config.zero == 0 else state["optimizer"] / 3   # m, v, fp32 masters
+    return state["optimizer"] / 3                    # m, v, fp32 masters

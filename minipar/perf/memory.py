@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from minipar.comm.chunks import chunk_bounds
+from minipar.perf.bucket_size import bucket_bytes
 from minipar.perf.profile import DTYPE_BYTES
 
 
@@ -150,8 +151,8 @@ def model_state_bytes(cfg, config, coords=(0, 0, 0)):
         shards = [-(-k // n) for k in parts]
         padded = [s * n for s in shards]
     else:
-        bb = int((config.bucket_mb or 25.0) * 2 ** 20)
-        got = rank_buckets(cfg, bb, full_item, n, **where)
+        bb = bucket_bytes(config)
+        got = rank_buckets(cfg, bb, item, n, **where)
         padded = [p for _, p in got]
         shards = [p // n for p in padded]
     shard = sum(shards)
@@ -178,6 +179,6 @@ def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     if config.zero == 3:
         n = config.dp
         return item * 4 * max(-(-sum(k for _, k in u) // n) * n for u in units(cfg, **where))
-    bb = int((config.bucket_mb or 25.0) * 2 ** 20)
+    bb = bucket_bytes(config)
     got = sorted(p for _, p in rank_buckets(cfg, bb, item, config.dp, **where))
     return item * sum(got[-2:])

@@ -128,7 +128,9 @@ def setup(config: TrainConfig):
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
     grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
     from minipar.threads import budget_threads
-    budget_threads(grid.world)     # collective: MPI's count of the ranks sharing this node
+    budget = budget_threads(grid.world)  # collective: MPI's count of the ranks sharing this node
+    bucket_source = "given" if config.bucket_mb is not None else "chosen by the performance model"
+    config = with_bucket_size(config, grid, budget.ranks_on_node)
     n_params = model.num_parameters()
     parallel = parallelize(model, config, grid, checkpoint=resume)
     optimizer = build_optimizer(parallel, config, grid)
@@ -139,7 +141,25 @@ def setup(config: TrainConfig):
     process_memory.record("construction")
     run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit
+    run.bucket_source = bucket_source
     return run
+
+
+def with_bucket_size(config, grid, ranks_on_node):
+    """The config with its gradient bucket size: the user's, or the performance model's
+    choice for this layout (``perf/bucket_size.py``), decided on rank 0 and broadcast so
+    every rank builds the same buckets.  ZeRO-3's units are the layers: no buckets."""
+    if config.bucket_mb is not None or config.zero == 3 or grid.dp_cp_comm.size == 1:
+        return config
+    import dataclasses
+    import numpy as np
+    from minipar.comm import broadcast
+    from minipar.perf.bucket_size import choose_bucket_mb
+    chosen = np.zeros(1)
+    if grid.rank == 0:
+        chosen[0] = choose_bucket_mb(config, ranks_per_node=ranks_on_node)[0]
+    broadcast(grid.world, chosen, root=0)
+    return dataclasses.replace(config, bucket_mb=float(chosen[0]))
 
 
 def train(config: TrainConfig):

@@ -33,6 +33,7 @@ class Run:
         self.config, self.grid, self.cfg, self.dataset = config, grid, cfg, dataset
         self.n_params = n_params        # of the whole (plain) model
         self.memory_fit = None          # (PeakEstimate, limit, where) of train/fits.py
+        self.bucket_source = "given"    # or "chosen by the performance model" (train.setup)
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
@@ -178,6 +179,8 @@ class Run:
                       batch_size=c.batch_size, seq_len=self.cfg.seq_len, backend=backend.backend_name(),
                       precision=c.precision, config=c.to_dict(), vocab_size=self.cfg.vocab_size,
                       bytes_per_token=self.dataset.bytes_per_token)
+        if c.zero < 3 and grid.dp_cp_comm.size > 1:    # buckets exist: say their size
+            header.update(bucket_mb=c.bucket_mb, bucket_source=self.bucket_source)
         if self.memory_fit is not None:                # what the memory model predicted
             peak, limit, _ = self.memory_fit
             header.update(predicted_peak_bytes=peak.total, mem_limit_bytes=limit)

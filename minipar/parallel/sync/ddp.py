@@ -30,7 +30,7 @@ import sys
 import time
 
 from minipar.backend import to_device
-from minipar.parallel.buckets import make_buckets
+from minipar.parallel.buckets import DEFAULT_BUCKET_MB, make_buckets
 from minipar.parallel.placement import SlotRange
 from minipar.parallel.sync.base import GradSync
 from minipar.parallel.sync.flat import FlatStorage
@@ -40,7 +40,7 @@ from minipar.nn.init import is_placeholder
 
 
 class DDPSync(GradSync):
-    def __init__(self, module, comm, table=None, bucket_bytes=25 * 2**20, algorithm="auto",
+    def __init__(self, module, comm, table=None, bucket_bytes=DEFAULT_BUCKET_MB * 2**20, algorithm="auto",
                  overlap=True, half_dtype=None, comm_hook=None, initial_piece=None):
         """``initial_piece(name)``: the values of parameters that are still placeholders
         (``nn/init.py``), drawn straight into the flat buffers."""

@@ -18,7 +18,7 @@ Mixed precision (``half_dtype``): the model computes with half weights, so the v
 half, and each bucket also has an fp32 *master* flat (what the optimizer updates) and an
 fp32 master gradient — all the buckets' master gradients back to back in one buffer, so
 the loss scaler's unscale, its overflow check and the norm's squares take every gradient
-in one kernel launch (``master_grad_table``).  Per bucket and step that is one cast of
+in one kernel launch (``master_grad_table``); it exists from ``finish`` to ``zero_grad``.  Per bucket and step that is one cast of
 the gradient up (``grads_to_masters``) and one rounding of the weights down (``publish``),
 not one per parameter — Megatron's ``_ParamAndGradBuffer`` with its main-gradient buffer.
 
@@ -54,10 +54,12 @@ class FlatStorage:
             self.grad_flats.append(grad)
             self.grad_views.append(views)
             self.masters.append(values if half_dtype is None else memory.track(values))
-        self.master_grad = None    # mixed precision: one fp32 buffer of every bucket's
-        if half_dtype is not None:
-            self.bounds = numpy.cumsum([0] + [b.padded for b in buckets])
-            self.master_grad = memory.track(xp.zeros(int(self.bounds[-1]), dtype=xp.float32))
+        # mixed precision: one fp32 buffer of every bucket's master gradient, made when a
+        # step's gradients are in (``master_grads``) and dropped by ``zero_grad``, so it
+        # never adds to the peak of forward and backward
+        self.half = half_dtype is not None
+        self.bounds = numpy.cumsum([0] + [b.padded for b in buckets])
+        self.master_grad = None
 
     def grads(self, i):
         """Bucket i's flat gradient, every parameter's ``grad`` its view again."""
@@ -73,8 +75,10 @@ class FlatStorage:
     def master_grads(self):
         """Per bucket, the gradient in the masters' dtype: the flat itself, or (mixed
         precision) its fp32 copy, one cast per bucket into the one master buffer."""
-        if self.master_grad is None:
+        if not self.half:
             return [self.grads(i) for i in range(len(self.buckets))]
+        if self.master_grad is None:
+            self.master_grad = memory.track(xp.empty(int(self.bounds[-1]), dtype=xp.float32))
         out = []
         for i in range(len(self.buckets)):
             view = self.master_grad[int(self.bounds[i]):int(self.bounds[i + 1])]
@@ -98,11 +102,12 @@ class FlatStorage:
     def publish(self):
         """Mixed precision: the model's half weights from the masters, one rounding per
         bucket (w_half = round-to-nearest(w32)); nothing to do otherwise."""
-        if self.master_grad is not None:
+        if self.half:
             for weights, master in zip(self.weights, self.masters):
                 weights[...] = master
 
     def zero_grad(self):
+        self.master_grad = None
         for b, grad, views in zip(self.buckets, self.grad_flats, self.grad_views):
             grad.fill(0)
             for p, view in zip(b.params, views):

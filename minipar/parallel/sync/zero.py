@@ -36,7 +36,7 @@ from typing import Any
 from minipar.backend import xp, memory, to_host, to_device
 from minipar.comm import all_gather, reduce_scatter_async, reduce_scatter
 from minipar.nn.init import is_placeholder
-from minipar.parallel.buckets import make_buckets
+from minipar.parallel.buckets import DEFAULT_BUCKET_MB, make_buckets
 from minipar.parallel.placement import SlotRange
 from minipar.parallel.sync.base import GradSync
 from minipar.parallel.sync.slots import Slot, broadcast_parameters, value_source
@@ -58,7 +58,7 @@ class ZeroSync(GradSync):
 
     stage_sharding_weights = False
 
-    def __init__(self, module, comm, table=None, stage=1, bucket_bytes=25 * 2**20,
+    def __init__(self, module, comm, table=None, stage=1, bucket_bytes=DEFAULT_BUCKET_MB * 2**20,
                  half_dtype=None, buckets=None, initial_piece=None):
         if stage not in (1, 2) and not self.stage_sharding_weights:
             raise ValueError(f"ZeroSync is ZeRO stage 1 or 2 (stage 3 is Zero3Sync), got {stage}")

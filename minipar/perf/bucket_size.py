@@ -1,0 +1,54 @@
+"""The gradient bucket size, chosen by the performance model for the layout at hand.
+
+DDP and ZeRO-1/2 all-reduce (reduce-scatter) a bucket of gradients the moment backward
+has filled it, so communication overlaps the rest of backward.  The size trades two
+costs.  With n buckets of b bytes each over a backward of T_b seconds (``comm.
+overlapped_buckets``), bucket i is ready at T_b·(i+1)/n and the link works through them
+one after another:
+
+    exposed(b) ≈ max(T_b·b/G + n·t(b) − T_b,  t(b))      n = G/b,  t(b) = α' + b·β'
+
+(G the gradient's bytes, α', β' the all-reduce's latency and per-byte cost on the link
+the data-parallel group spans).  Large buckets leave the last one, t(b), exposed — the
+whole gradient when it fits one bucket, which is why a 25 MiB bucket hides nothing of a
+small model's all-reduce across a slow link; small buckets pay α' n times and leave the
+link idle between them.  PyTorch's DDP caps its first bucket at 1 MiB for this reason
+and keeps 25 MiB for the rest, whatever the link.
+
+Here the step-time model itself (``estimate.predict``, with the profile's α, β, its
+measured collective curves and the model's backward time) prices every candidate size
+and the fastest is kept; among sizes within ``TIE`` of the fastest, the largest (fewest
+messages, least sensitive to the α the model underestimates).  Nothing is measured: the
+choice depends only on the configuration, the profile (``$MINIPAR_PROFILE`` or the shipped
+one) and how many ranks share a node, so it is the same on every rank and on a loaded
+machine as on an idle one; the trainer still takes rank 0's answer (one broadcast) and
+records it in the log's header and the checkpoint (``bucket_mb`` of the run's config).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from minipar.parallel.buckets import DEFAULT_BUCKET_MB
+
+CANDIDATES_MB = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, DEFAULT_BUCKET_MB)
+LARGEST_MB = CANDIDATES_MB[-1]    # the bound the memory model uses before a run chooses
+TIE = 0.005                       # step times this close count as equal
+
+
+def bucket_bytes(config):
+    """The bucket size in bytes a config runs with: its own, else the largest the chooser
+    may pick (a bound, for the memory model before a run has chosen)."""
+    return int((config.bucket_mb if config.bucket_mb is not None else LARGEST_MB) * 2**20)
+
+
+def choose_bucket_mb(config, prof=None, ranks_per_node=None):
+    """(bucket_mb, {size: predicted step seconds}) for a resolved ``config`` whose
+    ``bucket_mb`` is None (the user gave none) and whose synchroniser has buckets."""
+    from minipar.perf.estimate import predict
+    from minipar.perf.profile import load_profile
+    prof = load_profile(prof)
+    steps = {mb: predict(dataclasses.replace(config, bucket_mb=mb), prof, ranks_per_node).step_s
+             for mb in CANDIDATES_MB}
+    best = min(steps.values())
+    chosen = max(mb for mb, s in steps.items() if s <= best * (1 + TIE))
+    return chosen, steps
