@@ -87,10 +87,6 @@ for sp in (False, True):
     col.bias.data[...] = rng.normal(size=col.bias.shape)
     check_module(tag + "column", col, lambda m: ColumnParallelLinear.from_linear(m, comm, sp), x,
                  sp, split_out=(lambda a: last(a)))
-    if not sp:
-        check_module("column gathered", col,
-                     lambda m: ColumnParallelLinear.from_linear(m, comm, gather_output=True), x,
-                     sp, split_out=lambda a: a)
     row = Linear(4 * D, D, rng)
     row.bias.data[...] = rng.normal(size=row.bias.shape)
     check_module(tag + "row", row, lambda m: RowParallelLinear.from_linear(m, comm, sp), wide, sp,

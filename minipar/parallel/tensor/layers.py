@@ -26,7 +26,7 @@ from minipar.comm import chunk_bounds
 from minipar.nn.init import is_placeholder, placeholder
 from minipar.nn.module import Module, Parameter
 from minipar.parallel.tensor.regions import (copy_to_tp_region, gather_from_sequence_region,
-                                             gather_from_tp_region, reduce_from_tp_region,
+                                             reduce_from_tp_region,
                                              reduce_scatter_to_sequence_region, split_along)
 from minipar.parallel.tensor.sharding import Shard
 
@@ -44,35 +44,29 @@ class ColumnParallelLinear(Module):
     """y_r = x·A_r + b_r, with A (in, out) split by columns: rank r makes out/t features.
 
     The input is replicated (passed through f) or, with ``sequence_parallel``, a sequence
-    shard (all-gathered first).  ``gather_output`` all-gathers the features afterwards.
-    ``groups`` cuts [q | k | v]-style weights per block, ``replicas`` holds each part on
+    shard (all-gathered first); the output stays split by features.  ``groups`` cuts [q | k | v]-style weights per block, ``replicas`` holds each part on
     that many ranks (see ``sharding.Shard``).  ``entered``: the input has already been
     through f / the all-gather (``TensorParallelInput``), shared by sibling layers.
     """
 
-    def __init__(self, weight, bias, comm, sequence_parallel=False, gather_output=False,
-                 groups=1, out_features=None, replicas=1, entered=False):
+    def __init__(self, weight, bias, comm, sequence_parallel=False, groups=1, replicas=1,
+                 entered=False):
         self.weight = weight
         self.bias = bias
-        self.comm, self.sequence_parallel, self.gather_output = comm, sequence_parallel, gather_output
-        self.out_features, self.entered = out_features, entered
+        self.comm, self.sequence_parallel, self.entered = comm, sequence_parallel, entered
         self.shards = {"weight": Shard(1, groups, replicas), "bias": Shard(0, groups, replicas)}
 
     @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=False, gather_output=False, groups=1,
-                    replicas=1, entered=False):
+    def from_linear(cls, linear, comm, sequence_parallel=False, groups=1, replicas=1,
+                    entered=False):
         w = _slice(linear.weight, Shard(1, groups, replicas), comm)
         b = None if linear.bias is None else _slice(linear.bias, Shard(0, groups, replicas), comm)
-        return cls(w, b, comm, sequence_parallel, gather_output, groups, linear.weight.shape[1],
-                   replicas, entered)
+        return cls(w, b, comm, sequence_parallel, groups, replicas, entered)
 
     def forward(self, x):
         if not self.entered:
             x = TensorParallelInput.enter(x, self.comm, self.sequence_parallel)
-        y = ops.linear(x, self.weight, self.bias)
-        if self.gather_output:
-            y = gather_from_tp_region(y, self.comm, self.out_features)
-        return y
+        return ops.linear(x, self.weight, self.bias)
 
 
 class TensorParallelInput(Module):

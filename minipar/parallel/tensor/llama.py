@@ -9,8 +9,8 @@ SwiGLU: gate and up are cut by the same column bounds (``chunk_bounds(d_ff, t)``
 rank r's gate features meet exactly its up features in silu(gate) ∘ up, elementwise,
 with no message; down is row-parallel over the same features.  RMSNorm gains are
 replicated (with sequence parallelism their partial gradients are summed over tp like
-LayerNorm's, ``grads.py``).  RoPE needs nothing: each rank rotates its own heads at the
-sequence's positions.
+LayerNorm's, in the optimizer step: ``parallel/step.py``).  RoPE needs nothing: each
+rank rotates its own heads at the sequence's positions.
 
 Grouped-query attention: rank r computes query heads r·H/t … (r+1)·H/t − 1, and query
 head h reads key/value head h // (H/Hkv).

@@ -10,8 +10,8 @@ plain GPT's placeholders, which are cut here and drawn afterwards slice by slice
 wte by vocabulary rows, qkv/fc by columns, attention proj/MLP proj by rows, lm_head by
 vocabulary columns; LayerNorms, row biases and wpe stay replicated.  Parameter names are
 the plain GPT's (``blocks.0.attn.qkv.weight`` …) with local shapes, so an optimizer keyed
-by name works unchanged and ``full_state_dict()`` gives back a checkpoint a plain GPT (or
-any other layout) can load.
+by name works unchanged and a checkpoint's pieces are placed by name and slice
+(``parallel/placement.py``).
 
 Data flow (t ranks; "seq" = sequence parallel, tokens split s/t per rank):
 
@@ -32,14 +32,12 @@ from minipar.nn.gpt import GPT
 from minipar.nn.init import is_unmade
 from minipar.nn.module import Module
 from minipar.parallel.tensor.cross_entropy import vocab_parallel_cross_entropy
-from minipar.parallel.tensor.grads import reduce_replicated_grads
 from minipar.parallel.tensor.layers import (ColumnParallelLinear, SequenceParallelDropout,
                                             VocabParallelEmbedding, parallel_attention,
                                             parallel_mlp)
 from minipar.parallel.tensor.llama import (kv_replicas, parallel_llama_attention,
                                            parallel_swiglu, replica_comm)
-from minipar.parallel.tensor.regions import (copy_to_tp_region, gather_from_sequence_region,
-                                             gather_from_tp_region)
+from minipar.parallel.tensor.regions import copy_to_tp_region, gather_from_sequence_region
 from minipar.parallel.tensor.sharding import gather_full, shard_table
 from minipar.parallel.tensor.validate import check_sequence_length, check_tensor_parallel
 
@@ -123,17 +121,7 @@ class TensorParallelGPT(Module):
     token_positions = GPT.token_positions    # cp's positions, handed on to the rope
     _token_positions = None
 
-    def gather_logits(self, logits):
-        """The full (B, N, V) logits from every rank's shard (for sampling, not training)."""
-        full = gather_from_tp_region(logits, self.comm, self.config.padded_vocab_size)
-        vocab = self.config.vocab_size
-        return full if full.shape[-1] == vocab else ops.getitem(full, (..., slice(0, vocab)))
-
     # ------------------------------------------------------------------ training helpers
-    def reduce_replicated_grads(self):
-        """Sequence parallelism: sum replicated parameters' gradients over tp (see grads.py)."""
-        reduce_replicated_grads(self)
-
     def flops_per_token(self):
         """Of the whole model (as the plain GPT), not of this rank's slice."""
         return self._flops_per_token
@@ -149,31 +137,6 @@ class TensorParallelGPT(Module):
                                                           self.full_shapes[name])
             out[name] = to_host(full).copy()
         return out
-
-    def shard_full_arrays(self, arrays):
-        """{name: full array} -> {name: my local slice (host)}; no communication."""
-        out = OrderedDict()
-        for name, full in arrays.items():
-            spec = self.shard_specs.get(name)
-            if tuple(full.shape) != self.full_shapes[name]:
-                raise ValueError(f"{name}: shape {tuple(full.shape)} != model shape "
-                                 f"{self.full_shapes[name]}")
-            local = full if spec is None else spec.local(full, self.comm.rank, self.comm.size)
-            out[name] = to_host(local).copy()
-        return out
-
-    def full_state_dict(self):
-        """Collective: the plain GPT's state dict (same names, full shapes) on every rank."""
-        return self.gather_full_arrays(OrderedDict((n, p.data) for n, p in self.named_parameters()))
-
-    def load_full_state_dict(self, state):
-        """Load a plain GPT's state dict (any layout's ``full_state_dict``) by slicing it."""
-        missing = sorted(set(self.full_shapes) - set(state))
-        unexpected = sorted(set(state) - set(self.full_shapes))
-        if missing or unexpected:
-            raise ValueError(f"state dict does not match the model: missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]}")
-        self.load_state_dict(self.shard_full_arrays(OrderedDict((n, state[n]) for n in self.full_shapes)))
 
 
 def to_tensor_parallel(model, grid_or_tp_comm, sequence_parallel=False):

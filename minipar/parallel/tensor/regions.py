@@ -9,10 +9,8 @@ collective in forward and its *transpose* in backward:
     name                          forward                 backward
     copy_to_tp_region       (f)   identity                all-reduce
     reduce_from_tp_region   (g)   all-reduce              identity
-    gather_from_tp_region         all-gather (features)   keep my slice
     gather_from_sequence_region   all-gather (tokens)     reduce-scatter (tokens)
     reduce_scatter_to_sequence    reduce-scatter (tokens) all-gather (tokens)
-    scatter_to_sequence_region    keep my tokens          all-gather (tokens)
 
 Why: y = x·A with A = [A_1 … A_t] split by columns needs x on every rank (f), and its
 backward dx = Σ_r dy_r·A_rᵀ sums over ranks (all-reduce).  z = Σ_r y_r·B_r with B split by
@@ -32,7 +30,6 @@ gradient array may be shared by several branches of the graph.
 """
 from __future__ import annotations
 
-import math
 import time
 
 from minipar.backend import xp
@@ -66,17 +63,15 @@ def timed(comm, collective, *args, **kwargs):
     return result
 
 
-def gather_along(comm, x, axis, full_len=None):
-    """Concatenate every rank's ``x`` along ``axis`` (rank order).  ``full_len`` (the
-    gathered length) lets ranks with uneven parts agree on the sizes without a message."""
+def gather_along(comm, x, axis):
+    """Concatenate every rank's ``x`` along ``axis`` (rank order).  The parts are equal
+    (sequence parallelism needs a sequence length divisible by t), so the sizes are
+    known without a message."""
     if comm.size == 1:
         return x
     first = _axis_first(x, axis)
-    rest = first.shape[1:]
-    n = full_len if full_len is not None else x.shape[axis] * comm.size
-    b = chunk_bounds(n, comm.size)
-    sizes = [(b[r + 1] - b[r]) * math.prod(rest) for r in range(comm.size)]
-    full = timed(comm, all_gather, first, sizes=sizes).reshape((n,) + rest)
+    full = timed(comm, all_gather, first, sizes=[first.size] * comm.size)
+    full = full.reshape((first.shape[0] * comm.size,) + first.shape[1:])
     return xp.ascontiguousarray(xp.moveaxis(full, 0, axis))
 
 
@@ -133,20 +128,6 @@ class ReduceFromTensorParallelRegion(Function):
         return g
 
 
-class GatherFromTensorParallelRegion(Function):
-    """All-gather along the last (feature) axis forward; backward keeps my columns.
-    ``full_len`` allows uneven parts (a vocabulary that does not divide by t)."""
-
-    @staticmethod
-    def forward(ctx, x, comm=None, full_len=None):
-        ctx.comm = comm
-        return gather_along(comm, x, x.ndim - 1, full_len)
-
-    @staticmethod
-    def backward(ctx, g):
-        return split_along(ctx.comm, g, g.ndim - 1)
-
-
 class GatherFromSequenceRegion(Function):
     """All-gather along the sequence axis forward, reduce-scatter backward."""
 
@@ -173,19 +154,6 @@ class ReduceScatterToSequenceRegion(Function):
         return gather_along(ctx.comm, g, ctx.axis)
 
 
-class ScatterToSequenceRegion(Function):
-    """Keep my tokens forward (no message), all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, comm=None, axis=1):
-        ctx.comm, ctx.axis = comm, axis
-        return split_along(comm, x, axis)
-
-    @staticmethod
-    def backward(ctx, g):
-        return gather_along(ctx.comm, g, ctx.axis)
-
-
 def copy_to_tp_region(x, comm):
     return CopyToTensorParallelRegion.apply(x, comm=comm)
 
@@ -194,17 +162,9 @@ def reduce_from_tp_region(x, comm):
     return ReduceFromTensorParallelRegion.apply(x, comm=comm)
 
 
-def gather_from_tp_region(x, comm, full_len=None):
-    return GatherFromTensorParallelRegion.apply(x, comm=comm, full_len=full_len)
-
-
 def gather_from_sequence_region(x, comm, axis=1):
     return GatherFromSequenceRegion.apply(x, comm=comm, axis=axis)
 
 
 def reduce_scatter_to_sequence_region(x, comm, axis=1):
     return ReduceScatterToSequenceRegion.apply(x, comm=comm, axis=axis)
-
-
-def scatter_to_sequence_region(x, comm, axis=1):
-    return ScatterToSequenceRegion.apply(x, comm=comm, axis=axis)
