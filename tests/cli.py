@@ -22,16 +22,17 @@ def write_full(directory, params, state, meta):
     assert failure is None, failure
 
 
-def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=True, model=SMALL):
-    """Run train; returns (losses, params, optimizer state), or the CompletedProcess
-    when check=False."""
+def train(tmp_path, name, nprocs, *flags, steps=5, batch=12, timeout=180, check=True, model=SMALL,
+          env=None):
+    """Run train (``env``: variables for its ranks); returns (losses, params, optimizer
+    state), or the CompletedProcess when check=False."""
     log, ckpt = tmp_path / f"{name}.json", tmp_path / name
     precision = [] if "--precision" in flags else ["--precision", "fp64"]
     # layouts are checked on the byte corpus (a 256-row head: fast); the token data has its own
     data = [] if "--data" in flags else ["--data", "stdlib-bytes"]
     args = ["-m", "minipar", "train", *model, *COMMON, *precision, *data, "--steps", str(steps),
             "--batch-size", str(batch), "--log-json", log, "--save", ckpt, *flags]
-    proc = run_mpi(nprocs, args, timeout=timeout, check=check)
+    proc = run_mpi(nprocs, args, timeout=timeout, env=env, check=check)
     if not check:
         return proc
     losses = [r["loss"] for r in step_records(log)]
