@@ -9,6 +9,7 @@ from minipar import checkpoint
 from minipar.checkpoint import layout
 from minipar.checkpoint.boxes import flat_to_boxes, intersect, relative
 from minipar.checkpoint.tools import consolidate, describe, upgrade
+from minipar.nn import GPTConfig
 from minipar.parallel.placement import Placement
 from minipar.parallel.tensor.sharding import Shard
 
@@ -90,7 +91,10 @@ def test_inspect_consolidate_and_an_old_checkpoint(tmp_path):
     assert checkpoint.open_checkpoint(tmp_path / "b").tensor("1/step", "hook") == 5
     old = tmp_path / "old"                                           # minipar-checkpoint-1
     old.mkdir()
-    meta = {"format": "minipar-checkpoint-1", "step": 3, "optimizer_step": 3}
+    gpt2 = GPTConfig().to_dict()                          # a file without the fields below
+    unrecorded = {k: v for k, v in gpt2.items() if k not in ("arch", "n_kv_head", "rope_theta",
+                                                             "d_ff", "pad_vocab_to")}
+    meta = {"format": "minipar-checkpoint-1", "step": 3, "optimizer_step": 3, "model": unrecorded}
     np.savez(old / "checkpoint.npz", **{"param/w": w, "adam_m/w": w + 1, "hook/0/step": np.array(2),
                                         "meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)})
     with pytest.raises(ValueError, match=f"checkpoint upgrade {old} NEW_DIR"):
@@ -99,6 +103,7 @@ def test_inspect_consolidate_and_an_old_checkpoint(tmp_path):
     params, state, meta = checkpoint.load_full(tmp_path / "new")
     np.testing.assert_array_equal(state["m"]["w"], w + 1)
     assert meta["step"] == 3 and state["hook"] == {0: {"step": 2}}
+    checkpoint.check_compatible(meta, gpt2)               # resumes a GPT-2 run
 
 
 def test_non_finite_weights_are_found_in_blocks(tmp_path):

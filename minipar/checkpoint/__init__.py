@@ -84,20 +84,17 @@ def check_loadable(ckpt, model, precision):
         raise ValueError(f"{bad} holds non-finite values (inf or nan)")
 
 
-# model fields added after checkpoints were first written, at the value those had
-OLDER_DEFAULTS = {"arch": "gpt2", "n_kv_head": None, "rope_theta": 10000.0, "d_ff": None}
-
-
 def _vocab_rows(model_config):
-    """The embedding's rows: the vocabulary padded to its multiple (1 before padding existed)."""
-    vocab, multiple = model_config.get("vocab_size"), model_config.get("pad_vocab_to") or 1
-    return None if vocab is None else -(-vocab // multiple) * multiple
+    """The embedding's rows: the vocabulary padded to its multiple (None where the
+    configuration does not say both)."""
+    vocab, multiple = model_config.get("vocab_size"), model_config.get("pad_vocab_to")
+    return None if vocab is None or multiple is None else -(-vocab // multiple) * multiple
 
 
 def check_compatible(meta, model_config: dict):
     """Refuse a checkpoint made for another model configuration.  The vocabulary's padding
     multiple may differ (CuPy pads to 64, NumPy to 1) where the rows it gives agree."""
-    saved = dict(OLDER_DEFAULTS, **meta.get("model", {}))
+    saved = meta.get("model", {})
     diff = {k: (saved.get(k), v) for k, v in model_config.items()
             if k not in ("attention", "pad_vocab_to") and saved.get(k) != v}
     rows = [_vocab_rows(c) for c in (saved, model_config)]
