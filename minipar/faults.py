@@ -1,5 +1,9 @@
 """Faults you can ask for, to see what the system does with them (tests and lessons).
 
+They are hooks, registered from outside on what they disturb (``register``): nothing in
+the step or the pipeline engine calls them by name.  A run takes them from its
+environment:
+
     MINIPAR_INJECT_FAILURE="R:K"   world rank R raises at step K: one rank's exception
                                    must end the whole job (``inject_failure``)
     MINIPAR_SLOW_RANK="R:F"        world rank R computes F times slower: after each piece
@@ -43,6 +47,15 @@ def straggle(rank, seconds):
     factor = slow_rank_factor(rank)
     if factor > 1:
         time.sleep((factor - 1) * seconds)
+
+
+def register(hooks, rank):
+    """Add the faults this process's environment asks for to ``hooks`` (a ``StepHooks``):
+    MINIPAR_INJECT_FAILURE before a step, MINIPAR_SLOW_RANK after each piece of compute."""
+    if os.environ.get("MINIPAR_INJECT_FAILURE"):
+        hooks.before_step.append(lambda step: inject_failure(step, rank))
+    if slow_rank_factor(rank) > 1:
+        hooks.after_compute.append(lambda seconds: straggle(rank, seconds))
 
 
 def save_fault(where, rank, step):

@@ -191,17 +191,16 @@ def machine_rates(cfg, rows, dtype):
 
 
 def timed_step(run, step, prof):
-    """One training step (forward_backward + opt.step, as ``train`` runs them) on batch
-    ``step``, in ``prof``'s phases; returns its wall seconds, the bookkeeping left out."""
-    from minipar.train.steps import forward_backward
+    """The training step ``train`` runs (``train/steps.train_step``) on batch ``step``,
+    in ``prof``'s phases; returns its wall seconds, the bookkeeping left out."""
+    from minipar.train.steps import train_step
     c, opt = run.config, run.optimizer
     x, y = (run.parallel.local_tokens(run.balancer.my_rows(a))    # this replica's share
             for a in run.dataset.batch(c.seed, step, c.batch_size))
     own, t0 = prof.own_s, time.perf_counter()
     with np.errstate(all="ignore"):    # fp16 overflows are the scaler's to handle
-        forward_backward(run.parallel.model, opt, x, y, c.grad_accum, phase=prof.phase)
-        with prof.phase("optimizer"):
-            opt.step(c.grad_clip)
+        train_step(run.parallel, opt, x, y, c.grad_accum, c.grad_clip, read_loss_now=True,
+                   phase=prof.phase)
     backend.sync()
     wall = time.perf_counter() - t0 - (prof.own_s - own)
     prof.phases["optimizer"] -= opt.exposed_comm_s

@@ -18,11 +18,11 @@ from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
 from minipar.procmem import ProcessMemory
-from minipar.faults import inject_failure, straggle
+from minipar import faults
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
 from minipar.train.saving import Saver, save_checkpoint
-from minipar.train.steps import evaluate, forward_backward, global_loss, pipeline_forward_backward
+from minipar.train.steps import StepHooks, evaluate, global_loss, train_step
 
 
 class Run:
@@ -41,6 +41,10 @@ class Run:
         self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
         self.process_memory = process_memory or ProcessMemory()   # peaks per phase (procmem)
         self.saver = Saver(self)        # sharded checkpoints, maybe in the background
+        self.hooks = StepHooks()        # attached from outside the step: faults.py's
+        faults.register(self.hooks, grid.rank)
+        if parallel.engine is not None:
+            parallel.engine.after_compute = self.hooks.after_compute
 
     @property
     def model(self):
@@ -53,32 +57,21 @@ class Run:
         x, y = self.dataset.batch(c.seed, step, c.batch_size)
         x, y = self.balancer.my_rows(x), self.balancer.my_rows(y)   # this replica's share
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
-        inject_failure(step, grid.rank)
+        for hook in self.hooks.before_step:
+            hook(step)
         backend.memory.reset_peak()
         self.process_memory.begin("steps")
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s
         t0 = time.perf_counter()
-        unread = None     # the loss, left on the device to ride the optimizer step's one read
-        if engine is not None:
-            local = pipeline_forward_backward(engine, opt, x, y)
-        else:
-            weight = self.balancer.weight     # 1 with even shares
-            # --balance times this rank's forward and backward: read the loss here, so that
-            # the time is the finished computation's and not only its launches'
-            local = forward_backward(self.parallel.model, opt, x, y, c.grad_accum, weight,
-                                     on_device=not c.balance)
-            if not c.balance:
-                unread, local = local, None
-            straggle(grid.rank, time.perf_counter() - t0)    # MINIPAR_SLOW_RANK (faults.py)
-        t_opt = time.perf_counter()
-        self.saver.before_update()    # a background save's copy of the state is made
-        norm = opt.step(c.grad_clip, read_along=unread)
-        if unread is not None:
-            local = float(opt.read_along[0])
-        if engine is None:
-            local *= weight
+        # --balance times this rank's forward and backward: the loss is read before the
+        # update, so that the time is the finished computation's and not its launches'
+        result = train_step(self.parallel, opt, x, y, c.grad_accum, c.grad_clip,
+                            self.balancer.weight, read_loss_now=c.balance, hooks=self.hooks,
+                            before_update=self.saver.before_update)
+        t_opt = t0 + result.forward_backward_s
+        local, norm = result.local_loss, result.grad_norm
         t_loss = time.perf_counter()
         loss = global_loss(grid, local)
         backend.sync()
@@ -95,7 +88,7 @@ class Run:
         shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm,
                   "model_state_bytes": opt.memory_bytes()}
         if opt.scaler and opt.scaler.enabled:
-            shared.update(loss_scale=opt.last_scale, skipped=opt.last_skipped)
+            shared.update(loss_scale=result.loss_scale, skipped=result.skipped)
         if c.balance:
             shared["batch_shares"] = list(self.balancer.shares)
         shared.update(opt.sync.stats().comm)   # the comm hook's bytes, this step

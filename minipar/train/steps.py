@@ -1,12 +1,23 @@
-"""Forward and backward of one step on this replica's rows, and evaluation.
+"""One training step on this replica's rows — the one every caller runs — and evaluation.
 
-    K micro-batches (gradient accumulation): loss_k·S/K backward, the synchroniser
-    quiet (``no_sync``) until the last, whose hooks start the communication;
-    or, with a pipeline, the schedule over M micro-batches.
+    train_step(parallel, optimizer, x, y, ...) -> StepResult
+        forward + backward   K micro-batches (gradient accumulation): loss_k·S/K
+                             backward, the synchroniser quiet (``no_sync``) until the
+                             last, whose hooks start the communication; or, with a
+                             pipeline, the schedule over M micro-batches
+        optimizer step       ``parallel.step.Optimizer.step``: finish the gradient sync,
+                             unscale, agree on overflow, norm, clip, AdamW, publish
+
+Nothing else is in it: the trainer (``loop.py``) picks the batch, times it, logs its
+result; the profiler (``profiler.py``) wraps the same call in its phases; faults and
+other probes attach as ``StepHooks`` from outside (``faults.register``).
 """
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -18,6 +29,58 @@ from minipar.data import shard_rows
 
 def _no_phase(name):
     return contextlib.nullcontext()
+
+
+@dataclass
+class StepHooks:
+    """What may be attached to a step from outside it (``faults.register``)."""
+    before_step: list = field(default_factory=list)     # f(step), before the batch is used
+    after_compute: list = field(default_factory=list)   # f(seconds) after forward + backward
+                                                        # (a pipeline: after each piece of it)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    local_loss: float            # this replica's mean loss (a pipeline: the last stage's, else 0)
+    grad_norm: Optional[float]   # before clipping; None for a skipped (fp16 overflow) step
+    skipped: bool
+    loss_scale: float            # the S this step's loss was scaled by (1 without fp16)
+    forward_backward_s: float    # wall time of forward and backward
+    update_s: float              # wall time of the optimizer step (its sync wait included)
+
+
+def train_step(parallel, optimizer, x, y, grad_accum=1, grad_clip=None, weight=1.0,
+               read_loss_now=False, phase=None, hooks=None, before_update=None):
+    """One step on this replica's rows ``x``, ``y`` (host arrays; cp: its positions).
+    ``weight``: load balancing's w_i (``balance.py``); ``read_loss_now``: read the loss
+    before the optimizer step (so a timing of forward and backward is of the finished
+    computation), else it rides the optimizer step's one device->host read.
+    ``phase(name)``: a context around "forward", "backward" and "optimizer" (the
+    profiler's); ``before_update()``: called between backward and the optimizer step
+    (a background checkpoint save must have copied the state)."""
+    phase = phase or _no_phase
+    engine, t0 = parallel.engine, time.perf_counter()
+    unread = None     # the loss, left on the device to ride the optimizer step's one read
+    if engine is not None:
+        local = pipeline_forward_backward(engine, optimizer, x, y)
+    else:
+        local = forward_backward(parallel.model, optimizer, x, y, grad_accum, weight, phase,
+                                 on_device=not read_loss_now)
+        if not read_loss_now:
+            unread, local = local, None
+        for hook in (hooks.after_compute if hooks else ()):
+            hook(time.perf_counter() - t0)
+    t_update = time.perf_counter()
+    if before_update is not None:
+        before_update()
+    with phase("optimizer"):
+        norm = optimizer.step(grad_clip, read_along=unread)
+    if unread is not None:
+        local = float(optimizer.read_along[0])
+    if engine is None:
+        local *= weight
+    return StepResult(local, norm, optimizer.last_skipped, optimizer.last_scale,
+                      t_update - t0, time.perf_counter() - t_update)
 
 
 def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_phase,

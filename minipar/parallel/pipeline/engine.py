@@ -27,7 +27,6 @@ import time
 from minipar import backend
 from minipar.backend import xp
 from minipar.autograd import Tensor, WeightGradDeferral, no_grad
-from minipar.faults import straggle
 from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
 from minipar.parallel.pipeline.timeline import Span
 
@@ -48,11 +47,14 @@ class PipelineEngine:
         self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
         self.S = self.pp * chunks
         self.rank = pp_comm.rank
-        from mpi4py import MPI
-        self.world_rank = MPI.COMM_WORLD.Get_rank()   # what MINIPAR_SLOW_RANK names
+        self.after_compute = []   # hooks f(seconds) after each piece of compute (faults.py)
         self.actions = build_schedule(kind, self.pp, microbatches, chunks)[self.rank]
         self.split = any(a.kind == "W" for a in self.actions)
         self.spans = []
+
+    def _computed(self, start):
+        for hook in self.after_compute:
+            hook(self._now() - start)
 
     # ------------------------------------------------------------ messaging
     def _tag(self, kind, mb, stage):
@@ -113,7 +115,7 @@ class PipelineEngine:
                     y = backend.to_device(targets[mb * rows:(mb + 1) * rows])
                     out = self.loss_fn(out, y) * (1.0 / self.M)
                     loss_total += out.item()
-                straggle(self.world_rank, self._now() - start)   # MINIPAR_SLOW_RANK
+                self._computed(start)
                 self.spans.append(Span("F", mb, c, start, self._now()))
                 if s < self.S - 1:
                     self._send(out.data, "act", mb, s + 1)
@@ -130,14 +132,14 @@ class PipelineEngine:
                     out.backward(grad, deferral=d)
                 else:
                     out.backward(grad)
-                straggle(self.world_rank, self._now() - start)
+                self._computed(start)
                 self.spans.append(Span("B", mb, c, start, self._now()))
                 if s > 0:
                     self._send(x.grad, "grad", mb, s - 1)
             else:
                 start = self._now()
                 deferred.pop((mb, c)).run()
-                straggle(self.world_rank, self._now() - start)
+                self._computed(start)
                 self.spans.append(Span("W", mb, c, start, self._now()))
         t0 = self._now()
         for request, _ in self.pending_sends:
