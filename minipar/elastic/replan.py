@@ -10,7 +10,7 @@ tp 3 not the heads, pp 3 not 2 layers — one slot stays idle.
 For each w the layout is, in this order (``layout_for``):
 
 1. the performance model's choice, ``minipar.perf.plan.auto_layout`` (the predicted
-   fastest layout of w ranks), when it is importable and finds one;
+   fastest layout of w ranks), when it finds one;
 2. the user's layout with dp rescaled (tp, pp, cp kept, dp = w / (cp·tp·pp));
 3. data parallelism only (dp = w), without ``--balance`` if dp is 1.
 
@@ -76,12 +76,14 @@ def _resolved(config, world):
 
 
 def _planned(config, world):
-    """auto_layout's choice, or None (no plan module yet, or no layout it accepts)."""
+    """auto_layout's choice, or None when no layout of ``world`` ranks fits (the planner
+    says so with ``ConfigError``).  Any other exception is a bug and propagates: falling
+    back would hide it behind a layout nobody chose."""
+    from minipar.perf.plan import auto_layout
     try:
-        from minipar.perf.plan import auto_layout
         chosen, _ = auto_layout(config, world)
         return chosen.resolve(world)
-    except Exception:             # the planner is optional: any failure falls back
+    except ConfigError:
         return None
 
 
