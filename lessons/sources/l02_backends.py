@@ -373,7 +373,7 @@ else:
 - One seam (`xp`) keeps the model code identical on NumPy and CuPy; only transfers
   (`to_device`, `to_host`) and `sync()` know the difference.
 - fp16: 65504 max, 2048 + 1 = 2048, tiny gradients vanish → loss scaling and fp32 master weights.
-  bf16: fp32's range with 3 significant digits.
+  bf16: fp32's range with 8 significant bits (7 stored, 1 implicit): about 2.4 decimal digits.
 - A bf16 is the top half of a float32, rounded to nearest, ties to even.
 - Activation memory is 4·B·N·L·(25d + 2HN + 2) bytes in fp32 plus the embeddings and the head —
   counted to the byte: linear in batch, quadratic in sequence length, and usually larger than the
@@ -384,10 +384,10 @@ else:
 - The dtype decides the speed there, not only the memory: the H100 profile (spec sheet) gives 989
   TFLOP/s for fp16/bf16 tensor cores against 67 for fp32, and 3.35 TB/s of HBM (A100 2.0, H200 4.8).
 - NumPy-2 promotion rules follow you to CuPy: an fp16 array times a float32 scalar is float32, a silent
-  upcast of a whole activation; minipar's CPU checks count such upcasts on a fake CuPy (issue 36).
-- Measured on one H200 before wave 3: fp16 training ran *slower* than fp32 (8,513 against 24,532
-  tokens/s), through CuPy's upcasting batched matmul and one host sync per tensor — the reasons the
-  GPU path is now checked on the CPU (`tests/test_gpu_step_counts.py`).
+  upcast of a whole activation; minipar's CPU checks count such upcasts on a fake CuPy.
+- The traps are real: an earlier minipar ran fp16 training *slower* than fp32 on one H200 (8,513
+  against 24,532 tokens/s), through CuPy's upcasting batched matmul and one host sync per tensor —
+  the reasons the GPU path is checked on the CPU (`tests/test_gpu_step_counts.py`).
 
 ## In PyTorch / DeepSpeed / Megatron this is …
 

@@ -425,10 +425,12 @@ for name in RUNS:                                      # facts of the mechanism,
     assert "no_overlap" not in name or S[name]["hidden"] == 0.0   # nothing runs under backward
 ''', r'''%md
 **Why overlap can make the step slower here.** Overlap hides communication only if the
-communication runs on something that would otherwise sit idle. On a GPU it mostly does: the network
-cards (and NVLink's copy engines) move the bytes, and NCCL's all-reduce runs on its own CUDA stream
-beside backward. But NCCL's kernels *are* kernels: they occupy SMs (a few channels of thread blocks
-each) to drive the transfers and do the reductions, and they compete with backward's GEMMs for
+communication runs on something that would otherwise sit idle. On a GPU it partly does: across nodes
+the network cards move the bytes, and NCCL's all-reduce runs on its own CUDA stream beside backward.
+But inside a node NCCL's own kernel moves them by default — its threads load from one GPU's memory and
+store into the peer's over NVLink, SM instructions, not the copy engines — and NCCL's kernels *are*
+kernels: they occupy SMs (a few channels of thread blocks each) to drive the transfers and do the
+reductions, and they compete with backward's GEMMs for
 HBM bandwidth — so an overlapped all-reduce still slows the compute it hides behind, a few percent
 to tens of percent (frameworks cap NCCL's channels, or leave SMs to it, for that reason). Here every
 rank is one process on a machine with **two cores**, and `mpiexec -n 2` puts one rank on each: with

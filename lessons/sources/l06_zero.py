@@ -368,10 +368,13 @@ for N, where in ((8, "intra"), (64, "inter")):
           f"and a reduce-scatter per step")
 ''', r'''%md
 Memory is why ZeRO-3 exists at scale: a 70B model's state fits no single GPU, and sharding it 64 ways
-leaves room for activations. Time is why it is rarely used flat across many nodes: every step moves
-$3\Psi$ through each GPU's card, seconds that must hide behind forward and backward unit by unit. So
-large runs shard inside a node (or a few) and replicate across — PyTorch's HSDP, DeepSpeed's ZeRO++
-hpZ, Megatron's distributed optimizer over the data-parallel group only — and prefetch the next unit's
+leaves room for activations. Time is its price: every step moves $3\Psi$ through each GPU's card,
+seconds that must hide behind forward and backward unit by unit. Sharding flat over every GPU of many
+nodes is common (FSDP's `FULL_SHARD`, ZeRO-3) when each GPU's compute per unit is long enough to hide
+its gather; where it is not, runs keep the gathers inside a node — PyTorch's HSDP shards inside a
+node and replicates across, DeepSpeed's ZeRO++ hpZ keeps a second copy of the weights sharded inside
+each node for backward's gathers. Megatron's distributed optimizer shards only the optimizer state
+(stage 1), over the whole data-parallel group, across nodes. All of them prefetch the next unit's
 gather while the current one computes (in this lesson's exercise, one unit at a time: the simplest
 correct order, not the fastest).
 ''']

@@ -365,7 +365,9 @@ local slices; checkpoints record each slice as a box of the plain GPT's tensor (
 - Tensor parallelism all-reduces activations twice per layer in forward and twice in backward, on the
   critical path. Inside an H100 node NVLink gives 450 GB/s per GPU per direction; across nodes
   InfiniBand gives 50 GB/s (the repository's H100 profile, spec sheet): 9× less, which is why tp stays
-  within the 8 GPUs of a node (Megatron's `--tensor-model-parallel-size` ≤ 8).
+  within the 8 GPUs of a node. Runs set Megatron's `--tensor-model-parallel-size` to 8 or less by that
+  convention, not because Megatron refuses more: where NVLink spans more GPUs (a 72-GPU NVL72 rack),
+  tp can span them too.
 - Sequence parallelism keeps the same bytes but turns each all-reduce into a reduce-scatter and an
   all-gather, and cuts the LayerNorm/dropout activations by t — it matters most at long sequences.
 

@@ -447,7 +447,8 @@ norm comes out as the sum over the norm's own groups would give it.
 
 ## Summary
 
-- fp16: 5 exponent bits; range 6e-8 .. 65504. bf16: fp32's range, 3 significant digits.
+- fp16: 5 exponent bits; range 6e-8 .. 65504. bf16: fp32's range, 8 significant bits (7 stored + the implicit 1),
+  about 2.4 decimal digits.
 - Half inputs, fp32 accumulation: `ops.matmul`/`ops.linear` on half arrays compute in
   fp32 and round once (on NumPy; cuBLAS does the same on a GPU); softmax, layer norm,
   cross-entropy and sums are taken in fp32 and the loss is fp32.

@@ -488,8 +488,10 @@ backend.set_default_dtype(np.float32)
 - Priced with the A100 profile (a model, not a measurement; lesson 13): a 175B model on 1024 GPUs
   needs 84.9 GiB per GPU without recomputation — over the 80 GB — 62.4 GiB with selective recomputation
   at almost no extra time, and 53.4 GiB with full recomputation at +34% step time.
-- Selective recomputation is what Megatron uses by default at scale: attention's N²-sized tensors are the
-  cheapest to recompute per byte saved; flash attention (lesson 11) removes them altogether.
+- Megatron recomputes nothing unless asked; selective recomputation is opt-in
+  (`--recompute-granularity selective`) and the choice Korthikanti et al. recommend at scale:
+  attention's N²-sized tensors are the cheapest to recompute per byte saved; flash attention
+  (lesson 11) removes them altogether.
 
 ## In PyTorch / DeepSpeed / Megatron this is …
 

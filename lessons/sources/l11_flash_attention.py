@@ -436,9 +436,9 @@ r'''%md
 - Attention's scores at N = 8K, 12 heads, fp16 are 8192² × 12 × 2 bytes = 1.6 GB per sequence per layer;
   at the H100 profile's 3.35 TB/s (spec sheet) just writing and reading them once costs ~1 ms. Flash
   attention never writes them: its cost is the FLOPs.
-- Measured on one H200 before wave 3's rebuild, minipar's fp16 tensor-core kernel ran at 0.27–0.42× of
-  PyTorch's flash SDPA forward; the rebuilt kernels (swizzled shared memory, cp.async double buffering)
-  are checked on the CPU emulator and await a GPU measurement (`benchmarks/gpu_checks.sh`).
+- Measured on one H200, an earlier fp16 tensor-core kernel of minipar ran at 0.27–0.42× of PyTorch's
+  flash SDPA forward; the present kernels (swizzled shared memory, cp.async double buffering) are
+  checked on the CPU emulator and await a GPU measurement (`benchmarks/gpu_checks.sh`).
 - Grouped-query attention's query heads read their KV head in place, in the kernels and the ring.
 
 ## In PyTorch / DeepSpeed / Megatron this is …

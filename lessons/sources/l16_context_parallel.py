@@ -140,9 +140,11 @@ assert all(sorted(owner[r]) == list(range(C)) for r in range(C))   # every rank 
 assert all(sorted(owner[:, t]) == list(range(C)) for t in range(C)) # and each block is in one place
 ''', r'''%md
 Each column is a permutation (every block is in exactly one place) and each row too (every rank sees
-every block once). The cost: $C-1$ sends of a K/V block, $2\cdot B\cdot(S/C)\cdot d$ elements per layer,
-while the attention compute per step is $\propto (S/C)^2$ — so the longer the local sequence $S/C$, the
-better the transfer hides behind the compute. Here is the forward of minipar's `RingAttention`:
+every block once). The cost: each rank sends $C-1$ K/V blocks of $2\cdot B\cdot(S/C)\cdot d$ elements
+each, so $2\cdot B\cdot S\cdot d\,(C-1)/C$ per layer in forward (backward sends them round again, with
+their dK/dV) — a volume per rank that does *not* shrink as $C$ grows: every rank still sees all of K and V.
+Per step a rank sends $\propto S/C$ and computes $\propto (S/C)^2$, so the longer the local sequence
+$S/C$, the better the transfer hides behind the compute. Here is the forward of minipar's `RingAttention`:
 ''', r'''
 print(inspect.getsource(ring.RingAttention.forward))
 ''', r'''%md
@@ -394,7 +396,8 @@ for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
   merges partial results with the online-softmax rule $L' = \operatorname{logaddexp}(L, \ell)$,
   $o' = o\,e^{L-L'} + o_t\,e^{\ell-L'}$; it is exact.
 - Under the causal mask a contiguous split loads the last rank with $4C-2$ units against a mean of $2C$;
-  zig-zag (chunks $r$ and $2C-1-r$) evens it out — measured at cp = 2: busy time 1 : 3 against 1 : 1.
+  zig-zag (chunks $r$ and $2C-1-r$) evens it out — at cp = 2 the predicted work is 1 : 3 (2 and 6 units)
+  against 1 : 1; §6 prints the measured busy times beside it.
 
 ## The names you will meet
 
