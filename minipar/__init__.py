@@ -1,14 +1,8 @@
-"""minipar: distributed LLM training built from scratch, one idea per module."""
+"""minipar: distributed LLM training built from scratch, one idea per module.
+
+Importing it changes nothing about the process; ``minipar.setup_process()`` sets the
+thread budget and the allocator for a rank (``process.py``), and every command calls it.
+"""
 __version__ = "0.1.0"
 
-# Before anything imports NumPy: give this rank its share of the node's cores for
-# BLAS, so N ranks on N cores do not start N*N threads (see minipar/threads.py).
-from minipar.threads import budget_threads as _budget_threads
-
-_budget_threads()
-
-# Freed activation buffers stay mapped for the next step instead of going back to the
-# kernel and coming back as page faults (see minipar/allocator.py).
-from minipar.allocator import keep_freed_blocks as _keep_freed_blocks
-
-_keep_freed_blocks()
+from minipar.process import setup_process  # noqa: E402,F401  (minipar.setup_process())

@@ -23,11 +23,14 @@ the BLAS runs one thread inside each (``autograd/rows.py``, ``ThreadBudget.blas`
 A user who sets ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS``
 has chosen: minipar then sets nothing.
 
-The limit must reach the BLAS before it starts its thread pool, so ``import minipar``
-calls :func:`budget_threads` and writes the variables into ``os.environ`` before
-NumPy is imported.  When NumPy is already loaded (a script that imported it first,
-or the MPI refinement) the limit is applied to the running pools with
-``threadpoolctl.threadpool_limits``, the library made for exactly this.
+The limit should reach the BLAS before it starts its thread pool, so
+``minipar.setup_process()`` (``process.py``), which the commands call first, runs
+:func:`budget_threads` and writes the variables into ``os.environ`` before NumPy is
+imported.  When NumPy is already loaded (a script that imported it first, or the MPI
+refinement) the limit is applied to the running pools with
+``threadpoolctl.threadpool_limits``, the library made for exactly this.  A process that
+never called it is budgeted by :func:`current_budget` where minipar first needs the
+budget (a matmul or an op split by rows).
 
 Children started by a budgeted process inherit the variables; the value minipar
 wrote is recorded in ``MINIPAR_BLAS_THREADS`` so that a child (say, each rank of an
@@ -152,7 +155,7 @@ def budget_threads(comm=None) -> ThreadBudget:
     """Decide and apply this rank's BLAS threads; returns the :class:`ThreadBudget`.
 
     Without ``comm`` the ranks on this node come from the launcher's environment
-    (cheap, no MPI: this is what ``import minipar`` runs).  With ``comm`` (an mpi4py
+    (cheap, no MPI: what ``setup_process()`` runs before MPI is up).  With ``comm`` (an mpi4py
     communicator or minipar's ``Communicator``) it is COLLECTIVE: the ranks sharing
     memory with this one are counted by ``Split_type(COMM_TYPE_SHARED)``, and a
     launcher that bound each rank to its own cores is recognised (cores = this rank's

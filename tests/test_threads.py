@@ -79,10 +79,22 @@ def test_numpy_imported_first_is_limited_in_place():
 
 
 def test_mpi_split_when_the_launcher_says_nothing():
-    """An unknown launcher: one process assumed at import, the MPI split corrects it."""
+    """An unknown launcher: one process assumed at set-up, the MPI split corrects it."""
     for r in launch(2, "--hide-launcher", "--split"):
         assert r["source"] == "MPI shared-memory split" and r["ranks_on_node"] == 2
         assert r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
+
+
+def test_importing_minipar_sets_nothing():
+    """Thread variables and the allocator are set by setup_process, not by the import."""
+    code = ("import os, minipar, minipar.allocator as a, minipar.threads as t\n"
+            "assert a._applied is None and t._current is None, (a._applied, t._current)\n"
+            "assert not set(t.SET_VARS + (t.MARKER,)) & set(os.environ), os.environ\n"
+            "minipar.setup_process()\n"
+            "assert t._current is not None and os.environ[t.MARKER]\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=clean_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_our_own_variables_are_not_the_users():

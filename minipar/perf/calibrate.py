@@ -43,6 +43,7 @@ from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
 from minipar.perf.calibrate_model import median_seconds as _time
 from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale, model_pass_seconds
 from minipar.perf.profile import Profile, median_profile
+from minipar.process import setup_process
 
 
 def _dtype(name):
@@ -270,6 +271,7 @@ def calibrate_main(argv=None):
     if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
         from minipar.comm import Communicator
         comm = Communicator()
+    setup_process(comm)       # rates measured with the threads and allocator training uses
     dtypes = ("fp32", "fp64", "bf16") if args.quick else ("fp32", "fp64", "bf16", "fp16")
     prof = median_profile([calibrate(cfg, dtypes=dtypes, comm=comm) for _ in range(args.repeat)])
     if comm is None or comm.rank == 0:

@@ -127,8 +127,9 @@ def setup(config: TrainConfig):
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
     grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
-    from minipar.threads import budget_threads
-    budget = budget_threads(grid.world)  # collective: MPI's count of the ranks sharing this node
+    from minipar.process import setup_process
+    # collective: threads from MPI's count of the ranks sharing this node; freed blocks kept
+    budget = setup_process(grid.world)
     bucket_source = "given" if config.bucket_mb is not None else "chosen by the performance model"
     config = with_bucket_size(config, grid, budget.ranks_on_node)
     n_params = model.num_parameters()

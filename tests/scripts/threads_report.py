@@ -3,7 +3,7 @@ BLAS itself reports (threadpoolctl), for tests/test_threads.py.
 
     [mpiexec -n N] python tests/scripts/threads_report.py [--numpy-first] [--hide-launcher] [--split]
 
---numpy-first     import NumPy before minipar: the budget must reach a running pool
+--numpy-first     import NumPy before setup_process: the budget must reach a running pool
 --hide-launcher   forget the launcher's variables, as an unknown launcher would
 --split           then ask MPI (shared-memory split) how many ranks share the node
 """
@@ -19,12 +19,13 @@ if "--numpy-first" in sys.argv:
 
 import threadpoolctl  # noqa: E402
 
-import minipar  # noqa: E402,F401  (budgets the threads on import)
+import minipar  # noqa: E402
 from minipar import threads  # noqa: E402
+
+budget = minipar.setup_process()    # before NumPy is imported, unless --numpy-first
 
 import numpy as np  # noqa: E402
 
-budget = threads.current_budget()
 rank = 0
 if "--split" in sys.argv:
     from mpi4py import MPI
