@@ -1,5 +1,5 @@
 """``python -m minipar profile``: where a training step's time goes, by op and by phase,
-against this machine's roofline (issue 23, "profile first": measure before optimising).
+against this machine's roofline: measure before optimising.
 
 While a ``StepProfiler`` is active, autograd hands it every op: the forward from
 ``Function.apply``, the backward from the engine's walk (``function._op_observer``; with

@@ -19,8 +19,8 @@ hang, a scale-up): the loss and throughput plots mark each one with a dotted lin
 step the job resumed from, and the page lists them.
 
 and ``index.html`` beside them: the figures and a table comparing the runs.  The
-table's numbers are the log's own (the ``final`` record, or the step records of an
-older log without one), each cell carrying the exact value in ``data-value``.
+table's numbers are the log's own (the ``final`` record, or the step records of a run
+stopped before writing one), each cell carrying the exact value in ``data-value``.
 Runs are labelled by ``--label``, else the header's layout, else the file name.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ plus the step, optimizer step, config, layout, seed, precision, loss scaler, tok
     write.py        each rank's file, the agreed commit (index, rename, ``latest``)
     read.py         ``open_checkpoint(DIR)``: any box of any tensor, from memmaps
     tools.py        ``checkpoint inspect`` / ``consolidate`` / ``upgrade`` (streamed)
-    legacy.py       the old single-file format, read only to upgrade it
+    legacy.py       the single-file format (minipar-checkpoint-1), read only by ``upgrade``
 
 A resumed run under any layout is built with zeros, then asks, per slot (masters, m, v),
 for the boxes it owns and reads only the bytes of the pieces they intersect: no rank

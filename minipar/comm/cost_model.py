@@ -13,11 +13,12 @@ with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  Pipel
 into k segments costs k·α instead of α.  Latency terms dominate small S (recursive
 doubling wins), bandwidth terms large S (ring / Rabenseifner win).
 
-Why the first version was 2-4x low from 1 MiB up (measured at p=2 on 2 cores): it took
-β from one 256 KiB exchange and γ from an ``add`` on 64 KiB, both resident in cache.
-A step of a large all-reduce moves and sums data that is *not* in cache: the shared
-memory transport copies every byte twice through DRAM, and the reduction streams its
-operands from DRAM too.  So β and γ depend on the size of the piece a step handles:
+Why β and γ come in two sizes: one β from a 256 KiB exchange and one γ from an ``add``
+on 64 KiB, both resident in cache, price an all-reduce of 1 MiB and more 2-4x low
+(measured at p=2 on 2 cores).  A step of a large all-reduce moves and sums data that is
+*not* in cache: the shared memory transport copies every byte twice through DRAM, and
+the reduction streams its operands from DRAM too.  So β and γ depend on the size of the
+piece a step handles:
 
     β(n) = β      if n <= cache_bytes      else β_large
     γ(n) = γ      if n <= cache_bytes      else γ_large
@@ -34,7 +35,7 @@ those sizes it takes the model's choice.  A winner decides only among the algori
 it was timed against (``winners_among``): a profile whose calibration timed the flat
 ones only still lets the model pick the hierarchical all-reduce across nodes.
 
-Calibration is explicit and visible (issue 18): ``params(comm)`` never communicates;
+Calibration is explicit and visible: ``params(comm)`` never communicates;
 it returns, in this order, what ``use(comm, c)`` set, ``MINIPAR_COMM_ALPHA/BETA/GAMMA``
 from the environment, a profile named by ``MINIPAR_COMM_PROFILE`` (a JSON file with
 the fields of ``CostParams``, as ``minipar calibrate`` writes under ``"cost_params"``),

@@ -55,8 +55,8 @@ SPLIT_ELEMENTS = 1 << 18   # measured, 2 threads against 1 on the spinning pool:
 OPS = ("layernorm", "gelu", "attention_softmax", "adamw", "sum_of_squares",
        "rmsnorm", "rotary", "swiglu")      # the last three: fused_cpu_llama.py
 DTYPES = (np.dtype("float32"), np.dtype("float64"))   # compared as dtypes, not names: under
-# NumPy 2 str(dtype) runs Python code (measured on the loaded 2-core machine: 44 µs for the
-# old check of two names, 0.2 µs for this one), and every op of the step asks
+# NumPy 2 str(dtype) runs Python code (measured on the loaded 2-core machine: 44 µs to
+# compare two names, 0.2 µs to compare two dtypes), and every op of the step asks
 
 
 def available():

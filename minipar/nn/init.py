@@ -10,9 +10,9 @@ name (``blocks.3.mlp.fc.weight``):
     W[name]         = Generator(PCG64(SeedSequence(key))).normal(0, std, global shape)
 
 sha256 is the same in every process and Python version (Python's ``hash()`` of a
-string is salted per process, so it would break parity between ranks).  Any layout
-can now build exactly the single-process weights, one tensor (or one slice of it) at a
-time, in any order:  ``W_local = placement.local(initial_value(seed, name, shape, spec))``.
+string is salted per process, so it would break parity between ranks).  So any layout
+builds exactly the single-process weights, one tensor (or one slice of it) at a time,
+in any order:  ``W_local = placement.local(initial_value(seed, name, shape, spec))``.
 (A rank draws the whole tensor and keeps its part: t× the random numbers under tensor
 parallelism, bought for exact parity with no layout-dependent stream.)
 
