@@ -1,20 +1,19 @@
 """Fail loud, never hang: check mode and abort_on_exception end the job quickly."""
 import re
-import time
 
 import pytest
 
 from tests.mpirun import run_mpi
 
+HANG_S = 120   # a guard, not a speed: these jobs end in seconds, and one that hangs fails here
+
 
 @pytest.mark.parametrize("mode,detail", [("size", "count=101"), ("dtype", "dtype=float64"),
                                          ("op", "op=max")])
 def test_check_mode_names_the_ranks_that_differ(mode, detail):
-    t0 = time.time()
-    proc = run_mpi(3, ["tests/scripts/comm_fail.py", mode], timeout=30, check=False,
+    proc = run_mpi(3, ["tests/scripts/comm_fail.py", mode], timeout=HANG_S, check=False,
                    env={"MINIPAR_COMM_CHECK": "1"})
     assert proc.returncode != 0
-    assert time.time() - t0 < 30
     assert "CollectiveMismatchError" in proc.stderr
     assert "ranks disagree" in proc.stderr and re.search(rf"ranks 1: .*{detail}", proc.stderr)
     assert "ranks 0,2:" in proc.stderr
@@ -22,10 +21,8 @@ def test_check_mode_names_the_ranks_that_differ(mode, detail):
 
 
 def test_exception_on_one_rank_aborts_the_job():
-    t0 = time.time()
-    proc = run_mpi(4, ["tests/scripts/comm_fail.py", "abort"], timeout=30, check=False)
+    proc = run_mpi(4, ["tests/scripts/comm_fail.py", "abort"], timeout=HANG_S, check=False)
     assert proc.returncode != 0
-    assert time.time() - t0 < 30
     assert "rank 2: ValueError: boom on purpose" in proc.stderr
     assert "rank 2: Traceback" in proc.stderr
 

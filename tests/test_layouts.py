@@ -1,7 +1,6 @@
 """3D parallelism through the CLI: tp/dp/pp layouts against one process, resuming under
 another layout, failure of one rank, and bad configurations refused before any message."""
 import math
-import time
 
 import pytest
 
@@ -55,13 +54,14 @@ def test_resume_under_another_layout(tmp_path):
 
 
 def test_exception_on_one_rank_ends_the_job(tmp_path):
-    start = time.time()
+    """Rank 1 raises at step 2 while the others wait for it: with the hang timeout off,
+    only abort_on_exception can end the job; without it the job hangs, and the
+    subprocess timeout (a guard, not a speed) fails it."""
     proc = run_mpi(
         4, ["-m", "minipar", "train", *MODEL, "--steps", "50", "--batch-size", "8", "--quiet",
-            "--pp", "2", "--microbatches", "2", "--eval-batches", "0"],
-        env={"MINIPAR_INJECT_FAILURE": "1:2"}, timeout=60, check=False)
+            "--pp", "2", "--microbatches", "2", "--eval-batches", "0", "--hang-timeout", "0"],
+        env={"MINIPAR_INJECT_FAILURE": "1:2"}, timeout=180, check=False)
     assert proc.returncode != 0
-    assert time.time() - start < 30
     assert "rank 1: RuntimeError: injected failure on rank 1 at step 2" in proc.stderr
 
 
@@ -114,8 +114,9 @@ def test_recompute_with_dropout_is_refused_on_cupy(monkeypatch):
 
 
 def test_bad_configurations_through_mpiexec(tmp_path):
-    """The same refusals from the real command: every rank exits non-zero, quickly, with
-    the message; a mismatched or corrupt checkpoint and an unknown flag too."""
+    """The same refusals from the real command: every rank exits non-zero with the
+    message (a rank left waiting would hang the job, and the timeout fails it); a
+    mismatched or corrupt checkpoint and an unknown flag too."""
     train(tmp_path, "good", 1, model=MODEL, batch=8, steps=1)
     cases = [
         (3, ["--dp", "2"], "world size 3"),
@@ -128,13 +129,11 @@ def test_bad_configurations_through_mpiexec(tmp_path):
     (corrupt / "index.json").write_text('{"format": "minipar-checkpoint-2", "tens')   # cut short
     cases.append((1, ["--resume", corrupt], "corrupt"))
     for n, flags, message in cases:
-        start = time.time()
         proc = run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", "1", "--quiet",
-                           "--data", "stdlib-bytes", *flags], timeout=60, check=False)
+                           "--data", "stdlib-bytes", *flags], timeout=120, check=False)
         assert proc.returncode != 0, flags
         assert message in proc.stderr, (flags, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-        assert time.time() - start < 30
 
 
 def val_loss(nprocs, *flags):

@@ -3,7 +3,6 @@ work over the cores, and where waiting ranks spin every compute second counts R/
 a core per rank nothing changes."""
 import dataclasses
 import re
-import time
 
 import pytest
 
@@ -107,16 +106,37 @@ def test_the_model_compute_scale_multiplies_the_compute_only():
     assert scaled.breakdown["optimizer_s"] == plain.breakdown["optimizer_s"]
 
 
-class _Clock:
-    """An mpi4py stand-in for rank 0 of 2 whose receive waits ``wait_s`` either polling
-    (burning CPU) or asleep."""
+class _Clocks:
+    """``time`` as ``perf/host.py`` reads it, moved by the stand-ins below instead of by
+    the machine: what they do sets the figures, so no load or speed can change them."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self.sleeps = []
+
+    def perf_counter(self):
+        return self.wall
+
+    def process_time(self):
+        return self.cpu
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.wall += seconds
+
+
+class _Rank0:
+    """An mpi4py stand-in for rank 0 of 2: its receive waits ``wait_s`` with the CPU busy
+    ``cpu_share`` of the time (1: MPI polls, 0: the rank sleeps); its Barrier spins 1 s,
+    before the receive, which must not count."""
     rank, size = 0, 2
 
-    def __init__(self, spin, wait_s=0.05):
-        self.spin, self.wait_s = spin, wait_s
+    def __init__(self, clocks, cpu_share, wait_s=0.1):
+        self.clocks, self.cpu_share, self.wait_s = clocks, cpu_share, wait_s
 
     def Barrier(self):
-        pass
+        self.clocks.wall += 1.0
+        self.clocks.cpu += 1.0
 
     def Ibarrier(self):
         return self
@@ -128,26 +148,57 @@ class _Clock:
         return value
 
     def Recv(self, buf, source, tag):
-        if not self.spin:
-            time.sleep(self.wait_s)
-            return
-        t_end = time.perf_counter() + self.wait_s
-        while time.perf_counter() < t_end:
-            pass
+        self.clocks.wall += self.wait_s
+        self.clocks.cpu += self.cpu_share * self.wait_s
 
 
-def test_wait_cpu_share_tells_a_polling_wait_from_a_sleeping_one():
-    assert host.wait_cpu_share(_Clock(spin=True)) > 0.7
-    assert host.wait_cpu_share(_Clock(spin=False)) < 0.3
+@pytest.mark.parametrize("cpu_share", [1.0, 0.0, 0.25])
+def test_wait_cpu_share_tells_a_polling_wait_from_a_sleeping_one(monkeypatch, cpu_share):
+    """CPU seconds over wall seconds of the receive alone: 1 where the wait polls, 0 where
+    it sleeps, and what a polling wait got where something else took part of its core."""
+    clocks = _Clocks()
+    monkeypatch.setattr(host, "time", clocks)
+    assert host.wait_cpu_share(_Rank0(clocks, cpu_share)) == pytest.approx(cpu_share, abs=1e-12)
 
 
-def test_rank0_alone_shares_its_result_and_the_others_sleep_meanwhile():
-    """Rank 0 burns 0.4 s of CPU; ranks 1-2 wait in a sleeping barrier (their CPU share
-    well under a polling wait's ~1), and all three get rank 0's result."""
+class _Waiting:
+    """An mpi4py stand-in for rank 1 of 3 while rank 0 works: its Ibarrier completes at
+    the ``polls``-th Test; bcast gives rank 0's ``result``; Barrier (which spins) refused."""
+    rank, size = 1, 3
+
+    def __init__(self, polls, result):
+        self.polls, self.result, self.tests = polls, result, 0
+
+    def Ibarrier(self):
+        return self
+
+    def Test(self):
+        self.tests += 1
+        return self.tests >= self.polls
+
+    def Barrier(self):
+        raise AssertionError("Barrier spins: a rank waiting for rank 0 must sleep")
+
+    def bcast(self, value, root=0):
+        return self.result
+
+
+def test_while_rank0_works_alone_the_others_sleep_between_polls(monkeypatch):
+    """A rank waiting for rank 0 sleeps between its looks at the barrier (its core is
+    rank 0's meanwhile), never runs the work itself, and gets rank 0's result."""
+    clocks = _Clocks()
+    monkeypatch.setattr(host, "time", clocks)
+    waiting = _Waiting(polls=5, result={"from": 0})
+    got = host.on_rank0_alone(waiting, lambda: pytest.fail("only rank 0 runs the work"))
+    assert got == {"from": 0}
+    assert waiting.tests == 5 and len(clocks.sleeps) == 4 and all(s > 0 for s in clocks.sleeps)
+    assert clocks.cpu == 0.0
+
+
+def test_rank0_alone_shares_its_result():
+    """Through MPI, 3 ranks: rank 0 computes, and all three get its result."""
     out = run_mpi(3, ["tests/scripts/rank0_alone.py"], timeout=60).stdout   # ranks' lines may interleave
-    found = re.findall(r"rank (\d) got (\d) (\d+) share ([\d.]+)", out)
-    lines = {int(r): (got, n, float(share)) for r, got, n, share in found}
+    found = re.findall(r"rank (\d) got (\d) (\d+)", out)
+    lines = {int(r): (got, n) for r, got, n in found}
     assert sorted(lines) == [0, 1, 2], out
-    assert {(got, n) for got, n, _ in lines.values()} == {("0", lines[0][1])}
-    for r in (1, 2):
-        assert lines[r][2] < 0.5, out
+    assert set(lines.values()) == {("0", lines[0][1])}

@@ -41,13 +41,25 @@ def test_fewer_blocks_than_workers():
     assert sorted(b[:2] for b in record_blocks(pool, [0, 2, 4, 6, 8])) == [(0, 2), (2, 4), (4, 6), (6, 8)]
 
 
+HANG_S = 60       # a guard only: a pool that works takes milliseconds, one that hangs forever
+
+
 def test_a_sleeping_worker_is_woken(monkeypatch):
+    """Idle workers go to sleep, and the next task wakes them.  Both are waited for, not
+    timed: HANG_S only turns a worker that never sleeps, or is never woken, into a failure
+    instead of a hung suite."""
     monkeypatch.setattr(spin_pool, "SPIN_LIMIT", 10)       # sleep almost at once
     pool = spin_pool.SpinPool(2)
-    time.sleep(0.05)
-    assert all(pool.sleeping)
+    deadline = time.monotonic() + HANG_S
+    while not all(pool.sleeping):
+        assert time.monotonic() < deadline, "idle workers never went to sleep"
+        time.sleep(0.001)
     out = np.zeros(9)
-    pool.run(lambda lo, hi: out.__setitem__(slice(lo, hi), 1.0), [0, 3, 6, 9])
+    task = threading.Thread(target=pool.run, daemon=True,
+                            args=(lambda lo, hi: out.__setitem__(slice(lo, hi), 1.0), [0, 3, 6, 9]))
+    task.start()
+    task.join(timeout=HANG_S)
+    assert not task.is_alive(), "the sleeping workers were never woken"
     assert out.sum() == 9
 
 
