@@ -36,7 +36,7 @@ def load_resume(config, model, tokenizer=None):
     weights, a step past the run's end) stops every rank here, before any message."""
     if not config.resume:
         return None
-    from minipar.config_checks import check_resumed_step  # noqa: F401 (same layer)
+    from minipar.config_checks import check_resumed_step
     try:
         ckpt = checkpoint.open_checkpoint(config.resume)
         meta = ckpt.meta
