@@ -16,6 +16,10 @@ fp64: only a different order of summation moves the last bits.  Exits 1 if a lay
 differs beyond ``--rtol`` or a run fails (its output's tail is printed); every subprocess
 has a timeout, so a hang fails too.  ``single`` (one rank) checks the NumPy numerics
 alone, e.g. ``--layouts single --precisions fp16,bf16 --rtol 1e-6``.
+
+``--resume-at K``: the base revision trains steps 0..K-1 and saves a checkpoint; this
+tree resumes from it to the end.  Its losses from step K on must equal those of this
+tree's run that never stopped: checkpoints the base revision wrote still resume here.
 """
 import argparse
 import os
@@ -38,6 +42,7 @@ LAYOUTS = {  # name: (ranks, flags)
     "tp2sp": (2, ["--tp", "2", "--sequence-parallel"]),
     "pp2": (2, ["--pp", "2", "--schedule", "1f1b", "--microbatches", "4"]),
     "cp2": (2, ["--cp", "2"]),
+    "zero1": (2, ["--dp", "2", "--zero", "1"]),
     "zero3": (2, ["--dp", "2", "--zero", "3"]),
 }
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
@@ -59,11 +64,11 @@ def check_imports_from(tree):
         sys.exit(f"minipar in {tree} does not import from there ({where}):\n{proc.stderr[-2000:]}")
 
 
-def losses(tree, layout, precision, steps, log, timeout):
+def losses(tree, layout, precision, steps, log, timeout, extra=()):
     """The per-step losses of one training run in ``tree``, or the run's output tail if it failed."""
     ranks, flags = LAYOUTS[layout]
     cmd = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "minipar", "train", *MODEL, *RUN,
-           "--precision", precision, "--steps", str(steps), "--log-json", log, *flags]
+           "--precision", precision, "--steps", str(steps), "--log-json", log, *flags, *extra]
     # its own session, so that a hang ends every rank, not mpiexec alone
     proc = subprocess.Popen(cmd, cwd=tree, env=environment(tree), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -78,6 +83,21 @@ def losses(tree, layout, precision, steps, log, timeout):
     return [r["loss"] for r in step_records(log)]
 
 
+def resumed(base, layout, precision, args, name):
+    """(this tree resumed from the base's checkpoint, this tree uninterrupted): the losses
+    of steps resume_at.. of each, or a failed run's output."""
+    k, ckpt = args.resume_at, name + "_ckpt"
+    saved = losses(base, layout, precision, args.steps, name + "_base.json", args.timeout,
+                   ["--save", ckpt, "--stop-at", str(k)])
+    if isinstance(saved, str):
+        return saved, saved
+    again = losses(REPO, layout, precision, args.steps, name + "_resumed.json", args.timeout,
+                   ["--resume", ckpt])
+    whole = losses(REPO, layout, precision, args.steps, name + "_this.json", args.timeout)
+    return again[-(args.steps - k):] if isinstance(again, list) else again, \
+        whole[k:] if isinstance(whole, list) else whole
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True, help="the git revision to compare with")
@@ -86,6 +106,8 @@ def main():
     ap.add_argument("--precisions", default="fp64")
     ap.add_argument("--rtol", type=float, default=1e-12)
     ap.add_argument("--timeout", type=int, default=900, help="seconds one run may take")
+    ap.add_argument("--resume-at", type=int, default=None,
+                    help="the base saves at this step and this tree resumes from there")
     args = ap.parse_args()
     layouts, precisions = args.layouts.split(","), args.precisions.split(",")
     unknown = [name for name in layouts if name not in LAYOUTS]
@@ -105,8 +127,13 @@ def main():
             for layout in layouts:
                 for precision in precisions:
                     name = os.path.join(tmp, f"{layout}_{precision}")
-                    b = losses(base, layout, precision, args.steps, name + "_base.json", args.timeout)
-                    a = losses(REPO, layout, precision, args.steps, name + "_this.json", args.timeout)
+                    if args.resume_at is None:
+                        b = losses(base, layout, precision, args.steps, name + "_base.json",
+                                   args.timeout)
+                        a = losses(REPO, layout, precision, args.steps, name + "_this.json",
+                                   args.timeout)
+                    else:
+                        a, b = resumed(base, layout, precision, args, name)
                     if isinstance(a, str) or isinstance(b, str) or len(a) != len(b) or not a:
                         failed = True
                         print(f"{layout:<8} {precision:<9} FAILED")
