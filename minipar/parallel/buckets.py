@@ -16,7 +16,15 @@ import math
 
 from minipar.backend import to_device, xp
 
-DEFAULT_BUCKET_MB = 25.0    # a bucket's size where no one chose one (PyTorch DDP's default)
+DEFAULT_BUCKET_MB = 25.0    # the largest size a run chooses (perf/bucket_size.py), PyTorch
+                            # DDP's default: the memory model's bound before a run has chosen
+
+
+def bucket_bytes(config):
+    """The bucket size in bytes a config runs with: its own ``bucket_mb``, else the
+    largest a run may choose (a bound, for the memory model before the run chose)."""
+    mb = config.bucket_mb if config.bucket_mb is not None else DEFAULT_BUCKET_MB
+    return int(mb * 2**20)
 
 
 class Bucket:

@@ -78,7 +78,7 @@ def make_sync(module, config, grid, table, model=None, initial_piece=None):
     ``table``: the placements made so far (tp, stage)."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
-    from minipar.perf.bucket_size import bucket_bytes as bucket_bytes_of
+    from minipar.parallel.buckets import bucket_bytes as bucket_bytes_of
     bucket_bytes = bucket_bytes_of(config)
     if config.zero == 0:
         hook = _compression_hook(config)

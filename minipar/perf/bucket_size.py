@@ -35,12 +35,6 @@ LARGEST_MB = CANDIDATES_MB[-1]    # the bound the memory model uses before a run
 TIE = 0.005                       # step times this close count as equal
 
 
-def bucket_bytes(config):
-    """The bucket size in bytes a config runs with: its own, else the largest the chooser
-    may pick (a bound, for the memory model before a run has chosen)."""
-    return int((config.bucket_mb if config.bucket_mb is not None else LARGEST_MB) * 2**20)
-
-
 def choose_bucket_mb(config, prof=None, ranks_per_node=None):
     """(bucket_mb, {size: predicted step seconds}) for a resolved ``config`` whose
     ``bucket_mb`` is None (the user gave none) and whose synchroniser has buckets."""

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import host
-from minipar.perf.bucket_size import bucket_bytes, choose_bucket_mb
+from minipar.parallel.buckets import bucket_bytes
+from minipar.perf.bucket_size import choose_bucket_mb
 from minipar.perf import memory as pmem
 from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time

@@ -27,7 +27,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from minipar.comm.chunks import chunk_bounds
-from minipar.perf.bucket_size import bucket_bytes
+from minipar.parallel.buckets import bucket_bytes
 from minipar.perf.profile import DTYPE_BYTES
 
 
