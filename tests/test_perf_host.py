@@ -44,7 +44,9 @@ def test_a_core_per_rank_changes_nothing():
     layouts = [dict(dp=4), dict(dp=2, tp=2), dict(dp=2, pp=2, schedule="1f1b", microbatches=4),
                dict(tp=4, zero=0)]
     for kw in layouts:
-        c = config(**kw).resolve(4)
+        # one bucket size for every profile: left to the run, the size is chosen per
+        # profile (perf/bucket_size.py), and whether transfers overlap changes the choice
+        c = config(bucket_mb=25.0, **kw).resolve(4)
         plain = predict(c, dataclasses.replace(SHARED, cores_per_node=0), ranks_per_node=2)
         for prof in (dataclasses.replace(SHARED, cores_per_node=16),
                      dataclasses.replace(SHARED, cores_per_node=4),
