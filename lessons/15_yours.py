@@ -32,7 +32,7 @@ except ImportError:  # run from a checkout without installing: use the repositor
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from minipar.runlog import read_log, step_records
-from yours import check_here, load
+from yours import check_here, find_mpiexec, load
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "8",
         "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "0", "--steps", "12"]
@@ -62,7 +62,7 @@ class Launcher:
         assert k < 3, f"attempt {k + 1} launched, but attempt 3 (no failure injected) had finished"
         assert option(argv, "--log-json"), f"attempt {k + 1}: no --log-json, so no record of its steps"
         env = dict(os.environ, MINIPAR_INJECT_FAILURE=FAILURES[k]) if k < len(FAILURES) else None
-        cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", *argv]
+        cmd = [find_mpiexec(), "-n", "2", sys.executable, "-m", "minipar", "train", *argv]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         fault = f"rank {FAILURES[k].replace(':', ' fails at step ')}" if k < len(FAILURES) else "no failure"
         resume = option(argv, "--resume")

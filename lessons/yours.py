@@ -10,13 +10,30 @@ same data.  A failed check prints one line that names the rank and what differs 
 bucket, which layer, which micro-batch, which byte count) and ends the job on every rank,
 so a wrong exercise never leaves the other ranks waiting.  Lesson 15's exercise is the
 supervisor that starts mpiexec runs, so its check runs in one process (``check_here``).
+Every mpiexec the lessons start is ``find_mpiexec()``'s.
 """
 import argparse
 import importlib.util
 import os
+import shutil
 import sys
 import time
 import traceback
+
+
+def find_mpiexec():
+    """The mpiexec that goes with this Python: the one beside ``sys.executable`` (a virtual
+    environment's ``bin/``, where the ``mpich`` wheel installs it), else the first on PATH.
+    A Jupyter kernel started from another environment has no venv ``bin/`` on its PATH, and
+    an mpiexec of another MPI would start N separate one-rank jobs instead of one N-rank job."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise FileNotFoundError(f"no mpiexec beside {sys.executable} nor on PATH: install the package's "
+                                f"dependencies there (pip install -e .), whose mpich wheel brings one")
+    return found
 
 
 def load(path, name):

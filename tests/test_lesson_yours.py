@@ -4,6 +4,7 @@ that says what is wrong — which rank, step, bucket, layer, block or byte count
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
 every notebook with them; for the notebooks it runs only in the slow run, the solutions'
 multi-rank checks run here by default.)"""
+import importlib.util
 import os
 import re
 import subprocess
@@ -129,3 +130,29 @@ def test_the_blank_recursive_doubling_names_the_step_partner_and_bytes(tmp_path)
                      r"(the fold-in|round 0 \(new rank \d XOR 1 = new rank \d\)): sent nothing; "
                      r"expected 4004 bytes to rank \d \(your function raised NotImplementedError: hint", text), \
         text[-3000:]
+
+
+def _lesson_module(name):
+    spec = importlib.util.spec_from_file_location("lesson_" + name, os.path.join(LESSONS, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_find_mpiexec_takes_the_one_beside_the_python_first(tmp_path, monkeypatch):
+    """A Jupyter kernel from another environment: PATH holds another mpiexec, or none; the
+    runs must use the one installed beside the kernel's Python (with its mpi4py's MPI)."""
+    find_mpiexec = _lesson_module("yours").find_mpiexec
+    venv, elsewhere = tmp_path / "venv" / "bin", tmp_path / "elsewhere"
+    for folder in (venv, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "mpiexec").write_text("#!/bin/sh\n")
+        (folder / "mpiexec").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    monkeypatch.setenv("PATH", str(elsewhere))
+    assert find_mpiexec() == str(venv / "mpiexec")
+    (venv / "mpiexec").unlink()
+    assert find_mpiexec() == str(elsewhere / "mpiexec")          # none beside it: PATH's
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"no mpiexec beside .*venv/bin/python nor on PATH"):
+        find_mpiexec()

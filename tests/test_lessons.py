@@ -10,6 +10,7 @@ with the hint; the notebooks must be what their sources build.
 import glob
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -133,3 +134,18 @@ def test_notebooks_are_built_from_their_sources():
     for notebook, built in make_notebooks.lessons():
         with open(os.path.join(LESSONS, notebook)) as f:
             assert f.read() == nbformat.writes(built) + "\n", f"{notebook}: run lessons/make_notebooks.py"
+
+
+def test_every_mpiexec_run_goes_through_the_launch_helper():
+    """A command that starts with the bare name "mpiexec" runs whatever PATH finds: in a
+    Jupyter kernel from another environment, no mpiexec or another MPI's.  The lessons
+    launch through mpirun() (lessons/sources/launch.py) or yours.find_mpiexec()."""
+    by_name = re.compile(r"""\[\s*["']mpiexec["']""")
+    files = sorted(glob.glob(os.path.join(LESSONS, "sources", "*.py")) + glob.glob(os.path.join(LESSONS, "*.py")))
+    assert len(files) > 20, f"no lesson sources found in {LESSONS}"
+    found = []
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        found += [f"{os.path.relpath(path, ROOT)} line {text.count(chr(10), 0, m.start()) + 1}"
+                  for m in by_name.finditer(text)]
+    assert not found, f"mpiexec started by name, not through the launch helper: {found}"

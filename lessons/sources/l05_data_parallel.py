@@ -222,9 +222,9 @@ def with_library(model, launch):
                   comm_hook=lambda comm, flat: types.SimpleNamespace(wait=lambda: flat))
     ddp.comm = types.SimpleNamespace(rank=0, size=2)       # now the hooks launch buckets
     library_launch = ddp._launch
-    def spy(bucket):
-        launch(ddp.buckets.index(bucket))
-        library_launch(bucket)
+    def spy(i):                                            # i: the bucket's index
+        launch(i)
+        library_launch(i)
     ddp._launch = spy
     return ddp.finish                                      # waits, resets the counts
 

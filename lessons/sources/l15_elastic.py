@@ -1,6 +1,7 @@
 """Lesson 15: the cells of lessons/15_elastic.ipynb (``%md`` cells are markdown).
 
 Edit here, then run ``python lessons/make_notebooks.py``."""
+from launch import LAUNCH   # the cell that defines mpirun(), ENV and MINE for the lesson's runs
 
 NOTEBOOK = "15_elastic.ipynb"
 
@@ -49,13 +50,11 @@ from minipar.elastic.log import read_merged
 from minipar.monitor import read_log
 
 %matplotlib inline
-ROOT = os.path.abspath("..")
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))  # threads: minipar budgets them
+''' + LAUNCH + r'''
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "8",
         "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "0"]
 STEPS = 12
 WORK = tempfile.mkdtemp(prefix="lesson15-")
-MINE = tempfile.mkdtemp(prefix="minipar_yours_")    # %%writefile {MINE}/...: your supervisor (§3)
 
 def launch_cmd(run, launch_flags, train_flags=()):
     """python -m minipar launch ... -- train ...  (minipar.elastic is the same command)"""
@@ -241,6 +240,50 @@ for C_, M_ in ((30.0, 14400.0), (1.0, 86400.0), (300.0, 3600.0)):
 print("correct; the library's version:\n")
 print(inspect.getsource(young_daly_interval))
 ''', r'''%md
+**Daly's interval.** Young's $\tau^*$ is first order in $C/M$: it prices a failure at half an interval
+and ignores that a failure can also strike while a checkpoint is written or lost work is redone. Take
+the model `simulate` draws from — failures at exponential times, a failure losing the segment in
+progress, its work and its checkpoint — and a segment of $\tau + C$ seconds, repeated until no failure
+falls in it, costs on average $(M + R)\,(e^{(\tau + C)/M} - 1)$ seconds of wall time. The goodput is then
+exactly
+
+$$G(\tau) = \frac{\tau}{(M + R)\,\big(e^{(\tau + C)/M} - 1\big)},$$
+
+and Daly (2006) expanded its optimum to higher order (`young_daly_interval(C, M, daly=True)`):
+
+$$\tau^*_\text{Daly} = \sqrt{2CM}\left[1 + \frac13\sqrt{\frac{C}{2M}} + \frac19\,\frac{C}{2M}\right] - C
+\quad\text{for } C < 2M, \qquad \tau^*_\text{Daly} = M \quad\text{for } C \ge 2M.$$
+
+Since $C/\sqrt{2CM} = \sqrt{C/2M}$, Daly's interval is Young's times $1 - \frac23\sqrt{C/2M} + \frac19\frac{C}{2M}$:
+shorter, by a share that grows with $\sqrt{C/M}$. Below, $G$'s true maximum (a fine grid), both formulas,
+and `simulate` at each interval as a check on $G$:
+''', r'''
+def exact_goodput(tau, C, M, R=0.0):
+    """tau / ((M + R)(e^((tau + C)/M) - 1)): the goodput of the model simulate() draws from."""
+    return tau / ((M + R) * np.expm1((tau + C) / M))
+
+
+print(f"{'C':>6} {'M':>6} {'C/M':>6} | {'interval (s): Young':>20} {'Daly':>6} {'best':>6} | "
+      f"{'goodput: Young':>14} {'Daly':>6} {'best':>6} | simulated at Daly's")
+for C_, M_ in ((30.0, 4 * 3600.0), (300.0, 3 * 3600.0), (300.0, 3600.0), (1800.0, 3600.0)):
+    young, daly = young_daly_interval(C_, M_), young_daly_interval(C_, M_, daly=True)
+    grid = np.geomspace(C_ / 10, 10 * M_, 200_001)
+    best = grid[np.argmax(exact_goodput(grid, C_, M_))]
+    g_young, g_daly, g_best = (exact_goodput(t, C_, M_) for t in (young, daly, best))
+    simulated = simulate(daly, C_, M_, 0.0, work_s=2000 * M_, seed=1)
+    print(f"{C_:6.0f} {M_:6.0f} {C_ / M_:6.3f} | {young:20.0f} {daly:6.0f} {best:6.0f} | "
+          f"{g_young:14.2%} {g_daly:6.2%} {g_best:6.2%} | {simulated:.2%}")
+    assert abs(simulated - g_daly) < 0.01, "simulate() and G(tau) describe the same model"
+    assert abs(daly - best) < 0.01 * best, "Daly's formula lands on G's maximum"
+    assert g_young < g_daly and g_best - g_daly < 1e-5, "Young's interval does a little worse"
+''', r'''%md
+Daly's formula lands on the exact optimum; Young's overshoots it by 2 % when the checkpoint takes
+1/480 of the MTBF and by 15 % when it takes 1/12. The goodput hardly notices — the optimum is flat, as
+above — until $C$ is a large share of $M$: a quarter of a point at $C = M/12$, a point and a half at
+$C = M/2$.
+So Young's $\sqrt{2CM}$ is the right first answer, and Daly's matters where checkpoints are slow against
+the failure rate: a job that already loses a large share of its time.
+
 ## 5. The largest valid world size
 
 After a failure the supervisor runs on the **largest** number of ranks $w \le$ the slots left for which
@@ -281,9 +324,7 @@ SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "3
 runs = {}
 for name, extra in (("even shares", []), ("--balance", ["--balance"])):
     log = f"{WORK}/{name.strip('-').replace(' ', '_')}.json"
-    subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "minipar", "train", *SMALL, *extra,
-                    "--log-json", log], env=dict(ENV, MINIPAR_SLOW_RANK="1:2"), check=True, timeout=300,
-                   capture_output=True)
+    mpirun(2, ["-m", "minipar", "train", *SMALL, *extra, "--log-json", log], env={"MINIPAR_SLOW_RANK": "1:2"})
     runs[name] = read_log(log)[1]
 np.testing.assert_allclose([r["loss"] for r in runs["--balance"]], [r["loss"] for r in runs["even shares"]],
                            rtol=1e-9)                       # uneven shares, the same updates
@@ -347,13 +388,14 @@ print(inspect.getsource(agent.main))
 The numbers that set the checkpoint interval change by orders of magnitude. Meta reported 419
 unexpected interruptions in 54 days on 16 384 H100s (the introduction): one every ~3 hours for the
 job. A 405B model's weights and Adam state are ~6.5 TB; at tens of GB/s of aggregate storage bandwidth
-a synchronous checkpoint takes minutes. Young's interval with those (published figures; the checkpoint
-time is an assumption for the example):
+a synchronous checkpoint takes minutes. Young's and Daly's intervals with those (published figures; the
+checkpoint time is an assumption for the example), and the goodput of each in the exact model above:
 ''', r'''mtbf = 54 * 24 * 3600 / 419
 for C in (60.0, 300.0):
-    tau = young_daly_interval(C, mtbf)
-    print(f"checkpoint {C:>4.0f} s, MTBF {mtbf / 3600:.1f} h: every {tau / 60:.0f} min, "
-          f"goodput ~ {model_goodput(tau, C, mtbf, 600.0):.1%} (restart 10 min)")
+    young, daly = young_daly_interval(C, mtbf), young_daly_interval(C, mtbf, daly=True)
+    print(f"checkpoint {C:>4.0f} s, MTBF {mtbf / 3600:.1f} h: every {young / 60:.0f} min (Young) or "
+          f"{daly / 60:.0f} min (Daly), goodput {exact_goodput(young, C, mtbf, 600.0):.1%} or "
+          f"{exact_goodput(daly, C, mtbf, 600.0):.1%} (restart 10 min)")
 ''', r'''%md
 At that scale the supervisor you wrote is the right shape but every part of it is distributed: an agent
 per node instead of one `mpiexec` (torchrun's elastic agent, Slurm's requeue), a rendezvous that decides

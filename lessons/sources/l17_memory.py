@@ -1,6 +1,7 @@
 """Lesson 17: the cells of lessons/17_memory.ipynb (``%md`` cells are markdown).
 
 Edit here, then run ``python lessons/make_notebooks.py``."""
+from launch import LAUNCH   # the cell that defines mpirun(), ENV and MINE for the lesson's runs
 
 NOTEBOOK = "17_memory.ipynb"
 
@@ -29,31 +30,17 @@ import numpy as np
 
 from minipar.nn import init
 from minipar.parallel.tensor.sharding import Shard
-
-ROOT = os.path.abspath("..")
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+''' + LAUNCH + r'''
 WORK = tempfile.mkdtemp(prefix="minipar_l17_")
-MINE = tempfile.mkdtemp(prefix="minipar_l17_mine_")       # your exercise files go here
 MiB = 2 ** 20
-
-
-def mpirun(n, args, timeout=300):
-    """mpiexec -n N python ARGS... from lessons/, failing with every rank's output."""
-    proc = subprocess.run(["mpiexec", "-n", str(n), sys.executable, *map(str, args)],
-                          cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+# one BLAS thread per rank on any machine: BLAS threads' stacks and buffers count in the RSS measured below
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def train(ranks, *flags, name):
     """mpiexec -n RANKS python -m minipar train FLAGS; returns the run's final record."""
     log = f"{WORK}/{name}.json"
-    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "minipar", "train", "--quiet",
-           "--log-json", log, *map(str, flags)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    mpirun(ranks, ["-m", "minipar", "train", "--quiet", "--log-json", log, *flags], timeout=600, env=ONE_THREAD)
     return [json.loads(line) for line in open(log)][-1]["final"]
 ''', r'''%md
 ## 1. Where the bytes are
@@ -258,7 +245,9 @@ against the uninterrupted single process.
   A checkpoint of that size written by one rank at 2 GB/s takes over 13 minutes; written by every rank
   in parallel it is limited by the file system, and an **asynchronous** save (copy to host memory, write
   in a background thread while training continues) hides most of it — PyTorch DCP's `async_save`,
-  Megatron's `dist_checkpointing`, DeepSpeed's universal checkpoints do this.
+  Megatron's `dist_checkpointing` (`--async-save`), DeepSpeed's Nebula and FastPersist do this.
+  DeepSpeed's *universal checkpoints* answer the other question of §3: an offline conversion of a
+  ZeRO/TP/PP checkpoint into a form that another layout loads.
 - Names you will meet: PyTorch's `torch.device("meta")` and `DTensor`, `torch.distributed.checkpoint`
   (a `.metadata` index and one file per rank), Megatron's `ShardedTensor`, DeepSpeed's `zero.Init`.
 ''']

@@ -1,6 +1,7 @@
 """Lesson 18: the cells of lessons/18_tokens.ipynb (``%md`` cells are markdown).
 
 Edit here, then run ``python lessons/make_notebooks.py``."""
+from launch import LAUNCH   # the cell that defines mpirun(), ENV and MINE for the lesson's runs
 
 NOTEBOOK = "18_tokens.ipynb"
 
@@ -41,10 +42,8 @@ from minipar.tokenizer import Tokenizer, count_chunks, learn_merges, split_text
 from minipar.tokenizer.train import merge_pair
 
 %matplotlib inline
-ROOT = os.path.abspath("..")
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+''' + LAUNCH + r'''
 WORK = tempfile.mkdtemp(prefix="minipar_l18_")
-MINE = tempfile.mkdtemp(prefix="minipar_l18_mine_")       # your multi-rank exercise (and its shards) go here
 ''', r'''%md
 ## 1. BPE by hand
 
@@ -217,10 +216,8 @@ def my_tokenize(comm, paths, tokenizer, out):
     # 256 int32 of section 3.  Which rank may write the index, and when does it know enough?
     pass
 ''', r'''
-proc = subprocess.run(["mpiexec", "-n", "2", sys.executable, "18_yours.py", "--file", f"{MINE}/tokenize_share.py",
-                       "--tokenizer", os.path.join(data_dir, "tokenizer.json")],
-                      cwd=os.path.join(ROOT, "lessons"), env=ENV, capture_output=True, text=True, timeout=300)
-assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+proc = mpirun(2, ["18_yours.py", "--file", f"{MINE}/tokenize_share.py",
+                  "--tokenizer", os.path.join(data_dir, "tokenizer.json")])
 print(proc.stdout)
 ''', r'''%md
 ## 4. Reading shards: windows, not files
@@ -336,7 +333,7 @@ runs/tok` — or just `train`, whose default `--data stdlib` is that dataset, bu
 
 - Data is rarely the bottleneck of an LLM: at ~400K tokens/s per H100 (llm.c's bf16 GPT-2) a GPU reads
   ~0.8 MB/s of uint16 tokens, which memory maps serve from the page cache; the tokenizer runs once,
-  offline (nanotron's datatrove, llm.c's shard writers), on CPUs.
+  offline (Hugging Face's datatrove library, llm.c's shard writers), on CPUs.
 - The vocabulary is a GPU matter: it sets the head's matmul (V × d per token) and the logits' memory
   (b·s·V); GPT-2's 50,257 is padded to 50,304 for the tensor cores, Llama 3 uses 128K tokens, and
   vocabulary-parallel cross-entropy (lesson 07) keeps the logits sharded over tp.

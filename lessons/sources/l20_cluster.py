@@ -48,7 +48,7 @@ from minipar.monitor import step_records
 %matplotlib inline
 ''' + LAUNCH + r'''
 # the cluster's commands below time collectives: no check mode (the ENV above turns it on)
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = {name: value for name, value in ENV.items() if name != "MINIPAR_COMM_CHECK"}
 WORK = tempfile.mkdtemp(prefix="minipar_l20_")
 PREFIX = "mpl20"
 
@@ -316,11 +316,15 @@ lost at step 10 of 30, the run ends on node 0 with exactly the single process's 
   no CPU at all (GPUDirect: not even a copy through host memory). UCX picks those transports; here
   only TCP reaches across a veth.
 - Latency: a token bucket caps bandwidth but adds no delay (this kernel has no `netem`), so α across
-  the simulated link is the software's, not a switch's ~1–5 µs plus cable.
+  the simulated link is the software's alone. On InfiniBand a switch hop adds ~0.1–0.2 µs; a small
+  message from one node's memory to another's takes ~1–5 µs end to end (software, cards, switches,
+  cable).
 - Topologies are deeper than two levels (NVLink, PCIe switch, NIC, leaf and spine switches); NCCL reads
   them (`NCCL_TOPO_FILE`) and builds rings and trees to match. The step model above extends to any
   number of link classes: each message at its link's price, each shared link at its total.
 - Names you will meet: NCCL's `NCCL_ALGO=Ring|Tree` and `NCCL_CROSS_NIC`, Megatron's
   `--tensor-model-parallel-size` kept ≤ GPUs per node, PyTorch's `DeviceMesh` with an intra- and
-  an inter-node dimension (HSDP), DeepSpeed's hierarchical all-reduce (hpZ).
+  an inter-node dimension (HSDP), DeepSpeed's ZeRO++ — hpZ (a copy of the weights sharded inside each
+  node, so backward's all-gathers stay on the node's links) and qgZ (the gradients' reduce-scatter done
+  hierarchically, inside the node first, quantised to int4 on the wire).
 ''']
