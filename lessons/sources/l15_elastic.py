@@ -376,7 +376,7 @@ print(inspect.getsource(agent.main))
   alive and re-form the ring in process; a host discovery script says which hosts exist, failed hosts are
   **blacklisted** — minipar's `--hosts` does the same.
 - **DeepSpeed**: elastic training computes the batch sizes compatible with a range of GPU counts
-  (`elasticity` config), and *universal checkpointing* converts a ZeRO/TP/PP checkpoint to another layout —
+  (`elasticity` config), and *universal checkpointing* converts a ZeRO/TP/PP checkpoint offline for another layout —
   what minipar's sharded checkpoints do on load (each rank reads the boxes it owns).
 - **Goodput** (Google's ML goodput), **Young/Daly interval**, **MTBF**; asynchronous checkpoints
   (PyTorch DCP `async_save`), in-memory checkpoints to peers (Gemini), hot spares.
