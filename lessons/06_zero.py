@@ -71,15 +71,6 @@ def global_batch(step, rows, cfg):
     return ids[:, :-1], ids[:, 1:]
 
 
-def in_flight(sync):
-    """The synchroniser's non-blocking collectives still running."""
-    for b in sync.buckets:
-        if getattr(b, "handle", None) is not None:          # DDP
-            yield b.handle
-        yield from getattr(b, "pending", [])                 # ZeRO-2/3 reduce-scatters
-    yield from getattr(sync, "handles", {}).values()         # ZeRO-3 prefetches
-
-
 def traffic(comm, cfg, stage, rows, bucket_bytes):
     """Bytes this rank sends in one step: forward, backward, the optimizer step, and of
     that step the global-norm all-reduce (one float64)."""
@@ -90,12 +81,12 @@ def traffic(comm, cfg, stage, rows, bucket_bytes):
     comm.barrier()
     comm.reset_counters()
     _, loss = model(to_device(x), to_device(y))
-    for h in in_flight(opt.sync):
+    for h in opt.sync.in_flight():
         h.wait()
     out["forward"] = comm.bytes_sent
     comm.reset_counters()
     loss.backward()
-    for h in in_flight(opt.sync):       # the phase's collectives, complete (not consumed)
+    for h in opt.sync.in_flight():      # the phase's collectives, complete (not consumed)
         h.wait()
     out["backward"] = comm.bytes_sent
     comm.reset_counters()

@@ -320,7 +320,7 @@ Between them each rank holds $s/t$ tokens: LayerNorm and dropout run on $1/t$ of
 bytes moved are the same (the table in §4 shows it: both rows equal the formula). Two consequences
 the code handles: LayerNorm, position-embedding and row-bias gradients are now **partial sums** over
 each rank's tokens — the one optimizer step sums them over the tp group once per step
-(`minipar.parallel.step.sum_partial_over_tp`, for the elements `ParamRules.partial_over_tp` marks) —
+(`minipar.parallel.step.sum_partial_over_tp`, for the elements whose placement says `tp_partial_grad`) —
 and dropout draws the full mask from the shared generator and keeps its own tokens, so masks match the
 single process exactly (`SequenceParallelDropout`).
 
@@ -357,7 +357,7 @@ In training (`mpiexec -n 4 python -m minipar train --tp 2 --sequence-parallel --
 `parallelize(model, config, grid)` swaps the layers (`TensorParallelGPT`), and the one optimizer step
 (`minipar.parallel.step.Optimizer`) does the rest: `sync.finish()` averages over the data-parallel group,
 `sum_partial_over_tp` sums the sequence-parallel partial gradients, the global norm counts a weight
-replicated on the $t$ ranks once (`ParamRules.norm_weight` = $1/t$, summed over tp), AdamW updates the
+replicated on the $t$ ranks once (`Placement.norm_weight` = $1/t$, summed over tp), AdamW updates the
 local slices; checkpoints record each slice as a box of the plain GPT's tensor (by name), loadable by any layout.
 
 ## What changes on GPU nodes and at scale

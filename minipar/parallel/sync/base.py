@@ -14,6 +14,8 @@ subclass, never a new ``hasattr`` in the code that uses it:
                             data-parallel ranks) added to the cuts it was given (tp, stage)
     sync.stats()            SyncStats: the communication the step waited for, the bytes
                             held, the comm hook's counters
+    sync.in_flight()        the non-blocking collectives started and not yet waited for
+                            (to measure a phase's traffic: wait for them, read the counter)
 
 and a few facts as attributes: ``slots`` (the Slots, made once), ``norm_comms`` (groups over
 which the slots are disjoint parts, summed in the global norm), ``comm_hook`` (what DDP runs
@@ -92,6 +94,10 @@ class GradSync(abc.ABC):
     @abc.abstractmethod
     def from_named(self, named):
         """Per-slot arrays from {name: full array}: the inverse of ``to_named``."""
+
+    @abc.abstractmethod
+    def in_flight(self):
+        """The handles of this synchroniser's collectives still running (each has ``wait()``)."""
 
     # ------------------------------------------------------------ shared by every form
     def placements(self):

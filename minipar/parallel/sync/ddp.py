@@ -132,6 +132,9 @@ class DDPSync(GradSync):
             self._saved_switch = None
         self.exposed_comm_s = time.perf_counter() - start
 
+    def in_flight(self):
+        return [b.handle for b in self.buckets if b.handle is not None]
+
     def flat_grads(self):
         """Mixed precision: (buffer, ends, norm weights) — every fp32 master gradient back
         to back in one device array (``FlatStorage.master_grad``), where each parameter's

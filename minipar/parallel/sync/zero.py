@@ -159,6 +159,10 @@ class ZeroSync(GradSync):
         self.exposed_comm_s = time.perf_counter() - start
         return self.slots
 
+    def in_flight(self):
+        """The reduce-scatters started from gradient hooks (stage 2) not yet waited for."""
+        return [h for state in self.shards for h in state.pending]
+
     def publish(self):
         """Stages 1-2 keep full weights: all-gather the updated shards into the flat
         storage the parameters are views of."""

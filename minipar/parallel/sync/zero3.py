@@ -90,7 +90,7 @@ class Zero3Sync(ZeroSync):
         largest = max(b.padded for b in buckets)
         self.gathered = _Pair(largest)    # the full weights of units i and i ± 1
         self.staging = _Pair(largest)     # their full gradients, reduce-scattered in place
-        self.in_flight = [None, None]     # the reduce-scatter using each staging buffer
+        self.staging_busy = [None, None]  # the reduce-scatter using each staging buffer
         for i in range(len(buckets)):
             self.free(i)
 
@@ -148,10 +148,10 @@ class Zero3Sync(ZeroSync):
         if (any(p.grad is not None for p in b.params)     # already staged, or accumulating
                 or holder is not None and self.staged[holder] is not None):
             return                        # (then its gradients are packed as ZeRO-2's are)
-        previous = self.in_flight[i % 2]
+        previous = self.staging_busy[i % 2]
         if previous is not None:
             previous.wait()
-            self.in_flight[i % 2] = None
+            self.staging_busy[i % 2] = None
         flat = self.staging.take(i, b)
         flat.fill(0)
         self.staged[i] = (flat, [view for _, view in b.views(flat)])
@@ -178,7 +178,7 @@ class Zero3Sync(ZeroSync):
         b = self.buckets[i]
         if any(p.grad is not None for p in b.params):
             self._reduce_scatter(i, asynchronous=True)   # ZeRO-2's: frees the full grads
-            self.in_flight[i % 2] = self.shards[i].pending[-1]
+            self.staging_busy[i % 2] = self.shards[i].pending[-1]
         self.free(i)
 
     def run_unit(self, i, fn, x):
@@ -199,8 +199,12 @@ class Zero3Sync(ZeroSync):
         for h in self.handles.values():      # prefetches nobody used
             h.wait()
         self.handles.clear()
-        self.in_flight = [None, None]        # finish waits for every reduce-scatter
+        self.staging_busy = [None, None]     # finish waits for every reduce-scatter
         return super().finish()
+
+    def in_flight(self):
+        """The units' reduce-scatters and the all-gathers prefetched, not yet waited for."""
+        return super().in_flight() + list(self.handles.values())
 
     def publish(self):
         """Weights stay sharded (the next forward gathers them); under mixed precision

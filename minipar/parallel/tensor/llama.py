@@ -25,7 +25,7 @@ head h reads key/value head h // (H/Hkv).
   a sub-communicator of the tp group (Megatron's f, ``copy_to_tp_region``, applied to the
   weight before its use: identity forward, all-reduce backward; its gradient arrives summed, identical on the replicas, and the input gradient
   dx = dk_r·Wᵀ stays each rank's own share, summed by f as usual).  In the gradient
-  norm each copy counts 1/(t/Hkv) (``ParamRules.norm_weight``); checkpoints read one
+  norm each copy counts 1/(t/Hkv) (``Placement.norm_weight``); checkpoints read one
   copy (``Shard.join``).  (picotron, nanotron and torchtitan refuse t > Hkv instead.)
   Under ZeRO-3 the identity's output keeps the gathered k/v weights alive from forward
   to backward (the values are the same; 2·h·d per layer of memory is not freed early).
