@@ -15,7 +15,6 @@ Every mpiexec the lessons start is ``find_mpiexec()``'s.
 import argparse
 import importlib.util
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -26,10 +25,8 @@ def find_mpiexec():
     environment's ``bin/``, where the ``mpich`` wheel installs it), else the first on PATH.
     A Jupyter kernel started from another environment has no venv ``bin/`` on its PATH, and
     an mpiexec of another MPI would start N separate one-rank jobs instead of one N-rank job."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.isfile(beside) and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which("mpiexec")
+    from minipar.process import mpiexec_path
+    found = mpiexec_path()
     if found is None:
         raise FileNotFoundError(f"no mpiexec beside {sys.executable} nor on PATH: install the package's "
                                 f"dependencies there (pip install -e .), whose mpich wheel brings one")

@@ -24,6 +24,10 @@ system allocator's defaults.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+
 from minipar.allocator import keep_freed_blocks
 from minipar.threads import ThreadBudget, budget_threads
 
@@ -34,3 +38,15 @@ def setup_process(comm=None) -> ThreadBudget:
     budget = budget_threads(comm)
     keep_freed_blocks()
     return budget
+
+
+def mpiexec_path():
+    """The mpiexec that goes with this Python, or None: the one beside ``sys.executable``
+    (a virtual environment's ``bin/``, where the ``mpich`` wheel installs it), else the
+    first on PATH.  A Jupyter kernel or a shell from another environment may have no venv
+    ``bin/`` on its PATH, and an mpiexec of another MPI would start N separate one-rank
+    jobs instead of one N-rank job."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("mpiexec")

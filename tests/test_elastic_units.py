@@ -118,6 +118,17 @@ def test_young_daly_interval_maximises_goodput():
         young_daly_interval(0, M)
 
 
+def test_daly_checkpoints_once_an_mtbf_when_a_checkpoint_costs_two():
+    """Daly's form holds for C < 2M; a checkpoint dearer than that is taken every M
+    seconds (Young's √(2CM) would wait longer than the mean time to the next failure)."""
+    M = 100.0
+    assert young_daly_interval(300.0, M, daly=True) == M
+    assert young_daly_interval(300.0, M) == pytest.approx(math.sqrt(2 * 300.0 * M))
+    x = 50.0 / (2 * M)
+    assert young_daly_interval(50.0, M, daly=True) == pytest.approx(
+        math.sqrt(2 * 50.0 * M) * (1 + math.sqrt(x) / 3 + x / 9) - 50.0)
+
+
 def test_simulated_failures_agree_with_the_model():
     """Exponential failures, 400 MTBFs of work: the simulated goodput is near the model's
     and best near Young's interval (a seeded simulation: no timing involved)."""

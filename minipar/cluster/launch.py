@@ -22,10 +22,10 @@ cores // (all ranks), at least one, unless the user set OMP_NUM_THREADS.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from minipar.cluster.topology import ClusterError
+from minipar.process import mpiexec_path
 
 MINIPAR_COMMANDS = {"train", "profile", "sample", "bench", "calibrate", "plan", "report"}
 SUPERVISORS = {"launch"}            # start mpiexec themselves: run on this machine
@@ -63,7 +63,7 @@ def mpiexec_command(spec, argv, nprocs=None, placement="block"):
     if not 1 <= nprocs <= spec.world_size:
         raise ClusterError(f"-n must be between 1 and {spec.world_size} "
                            f"({spec.nodes} nodes x {spec.ranks_per_node} ranks), got {nprocs}")
-    mpiexec = shutil.which("mpiexec")
+    mpiexec = mpiexec_path()
     if mpiexec is None:
         raise ClusterError("mpiexec not found: `pip install mpich` (minipar's install brings it)")
     if placement not in ("block", "cyclic"):

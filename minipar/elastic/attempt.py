@@ -35,6 +35,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from minipar.process import mpiexec_path
+
 POLL = 0.05
 
 
@@ -102,7 +104,7 @@ class Attempt:
         self.world, self.hb_dir, self.end_step = world, hb_dir, end_step
         self.hang_timeout, self.startup_timeout = hang_timeout, startup_timeout
         os.makedirs(hb_dir, exist_ok=True)
-        cmd = ["mpiexec", "-n", str(world), *mpiexec_args, sys.executable, "-m",
+        cmd = [mpiexec_path() or "mpiexec", "-n", str(world), *mpiexec_args, sys.executable, "-m",
                "minipar.elastic.agent", *train_argv]
         full_env = dict(os.environ, MINIPAR_HEARTBEAT_DIR=hb_dir, **(env or {}))
         self.started = time.time()

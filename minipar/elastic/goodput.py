@@ -26,11 +26,15 @@ import random
 
 def young_daly_interval(checkpoint_s, mtbf_s, daly=False):
     """The checkpoint interval (seconds of training between checkpoints) that maximises
-    goodput: Young's √(2·C·M), or Daly's higher-order form."""
+    goodput: Young's √(2·C·M), or Daly's higher-order form (Daly 2006):
+
+        τ = √(2CM)·[1 + ⅓·√(C/2M) + (C/2M)/9] − C     for C < 2M,    else τ = M"""
     if checkpoint_s <= 0 or mtbf_s <= 0:
         raise ValueError("the checkpoint cost and the MTBF must be positive")
     tau = math.sqrt(2.0 * checkpoint_s * mtbf_s)
-    if daly and checkpoint_s < 2.0 * mtbf_s:
+    if daly:
+        if checkpoint_s >= 2.0 * mtbf_s:
+            return float(mtbf_s)
         x = checkpoint_s / (2.0 * mtbf_s)
         tau = tau * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - checkpoint_s
     return tau
