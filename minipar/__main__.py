@@ -23,108 +23,19 @@ import argparse
 import sys
 
 from minipar.cli_checks import CommandError, OneLineParser
+from minipar.process import setup_process
 
 
-def add_train_flags(p, steps=None, steps_help="total steps (the LR schedule spans them)"):
-    from minipar.config import TrainConfig as D         # the defaults live there, once
-    from minipar.config_checks import EVAL_BATCHES
-    layout = p.add_argument_group("layout")
-    layout.add_argument("--layout", default="manual", choices=["manual", "auto"],
-                        help="auto: the performance model picks the layout (`minipar plan`)")
-    layout.add_argument("--dp", type=int, default=None, help="data-parallel size (default: all ranks)")
-    layout.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    layout.add_argument("--cp", type=int, default=1,
-                        help="context-parallel size: the sequence split over cp ranks (ring attention)")
-    layout.add_argument("--cp-split", default="zigzag", choices=["zigzag", "contiguous"],
-                        help="how the sequence is cut: zigzag balances the causal mask's work")
-    layout.add_argument("--sequence-parallel", action="store_true")
-    layout.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pipeline rank")
-    layout.add_argument("--schedule", choices=["afab", "1f1b", "interleaved", "zb-h1"],
-                        help="pipeline schedule (default 1f1b; needs --pp or --chunks)")
-    layout.add_argument("--microbatches", type=int, default=None)
-    layout.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
-    layout.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    layout.add_argument("--balance", action="store_true",
-                        help="give each data-parallel replica a share of the batch by its speed")
-    layout.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB "
-                        "(default: the performance model's choice for the layout)")
-    layout.add_argument("--no-overlap", action="store_true",
-                        help="all-reduce after backward instead of from gradient hooks")
-    layout.add_argument("--grad-compression", default="none",
-                        choices=["none", "fp16", "bf16", "int8", "topk", "powersgd"],
-                        help="compress data-parallel gradients (DDP comm hooks, error feedback)")
-    layout.add_argument("--compression-ratio", type=float, default=D.compression_ratio,
-                        help="topk: the fraction of each bucket kept (default 0.01)")
-    layout.add_argument("--powersgd-rank", type=int, default=D.powersgd_rank)
-    layout.add_argument("--compression-start", type=int, default=None,
-                        help="uncompressed warm-up steps (default: 10 for powersgd, 0 otherwise)")
-    layout.add_argument("--comm-algorithm", default="auto",
-                        choices=["auto", "ring", "tree", "recursive_doubling", "rabenseifner",
-                                 "hierarchical"])
-    num = p.add_argument_group("numerics")
-    num.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
-    num.add_argument("--initial-loss-scale", type=float,
-                     help="fp16: the dynamic loss scale to start from (default 2^16)")
-    num.add_argument("--recompute", default="none", choices=["none", "full", "selective"])
-    num.add_argument("--attention", default="naive", choices=["naive", "flash"])
-    num.add_argument("--backend", default=None, choices=["numpy", "cupy"],
-                     help="array library (default: $MINIPAR_BACKEND or numpy)")
-    model = p.add_argument_group("model")
-    model.add_argument("--model", default=D.model, help=f"preset (default {D.model}): tiny, small, medium, gpt2, "
-                       "llama-tiny, llama-small, llama-medium")
-    model.add_argument("--arch", choices=["gpt2", "llama"],
-                       help="the block: gpt2 (LayerNorm, learned positions, GELU) or llama "
-                       "(RMSNorm, RoPE, SwiGLU, grouped-query attention); default: the preset's")
-    model.add_argument("--n-kv-head", type=int, help="llama: key/value heads (default n_head)")
-    model.add_argument("--rope-theta", type=float, help="llama: RoPE's base (default 10000)")
-    model.add_argument("--d-ff", type=int,
-                       help="llama: SwiGLU's hidden width (default 8/3·d_model to a multiple of 64)")
-    model.add_argument("--n-layer", type=int)
-    model.add_argument("--d-model", type=int)
-    model.add_argument("--n-head", type=int)
-    model.add_argument("--seq-len", type=int)
-    model.add_argument("--dropout", type=float)
-    model.add_argument("--tie-weights", action="store_true", default=None)
-    model.add_argument("--pad-vocab-to", type=int, metavar="N",
-                       help="embedding/head rows padded to a multiple of N, the padding masked "
-                            "out of the loss (default: 64 on --backend cupy, 1 on numpy)")
-    run = p.add_argument_group("run")
-    run.add_argument("--steps", type=int, default=steps or D.steps, help=steps_help)
-    run.add_argument("--stop-at", type=int, default=None,
-                     help="end this run at that step (saving with --save); resume later")
-    run.add_argument("--batch-size", type=int, default=D.batch_size, help="global batch, in sequences")
-    run.add_argument("--lr", type=float, default=D.lr)
-    run.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/10)")
-    run.add_argument("--weight-decay", type=float, default=0.1)
-    run.add_argument("--grad-clip", type=float, default=1.0)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--data", default="stdlib", help="'stdlib' (the standard library in BPE "
-                     "tokens, built once and cached), 'stdlib-bytes' (the same text as bytes), "
-                     "a text file or a folder (bytes), or a folder written by `minipar "
-                     "tokenize` (tokens)")
-    run.add_argument("--eval-batches", type=int,
-                     help=f"validation batches after training (default {EVAL_BATCHES}; 0 to skip)")
-    run.add_argument("--mem-per-rank", type=float, metavar="GIB",
-                     help="memory one rank may use, in GiB, for the check before the run "
-                          "(default: the GPU's free memory, or this node's RAM / its ranks)")
-    run.add_argument("--skip-memory-check", action="store_true",
-                     help="run even when the memory model predicts more than a rank may use")
-    out = p.add_argument_group("output")
-    out.add_argument("--log-json", help="write one JSON object per step to this file")
-    out.add_argument("--trace", help="Chrome trace JSON of the pipeline schedule")
-    out.add_argument("--peak-tflops", type=float, help="peak FLOP/s of one rank, for MFU")
-    out.add_argument("--save", help="directory to write the final checkpoint to")
-    out.add_argument("--save-every", type=int, default=0, help="also save every K steps")
-    out.add_argument("--keep", type=int, default=D.keep,
-                     help=f"complete checkpoints kept in --save (default {D.keep}; 0: all)")
-    out.add_argument("--save-async", action="store_true",
-                     help="write checkpoints from a background thread while the next forward and backward run")
-    out.add_argument("--resume", help="checkpoint directory to continue from")
-    out.add_argument("--quiet", action="store_true", help="no progress bar")
-    out.add_argument("--hang-timeout", type=float, default=300.0,
-                     help="seconds a rank may wait on a peer before the job ends, naming "
-                          "both (default 300; 0: no limit)")
+def add_train_flags(p, steps=None, steps_help=None):
+    """``train``'s flags on parser ``p``: one per field of ``TrainConfig`` (generated from
+    the fields, ``config/flags.py``), and ``--layout``, the one the command line owns.
+    ``steps``, ``steps_help``: another default and help for --steps (``profile``)."""
+    from minipar.config.flags import add_config_flags
+    overrides = {"steps": {k: v for k, v in (("default", steps), ("help", steps_help)) if v}}
+    groups = add_config_flags(p, overrides)
+    groups["layout"].add_argument("--layout", default="manual", choices=["manual", "auto"],
+                                  help="auto: the performance model picks the layout "
+                                       "(`minipar plan`)")
 
 
 def build_parser():
@@ -134,7 +45,7 @@ def build_parser():
     add_train_flags(sub.add_parser("train", help="train a GPT under a parallel layout"))
     profile = sub.add_parser("profile", help="where a step's time goes: by op and phase, "
                              "against this machine's roofline")
-    add_train_flags(profile, steps=3, steps_help="profiled steps, after one warm-up (default 3)")
+    add_train_flags(profile, steps=3, steps_help="profiled steps, after one warm-up (default %(default)s)")
     profile.add_argument("--top", type=int, default=15, help="rows of the op table (default 15)")
     profile.add_argument("--json", help="also write the tables to this file (JSON)")
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -184,41 +95,28 @@ def _stop(message, code):
 
 
 def run_train(args):
-    from minipar.config import ConfigError
-    from minipar.layout import LayoutError, as_flags, validate_layout
+    from minipar.layout import config_from_flags
     from minipar.train import TrainingStopped, train
+    config = config_from_flags(args)          # every check and probe, before any message
     try:
-        config = validate_layout(args)        # every check, before any message
-        train(config)
-    except LayoutError as err:
-        _stop(err.code, 2)
-    except ConfigError as err:                # found in setup (corpus, checkpoint, --save)
-        _stop(f"minipar train: {as_flags(err)}", 2)
+        train(config, prepared=True)
     except TrainingStopped as err:
         _stop(f"minipar train: {err}", err.code)
 
 
 def run_profile(args):
     """``profile``: one run set up as ``train`` sets it up, its steps timed by op and phase."""
-    from minipar.config import ConfigError
-    from minipar.layout import LayoutError, as_flags, validate_layout
+    from minipar.cli_checks import output_file
+    from minipar.layout import config_from_flags
     from minipar.profiler import NOT_PROFILED, profile_run
     defaults = vars(build_parser().parse_args(["profile"]))
     for field, why in NOT_PROFILED.items():
         if getattr(args, field) != defaults[field]:
-            _stop(f"minipar profile: --{field.replace('_', '-')} is not built for profile "
-                  f"({why}); drop it", 2)
+            raise CommandError(f"--{field.replace('_', '-')} is not built for profile ({why}); drop it")
     if args.steps < 1 or args.top < 1:
-        _stop(f"minipar profile: --steps and --top must be >= 1, got {args.steps} and {args.top}", 2)
-    from minipar.cli_checks import output_file
+        raise CommandError(f"--steps and --top must be >= 1, got {args.steps} and {args.top}")
     output_file("--json", args.json)
-    try:
-        config = validate_layout(args)
-        profile_run(config, args.steps, top=args.top, json_path=args.json)
-    except LayoutError as err:
-        _stop(str(err.code).replace("minipar train:", "minipar profile:", 1), 2)
-    except ConfigError as err:
-        _stop(f"minipar profile: {as_flags(err)}", 2)
+    profile_run(config_from_flags(args), args.steps, top=args.top, json_path=args.json)
 
 
 PASS_THROUGH = {   # subcommands with parsers of their own: everything after the name is theirs
@@ -232,21 +130,30 @@ PASS_THROUGH = {   # subcommands with parsers of their own: everything after the
 }
 
 
+def _refused(command, err):
+    """A bad flag, input or configuration: ``minipar COMMAND: <one line>``, exit 2.  A
+    ConfigError names the config's fields (`n_head`): said as the flags (--n-head)."""
+    from minipar.cli_checks import as_flags
+    from minipar.config import ConfigError
+    _stop(f"minipar {command}: {as_flags(err) if isinstance(err, ConfigError) else err}", 2)
+
+
 def main(argv=None):
+    setup_process()          # the thread budget and the allocator, before NumPy's BLAS starts
+    from minipar.config import ConfigError
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in PASS_THROUGH:
         import importlib
         module, name = PASS_THROUGH[argv[0]]
         try:
             return getattr(importlib.import_module(module), name)(argv[1:])
-        except CommandError as err:
-            _stop(f"minipar {argv[0]}: {err}", 2)
+        except (CommandError, ConfigError) as err:
+            _refused(argv[0], err)
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except CommandError as err:
-        name = args.command + (f" {args.what}" if args.command == "bench" else "")
-        _stop(f"minipar {name}: {err}", 2)
+    except (CommandError, ConfigError) as err:
+        _refused(args.command + (f" {args.what}" if args.command == "bench" else ""), err)
 
 
 def _run(args):

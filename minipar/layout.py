@@ -1,21 +1,16 @@
-"""The command line's side of ``TrainConfig``: flags in, flags in the error messages.
+"""The command line's config: parsed flags in, the config a run starts from out.
 
-``validate_layout(args)`` builds the frozen ``TrainConfig`` from the parsed flags and
-resolves it for this world size (every check, before any message is sent).  The
-library speaks of its fields as `n_head`; here they become the flags a user typed
-(--n-head), and the error is raised as ``LayoutError`` — a ``SystemExit`` with one line.
+``config_from_flags(args)`` builds the frozen ``TrainConfig`` from the parsed flags and
+prepares it for this world size (``config.prepare``: each section's checks, the probes,
+``--layout auto``'s choice, ``resolve`` once), before any message is sent.  Refusals
+are ``ConfigError`` in the library's words (`n_head`); ``as_flags`` says them as the
+flags a user typed (--n-head), which ``python -m minipar`` prints after the name of
+the command that was run.
 """
 from __future__ import annotations
 
 from minipar.cli_checks import as_flags  # noqa: F401  (the library's `names` as --flags)
-from minipar.config import ConfigError, TrainConfig
-
-
-class LayoutError(SystemExit):
-    """A configuration that cannot run; the message says what to change."""
-
-    def __init__(self, message):
-        super().__init__(f"minipar train: {message}")
+from minipar.config import ConfigError, TrainConfig, prepare
 
 
 def world():
@@ -24,33 +19,27 @@ def world():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
 
-LAYOUT_FLAGS = ("dp", "cp", "tp", "pp", "chunks", "schedule", "microbatches", "zero",
-                "grad_accum", "sequence_parallel", "recompute")
-
-
-def _auto(config, size, rank):
+def _layout_auto(size, rank):
     """``--layout auto``: the performance model's fastest layout for ``size`` ranks (the
-    plan printed first, on rank 0).  Layout flags given with it would be overridden: refused."""
-    default = TrainConfig()
-    given = [f for f in LAYOUT_FLAGS if getattr(config, f) != getattr(default, f)]
-    if given:
-        raise ConfigError(f"`layout` auto chooses the layout itself; drop `{given[0]}`")
-    from minipar.config_checks import with_data_vocabulary
-    from minipar.perf.plan import auto_layout
-    chosen, text = auto_layout(with_data_vocabulary(config), size)   # the head's size counts
-    if rank == 0:
-        print(text, flush=True)
-        print(f"--layout auto: running {chosen.layout_name()}", flush=True)
-    return chosen
+    plan printed first, on rank 0).  A planned field given with it would be overridden:
+    refused.  Runs after preflight, so the plan sizes the head with the data's vocabulary."""
+    def choose(config):
+        given = [name for name, value in config.planned_layout().items()
+                 if value != TrainConfig().planned_layout()[name]]
+        if given:
+            raise ConfigError(f"`layout` auto chooses the layout itself; drop `{given[0]}`")
+        from minipar.perf.plan import auto_layout
+        chosen, text = auto_layout(config, size)
+        if rank == 0:
+            print(text, flush=True)
+            print(f"--layout auto: running {chosen.layout_name()}", flush=True)
+        return chosen
+    return choose
 
 
-def validate_layout(args, rank_and_size=None) -> TrainConfig:
-    """The resolved TrainConfig of parsed flags ``args``, or LayoutError (in flags)."""
+def config_from_flags(args, rank_and_size=None) -> TrainConfig:
+    """The prepared TrainConfig of parsed flags ``args``, or ConfigError."""
     rank, size = rank_and_size or world()
-    try:
-        config = TrainConfig.from_namespace(args)
-        if getattr(args, "layout", "manual") == "auto":
-            config = _auto(config, size, rank)
-        return config.resolve(size)
-    except ConfigError as err:
-        raise LayoutError(as_flags(err)) from None
+    auto = getattr(args, "layout", "manual") == "auto"
+    return prepare(TrainConfig.from_namespace(args), size,
+                   choose_layout=_layout_auto(size, rank) if auto else None)

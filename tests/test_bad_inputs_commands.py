@@ -13,7 +13,7 @@ import pytest
 from minipar import __main__ as cli
 from minipar import paths
 from minipar.config import ConfigError, TrainConfig
-from minipar.train import check_outputs
+from minipar.config.preflight import check_outputs
 from tests.mpirun import REPO
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "8"]

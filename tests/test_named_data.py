@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from minipar.config import TrainConfig
+from minipar.config import TrainConfig, preflight
 from minipar.data.named import STDLIB_VOCAB, cache_root, resolve_data, tokenized
 from minipar.data.tokens import read_manifest
 
@@ -58,7 +58,7 @@ def test_two_processes_at_once_build_one_folder(corpus, tmp_path):
 
 def test_names_resolve():
     assert resolve_data("stdlib-bytes") == "stdlib-bytes"
-    assert TrainConfig(data="stdlib-bytes").resolve(1).vocab_size == 256
-    config = TrainConfig().resolve(1)                     # the default: the cached BPE stdlib
+    assert preflight(TrainConfig(data="stdlib-bytes")).vocab_size == 256
+    config = preflight(TrainConfig())                     # the default: the cached BPE stdlib
     assert config.data.startswith(cache_root()) and config.vocab_size == STDLIB_VOCAB
     assert read_manifest(config.data)["source"] == "stdlib"

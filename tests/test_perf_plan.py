@@ -155,13 +155,13 @@ def test_layout_auto_resolves_to_the_plans_first_layout(monkeypatch, capsys):
     first for the same run — the fastest predicted — with the run's other settings kept.
     The profile is the shipped h100 one ($MINIPAR_PROFILE), so nothing is measured here."""
     from minipar.__main__ import build_parser
-    from minipar.config_checks import with_data_vocabulary
-    from minipar.layout import validate_layout
+    from minipar.config.preflight import with_data
+    from minipar.layout import config_from_flags
     monkeypatch.setenv("MINIPAR_PROFILE", "h100")
     world = 4
     run = ["train", "--model", "tiny", "--batch-size", "16", "--data", "stdlib-bytes", "--seed", "7"]
-    chosen = validate_layout(build_parser().parse_args(run + ["--layout", "auto"]), (0, world))
-    base = with_data_vocabulary(TrainConfig.from_namespace(build_parser().parse_args(run)))
+    chosen = config_from_flags(build_parser().parse_args(run + ["--layout", "auto"]), (0, world))
+    base = with_data(TrainConfig.from_namespace(build_parser().parse_args(run)))
     ranked = plan(base, world, "h100").ranked
     assert len({p.config.layout_name() for p in ranked}) > 1       # a choice was made
     assert ranked[0].step_s == min(p.step_s for p in ranked)

@@ -201,11 +201,11 @@ def test_auto_layout_plans_with_the_data_vocabulary(tokens, monkeypatch):
     """--layout auto ranks layouts for the model the data needs: its head has V = 300."""
     import minipar.perf.plan
     from minipar.__main__ import build_parser
-    from minipar.layout import validate_layout
+    from minipar.layout import config_from_flags
     planned = []
     real = minipar.perf.plan.auto_layout
     monkeypatch.setattr(minipar.perf.plan, "auto_layout",
                         lambda config, size: planned.append(config) or real(config, size))
     args = build_parser().parse_args(["train", *MODEL, "--layout", "auto", "--data", str(tokens)])
-    chosen = validate_layout(args, rank_and_size=(1, 2))
+    chosen = config_from_flags(args, rank_and_size=(1, 2))
     assert planned[0].model_config().vocab_size == 300 == chosen.model_config().vocab_size

@@ -20,22 +20,27 @@ reduction order (fp64: ~1e-12).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
-from minipar.config import ConfigError, TrainConfig
+from minipar.config import PLANNED, ConfigError, Layout, TrainConfig
+from minipar.config.flags import flag_name
+from minipar.config.preflight import with_data
+from minipar.config.sections import value_type
 
-# train flags the supervisor owns: it rewrites them for every attempt
-VALUED = ("--dp", "--cp", "--tp", "--pp", "--chunks", "--schedule", "--microbatches",
-          "--zero", "--grad-accum", "--recompute", "--resume", "--log-json", "--hang-timeout")
-SWITCHES = ("--sequence-parallel", "--balance")
-LAYOUT_FIELDS = ("dp", "cp", "tp", "sequence_parallel", "pp", "chunks", "schedule",
-                 "microbatches", "zero", "grad_accum", "recompute", "balance")
+# the fields the supervisor owns and rewrites for every attempt: the planned layout, and
+# --balance (refused where dp becomes 1)
+LAYOUT_FIELDS = PLANNED + ("balance",)
+_SWITCH = {f.name for f in fields(Layout) if value_type(f) is bool}
+SWITCHES = tuple(flag_name(name) for name in LAYOUT_FIELDS if name in _SWITCH)
+VALUED = tuple(flag_name(name) for name in LAYOUT_FIELDS if name not in _SWITCH) + (
+    "--resume", "--log-json", "--hang-timeout")
 
 
 def parse_train(argv):
-    """The TrainConfig of ``train`` arguments (parsed by the trainer's own parser)."""
+    """The TrainConfig of ``train`` arguments (parsed by the trainer's own parser), with
+    its data's vocabulary (``preflight.with_data``): the planner sizes the head with it."""
     from minipar.__main__ import build_parser
-    return TrainConfig.from_namespace(build_parser().parse_args(["train", *argv]))
+    return with_data(TrainConfig.from_namespace(build_parser().parse_args(["train", *argv])))
 
 
 def strip_owned(argv):
@@ -56,15 +61,14 @@ def strip_owned(argv):
 
 
 def layout_flags(config):
-    """A resolved config's layout as ``train`` flags."""
-    c = config
-    flags = ["--dp", str(c.dp), "--cp", str(c.cp), "--tp", str(c.tp), "--pp", str(c.pp),
-             "--zero", str(c.zero), "--grad-accum", str(c.grad_accum), "--recompute", c.recompute]
-    if c.pipelined:
-        flags += ["--chunks", str(c.chunks), "--microbatches", str(c.microbatches)]
-        flags += ["--schedule", c.schedule] if c.schedule else []
-    flags += ["--sequence-parallel"] if c.sequence_parallel else []
-    flags += ["--balance"] if c.balance else []
+    """A resolved config's layout (``LAYOUT_FIELDS``) as ``train`` flags."""
+    flags = []
+    for name in LAYOUT_FIELDS:
+        value = getattr(config, name)
+        if name in _SWITCH:
+            flags += [flag_name(name)] if value else []
+        elif value is not None:
+            flags += [flag_name(name), str(value)]
     return flags
 
 

@@ -158,12 +158,15 @@ def format_plan(pl: Plan, world, top=10):
 def auto_layout(config: TrainConfig, world_size: int, profile=None):
     """``train --layout auto``: (the plan's fastest layout for ``world_size`` ranks as a
     TrainConfig — the run's other settings kept — and the plan's text)."""
-    base = replace(config, dp=None, tp=1, pp=1, chunks=1, schedule=None, microbatches=None,
-                   zero=0, grad_accum=1, sequence_parallel=False, recompute="none")
-    pl = plan(base, world_size, profile)
+    pl = plan(config.with_default_layout(), world_size, profile)
     if not pl.ranked:
         raise ConfigError(f"no layout of {world_size} ranks fits: " + format_plan(pl, world_size))
     return pl.ranked[0].config, format_plan(pl, world_size)
+
+
+# train's settings that plan takes, as train's flags: the model, the batch, the numerics
+TRAIN_FLAGS = ("model", "arch", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "seq_len",
+               "batch_size", "precision", "attention")
 
 
 def _checked_inputs(a):
@@ -178,15 +181,13 @@ def _checked_inputs(a):
         raise CommandError(f"--nodes {a.nodes} is more than --ranks {a.ranks}: a node holds at least one rank")
     positive("--mem-per-rank", a.mem_per_rank)
     output_file("--json", a.json)
-    base = TrainConfig(model=a.model, n_layer=a.n_layer, d_model=a.d_model, n_head=a.n_head,
-                       seq_len=a.seq_len, batch_size=a.batch_size, precision=a.precision,
-                       attention=a.attention, arch=a.arch, n_kv_head=a.n_kv_head, d_ff=a.d_ff)
+    base = TrainConfig(**{name: getattr(a, name) for name in TRAIN_FLAGS})
     try:
-        if a.vocab:
-            base = with_vocab(base, a.vocab)
         base.model_config()
     except ValueError as err:
         raise CommandError(as_flags(err)) from None
+    # the head is sized by the vocabulary: --vocab's, or the default data's (as train's)
+    base = with_vocab(base, a.vocab) if a.vocab else with_data(base)
     try:
         prof = load_profile(a.profile)
     except FileNotFoundError as err:
@@ -205,14 +206,9 @@ def plan_main(argv=None):
     ap.add_argument("--mem-per-rank", type=float, default=None, help="GiB")
     ap.add_argument("--json", default=None, help="write the full ranking here")
     ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--model", default=TrainConfig.model)
-    ap.add_argument("--arch", default=None, choices=["gpt2", "llama"],
-                    help="the block (default: the preset's)")
-    for f in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "seq_len", "vocab"):
-        ap.add_argument("--" + f.replace("_", "-"), type=int, default=None)
-    ap.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "fp64"])
-    ap.add_argument("--attention", default="naive", choices=["naive", "flash"])
+    add_field_flags(ap, TRAIN_FLAGS)
+    ap.add_argument("--vocab", type=int, default=None,
+                    help="the vocabulary (default: the default --data's, as train)")
     ap.add_argument("--placements", default="block",
                     help="block (node 0 holds ranks 0..K-1), cyclic (rank r on node r mod N), or "
                          "block,cyclic to rank both")
@@ -234,6 +230,8 @@ def plan_main(argv=None):
 
 
 from minipar.cli_checks import as_flags  # noqa: E402
+from minipar.config.flags import add_field_flags  # noqa: E402
+from minipar.config.preflight import with_data  # noqa: E402
 from minipar.perf.models import with_vocab  # noqa: E402
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The data path of one run, file by file (see ``docs/architecture.md``):
 
-    config.py       TrainConfig, frozen; ``resolve(world_size)`` checks it once
+    config/         TrainConfig, frozen; ``prepare``: checked, probed, resolved once
     parallel/grid   ProcessGrid(dp, tp, pp) from the config
     nn/gpt          the plain GPT, as placeholders (weights drawn later by name)
     parallel/parallelize
@@ -21,7 +21,7 @@ same update as the single-process run.
 from __future__ import annotations
 
 from minipar import backend, checkpoint
-from minipar.config import ConfigError, TrainConfig
+from minipar.config import ConfigError, TrainConfig, prepare
 
 
 def _world_size():
@@ -36,7 +36,7 @@ def load_resume(config, model, tokenizer=None):
     weights, a step past the run's end) stops every rank here, before any message."""
     if not config.resume:
         return None
-    from minipar.config_checks import check_resumed_step
+    from minipar.config.rules import check_resumed_step
     try:
         ckpt = checkpoint.open_checkpoint(config.resume)
         meta = ckpt.meta
@@ -69,32 +69,12 @@ def check_same_tokenizer(meta, tokenizer):
                      f"{_tokens_of(ours)}{other}; give the --data it was trained on")
 
 
-def check_outputs(config):
-    """Every output of the run can be written, before any work: the --save directory
-    first, with room for a checkpoint (params, m, v) — made if missing, so the README's
-    ``--save runs/stdlib --log-json runs/stdlib.json`` finds its folder — then the
-    --log-json and --trace files (an existing one left as it is)."""
-    from minipar.paths import PathError, probe_output_file
-    from minipar.perf.memory import numel
-    if config.save:
-        item = 8 if config.precision == "fp64" else 4
-        try:
-            checkpoint.probe_directory(config.save, need_bytes=3 * item * numel(config.model_config()))
-        except ValueError as err:
-            raise ConfigError(f"`save` {config.save}: {err}") from None
-    for field in ("log_json", "trace"):
-        path = getattr(config, field)
-        if path is not None:
-            try:
-                probe_output_file(path)
-            except PathError as err:
-                raise ConfigError(f"`{field}` {path}: {err}") from None
-
-
-def setup(config: TrainConfig):
+def setup(config: TrainConfig, prepared=False):
     """Everything a run needs, built in the order of the module docstring.  Every check
     (the config, the outputs, the memory model's peak against the limit, the corpus, the
-    checkpoint to resume) comes before the first message between ranks."""
+    checkpoint to resume) comes before the first message between ranks.  ``prepared``:
+    ``config`` is what ``config.prepare`` returned for this world (the command line
+    prepares it before it calls ``train``); otherwise it is prepared here."""
     from minipar.comm import Communicator, abort_on_exception, set_hang_timeout
     from minipar.data.tokens import open_dataset
     from minipar.nn import make_model
@@ -103,8 +83,8 @@ def setup(config: TrainConfig):
     from minipar.train.loop import Run
     from minipar.train.saving import load_state
     from minipar.train.fits import check_fits
-    config = config.resolve(_world_size())
-    check_outputs(config)
+    if not prepared:
+        config = prepare(config, _world_size())   # checks, preflight's probes, resolve
     fit = check_fits(config)        # before anything is allocated: the memory model's peak
     from minipar.procmem import ProcessMemory
     process_memory = ProcessMemory()       # the construction phase starts here
@@ -155,7 +135,7 @@ def with_bucket_size(config, grid, ranks_on_node):
     import dataclasses
     import numpy as np
     from minipar.comm import broadcast
-    from minipar.perf.bucket_size import choose_bucket_mb
+    from minipar.perf.estimate import choose_bucket_mb
     chosen = np.zeros(1)
     if grid.rank == 0:
         chosen[0] = choose_bucket_mb(config, ranks_per_node=ranks_on_node)[0]
@@ -163,9 +143,9 @@ def with_bucket_size(config, grid, ranks_on_node):
     return dataclasses.replace(config, bucket_mb=float(chosen[0]))
 
 
-def train(config: TrainConfig):
+def train(config: TrainConfig, prepared=False):
     """Train under ``config``; returns the run (its model, optimizer, grid, losses)."""
-    run = setup(config)
+    run = setup(config, prepared)
     run.loop()
     return run
 

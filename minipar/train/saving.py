@@ -68,9 +68,8 @@ def checkpoint_meta(run, step):
     c, grid, opt = run.config, run.grid, run.optimizer
     meta = {"model": run.cfg.to_dict(), "step": step, "optimizer_step": opt.step_count,
             "seed": c.seed, "precision": c.precision, "config": c.to_dict(),
-            "layout": {"name": c.layout_name(), "world_size": grid.world.size, "dp": grid.dp,
-                       "tp": grid.tp, "pp": grid.pp, "cp": c.cp, "zero": c.zero,
-                       "chunks": c.chunks, "sequence_parallel": bool(c.sequence_parallel)},
+            "layout": {"name": c.layout_name(), "world_size": grid.world.size,
+                       **c.planned_layout()},
             "data": {"seed": c.seed, "next_step": step, "batch_size": c.batch_size}}
     if run.dataset.tokenizer is not None:          # sample and resume decode with it
         meta["tokenizer"] = run.dataset.tokenizer.to_dict()
