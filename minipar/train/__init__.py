@@ -128,8 +128,9 @@ def setup(config: TrainConfig, prepared=False):
 
 def with_bucket_size(config, grid, ranks_on_node):
     """The config with its gradient bucket size: the user's, or the performance model's
-    choice for this layout (``perf/bucket_size.py``), decided on rank 0 and broadcast so
-    every rank builds the same buckets.  ZeRO-3's units are the layers: no buckets."""
+    choice for this layout (``perf/estimate.choose_bucket_mb``), decided on rank 0 and
+    broadcast so every rank builds the same buckets.  ZeRO-3's units are the layers: no
+    buckets."""
     if config.bucket_mb is not None or config.zero == 3 or grid.dp_cp_comm.size == 1:
         return config
     import dataclasses
