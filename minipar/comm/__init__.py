@@ -2,10 +2,10 @@
 
 Exported:
 
-- transport: ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None,
-  ranks_per_node=None, hang_timeout=None)`` — rank, size, ``split(color, key)``,
-  buffer-based ``send/recv/sendrecv/isend/irecv/wait/waitall/barrier``, counters
-  ``bytes_sent, bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``.
+- ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
+  hang_timeout=None)`` — rank, size, ``split(color, key)``, buffer-based
+  ``send/recv/sendrecv/isend/irecv/wait/waitall`` (the transport) and ``barrier()``,
+  counters ``bytes_sent, bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``.
 - errors: ``CollectiveArgumentError`` (a ValueError: a bad argument on some rank — in
   check mode, ``MINIPAR_COMM_CHECK=1``, raised on every rank) and
   ``CollectiveMismatchError`` (check mode: ranks disagree).
@@ -25,7 +25,7 @@ Exported:
 - ``abort_on_exception()``: an uncaught exception on any rank aborts the job.
 - ``cost_model``: ``predict``, ``choose``, ``calibrate``, ``CostParams``.
 
-Modules: transport (p2p + counters), checks (local argument checks), agree (check
+Modules: transport (p2p + counters), communicator (the transport plus ``barrier()``), checks (local argument checks), agree (check
 mode's descriptor exchange), watchdog (hang timeout), exchange (pipelined
 send/receive/reduce), ring, doubling (recursive doubling, Rabenseifner), tree
 (binomial), hierarchical, algorithms (the all-reduce registry, ``auto``), collectives
@@ -37,9 +37,10 @@ from minipar.comm.abort import abort_on_exception
 from minipar.comm.chunks import chunk_bounds, chunk_sizes
 from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, all_gather, all_reduce, barrier,
                                       broadcast, reduce, reduce_scatter)
+from minipar.comm.communicator import Communicator
 from minipar.comm.nonblocking import (Handle, all_gather_async, all_reduce_async,
                                       broadcast_async, reduce_async, reduce_scatter_async)
-from minipar.comm.transport import CollectiveArgumentError, CollectiveMismatchError, Communicator
+from minipar.comm.transport import CollectiveArgumentError, CollectiveMismatchError
 from minipar.comm.watchdog import get_hang_timeout, set_hang_timeout
 
 __all__ = [

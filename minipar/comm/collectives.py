@@ -7,11 +7,12 @@
     reduce(comm, array, root=0, op="sum", out=None, algorithm="auto") -> result on root, None elsewhere
     barrier(comm)
 
-``comm`` is a :class:`~minipar.comm.transport.Communicator`.  Arrays may have any shape;
-collectives that split a buffer see it flattened (C order) and split it with the
-``array_split`` rule of ``chunks.py`` (rank r owns chunk r).  ``op`` is "sum", "max" or
-"min"; any dtype the array library can add (float16/32/64, ints) works, since the bytes
-travel untyped and the reduction is ``xp.add / maximum / minimum``.
+``comm`` is a :class:`~minipar.comm.transport.Transport` (users hold its subclass
+``communicator.Communicator``).  Arrays may have any shape; collectives that split a
+buffer see it flattened (C order) and split it with the ``array_split`` rule of
+``chunks.py`` (rank r owns chunk r).  ``op`` is "sum", "max" or "min"; any dtype the
+array library can add (float16/32/64, ints) works, since the bytes travel untyped and the
+reduction is ``xp.add / maximum / minimum``.
 
 In place vs out of place: ``all_reduce`` and ``broadcast`` work in place unless ``out``
 is given (then ``array`` is left untouched).  ``reduce_scatter`` leaves ``array`` intact

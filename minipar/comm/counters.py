@@ -1,6 +1,6 @@
 """What a communicator has moved: data bytes and messages, sent and received.
 
-Every data message a ``transport.Communicator`` sends or receives adds here (check mode's
+Every data message a ``transport.Transport`` sends or receives adds here (check mode's
 and setup's small metadata exchanges do not), so textbook volumes can be checked: a ring
 all-reduce of S bytes over n ranks sends 2(n-1)/n·S from every rank.
 """

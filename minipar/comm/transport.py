@@ -1,7 +1,7 @@
 """The p2p transport every collective in minipar is written on.
 
-A :class:`Communicator` wraps an mpi4py communicator and offers a deliberately tiny
-interface — ``send / recv / sendrecv / isend / irecv / wait / waitall / barrier`` — on
+A :class:`Transport` wraps an mpi4py communicator and offers a deliberately tiny
+interface — ``send / recv / sendrecv / isend / irecv / wait / waitall`` — on
 *contiguous arrays*.  Messages always travel as raw bytes (``[array, MPI.BYTE]``): the
 collectives do their own reductions, so MPI never needs to know the dtype, float16 and
 bfloat16 work like any other type, and nothing is ever pickled on the hot path.
@@ -23,6 +23,11 @@ agree on a small fixed-size descriptor of its arguments (see ``agree.py``) and r
 :class:`CollectiveMismatchError` naming the ranks that disagree, instead of hanging.
 ``hang_timeout`` (seconds, or ``set_hang_timeout``) lets a watchdog end the job when a
 wait on a peer lasts too long (see ``watchdog.py``).
+
+This is the bottom layer of ``comm``: everything above is written on these calls.  What
+users hold is ``communicator.Communicator``, this class plus ``barrier()`` — a collective,
+so it is added above the collectives, and the transport imports none of them.  Splits and
+contexts have the class of the communicator they come from.
 """
 from __future__ import annotations
 
@@ -81,7 +86,7 @@ class Request:
         return done
 
 
-class Communicator:
+class Transport:
     """rank/size, ``split``, buffer-based p2p and traffic counters over an MPI comm."""
 
     def __init__(self, mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
@@ -105,7 +110,7 @@ class Communicator:
         self.blocking_comm_s = 0.0
 
     # ----------------------------------------------------------- structure
-    def split(self, color, key=0, *, share_counters=False) -> "Communicator | None":
+    def split(self, color, key=0, *, share_counters=False) -> "Transport | None":
         """Collective: ranks with the same ``color`` form a new communicator, ordered by
         ``key`` (then old rank).  ``color=None`` opts out and returns None.
         ``share_counters`` adds the new one's traffic to this one's totals (the
@@ -125,12 +130,12 @@ class Communicator:
         return watchdog.watched(self, None, "communicator setup", call, *args)
 
     def _like(self, mpi_comm, is_context):
-        """A communicator over ``mpi_comm`` with my settings (check, timeout, ...)."""
-        return Communicator(mpi_comm, check=self.check, cuda_aware=self.cuda_aware,
-                            ranks_per_node=self.ranks_per_node,
-                            hang_timeout=self._hang_timeout, _is_context=is_context)
+        """A communicator of my class over ``mpi_comm`` with my settings (check, timeout, ...)."""
+        return type(self)(mpi_comm, check=self.check, cuda_aware=self.cuda_aware,
+                          ranks_per_node=self.ranks_per_node,
+                          hang_timeout=self._hang_timeout, _is_context=is_context)
 
-    def context(self, name: str) -> "Communicator":
+    def context(self, name: str) -> "Transport":
         """A private duplicate (created collectively on first use) sharing the counters."""
         if self._is_context:
             return self
@@ -272,13 +277,8 @@ class Communicator:
                 r.finish()
                 r.finish = None
 
-    def barrier(self):
-        """Dissemination barrier on zero-byte messages (see collectives.barrier)."""
-        from minipar.comm.collectives import barrier
-        barrier(self)
-
     def __repr__(self):
-        return f"<Communicator rank {self.rank} of {self.size}>"
+        return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
 
 def _device_sync(buf):
