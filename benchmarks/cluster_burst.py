@@ -20,7 +20,7 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from minipar.comm import two_level                 # noqa: E402
-from minipar.comm.cost_model import CostParams     # noqa: E402
+from minipar.comm.cost_params import CostParams    # noqa: E402
 
 # cluster_links.py's all-reduce part in benchmarks/recorded/cluster_2026-12-07c (each call
 # after the link idled): its calibrated constants (inside α 12.4 µs, β 5.08 GB/s; between

@@ -22,7 +22,7 @@ part of the transfer, for every method alike):
     T_m(β) = C_m + k_m·α + W_m·β        C_m = measured step − k_m·α_here − W_m·β_here
 
 with W_m the bytes and k_m the messages counted per step, α, β the latency and seconds
-per byte of a network (this machine's from ``comm.cost_model.calibrate``; 10 Gb/s
+per byte of a network (this machine's from ``perf/calibrate_links.calibrate``; 10 Gb/s
 Ethernet α = 20 µs; 200 Gb/s InfiniBand α = 3 µs).  C_m is compute plus the method's own
 encode/decode work, measured here.  A method is faster than the uncompressed step below
 the break-even bandwidth
@@ -62,15 +62,16 @@ def worker(args):
     sys.path.insert(0, ROOT)
     import numpy as np
     from minipar.autograd import no_grad
-    from minipar.comm import Communicator, cost_model
+    from minipar.comm import Communicator
     from minipar.data import Dataset, load_corpus, shard_rows
     from minipar.nn import GPT, GPTConfig
     from minipar.parallel.step import Optimizer
     from minipar.parallel.sync import DDPSync
     from minipar.parallel.sync.compression import make_hook
+    from minipar.perf.calibrate_links import calibrate
 
     comm = Communicator()
-    cost = cost_model.calibrate(comm)
+    cost = calibrate(comm)
     cfg = GPTConfig(n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
                     seq_len=args.seq_len)
     data = Dataset(load_corpus(max_bytes=8_000_000), args.seq_len)

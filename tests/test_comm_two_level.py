@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from minipar.comm import cost_model, two_level
-from minipar.comm.cost_model import CostParams
+from minipar.comm.cost_params import CostParams
 
 FLAT = CostParams(alpha=2e-5, beta=5e-10, gamma=1e-10)             # one β, one γ
 SLOW = replace(FLAT, alpha_inter=1e-4, beta_inter=8e-9, ranks_per_node=2)   # ~1 Gbit/s

@@ -23,14 +23,27 @@ Exported:
   ``broadcast_async``, ``reduce_async`` -> ``Handle`` with ``wait()`` / ``test()``.
 - ``chunk_bounds(n, p)`` / ``chunk_sizes(n, p)``: the array_split chunking rule.
 - ``abort_on_exception()``: an uncaught exception on any rank aborts the job.
-- ``cost_model``: ``predict``, ``choose``, ``calibrate``, ``CostParams``.
+- ``cost_model``: ``predict``, ``choose``, ``use``, ``params`` (its ``CostParams`` in
+  ``cost_params.py``; measured by ``perf/calibrate_links.py``).
 
-Modules: transport (p2p + counters), communicator (the transport plus ``barrier()``), checks (local argument checks), agree (check
-mode's descriptor exchange), watchdog (hang timeout), exchange (pipelined
-send/receive/reduce), ring, doubling (recursive doubling, Rabenseifner), tree
-(binomial), hierarchical, algorithms (the all-reduce registry, ``auto``), collectives
-(the API above), nonblocking, cost_model, abort, bench (``--check-overhead`` measures
-check mode's cost per call).
+The modules, in layers, lowest first: each imports only from the layers before it
+(``tests/test_imports.py`` checks that the files form a DAG).
+
+    helpers       counters, watchdog (hang timeout), checks (local argument checks),
+                  chunks (the array_split rule, pipeline segments), nodes, abort,
+                  cost_params (the model's constants)
+    transport     p2p on contiguous arrays, contexts, counters  (``Transport``)
+    exchange      pipelined send/receive/reduce;  agree (check mode's descriptor exchange)
+    cost model    two_level (steps priced by the link they cross), cost_model (α-β-γ,
+                  ``choose``): arithmetic only, no messages
+    algorithms    ring, doubling (recursive doubling, Rabenseifner), tree (binomial),
+                  hierarchical;  algorithms (the all-reduce registry, ``auto``)
+    collectives   the API above
+    on top        nonblocking (progress thread), stepwise (a ring the caller advances),
+                  communicator (``Communicator``: the transport plus ``barrier()``)
+
+``bench`` (``python -m minipar bench comm``; ``--check-overhead`` measures check mode's
+cost per call) is a command on top of all of them and of ``perf``'s calibration.
 """
 from minipar.comm import cost_model
 from minipar.comm.abort import abort_on_exception

@@ -5,8 +5,8 @@
     auto                              the cost model's fastest for (communicator, size)
 
 ``auto`` asks ``cost_model.choose`` with the communicator's constants (``cost_model.params``:
-set by an explicit ``calibrate``/``use``, a profile, or the documented defaults — never a
-hidden collective);
+set by an explicit ``use`` of what ``perf/calibrate_links.calibrate`` measured, a profile,
+or the documented defaults — never a hidden collective);
 hierarchical is a candidate only when a node layout is declared (``ranks_per_node``)
 and it has more than one node of more than one rank, or when the constants were
 calibrated across nodes (``two_level.py``: then the model prices each step by the link

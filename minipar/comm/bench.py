@@ -20,6 +20,11 @@ each call, so each starts on an idle link as the model assumes (``comm/two_level
 measures instead what check mode (``MINIPAR_COMM_CHECK=1``) costs per call: the same
 collectives on two communicators, check off and on, timed in alternation in one run;
 the difference is the descriptor agreement of ``agree.py``.
+
+A command on top of ``comm``, not one of its layers: nothing in minipar but the CLI
+imports it, so it may calibrate with ``perf/calibrate_links.py`` (``perf`` builds on
+``comm``; ``tests/test_imports.py`` counts a module only the CLI imports as a layer of
+its own).
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from minipar.backend import set_backend, sync, xp
 from minipar.comm import cost_model, two_level
 from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, _auto, all_gather, all_reduce,
                                       barrier)
-from minipar.comm.transport import Communicator
+from minipar.comm.communicator import Communicator
+from minipar.perf.calibrate_links import calibrate, measure_winners
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -98,9 +104,9 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
     itemsize = xp.dtype(dtype).itemsize
     base = xp.zeros(max(sizes) // itemsize, dtype=dtype)
     ctx = comm.context("coll")
-    params = cost_model.calibrate(ctx)        # explicit and collective: the model's constants
+    params = calibrate(ctx)                   # explicit and collective: the model's constants
     cost_model.use(ctx, params)               # ... and "auto" chooses by them
-    cost_model.measure_winners(ctx, sizes, params)   # then by the measured winners
+    measure_winners(ctx, sizes, params)       # then by the measured winners
     idle_s = two_level.refill_seconds(params)   # a shaped link starts each call idle
     rows = []
     for size in sizes:

@@ -1,7 +1,7 @@
 """The α-β-γ cost model of collectives; ``auto`` picks by it.
 
-A message of n bytes costs α + n·β (α: latency incl. software overhead, β: seconds per
-byte, 1/bandwidth); reducing n bytes costs n·γ.  For p ranks and S bytes:
+A message of n bytes costs α + n·β, reducing n bytes n·γ (the constants:
+``cost_params.py``, with β and γ by piece size).  For p ranks and S bytes:
 
     ring                2(p-1)·α + 2(p-1)/p·S·β + (p-1)/p·S·γ
     recursive doubling  log2 p'·(α + S·β + S·γ_shared)              (+ fold)
@@ -11,23 +11,9 @@ byte, 1/bandwidth); reducing n bytes costs n·γ.  For p ranks and S bytes:
 
 with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  Pipelining a message
 into k segments costs k·α instead of α.  Latency terms dominate small S (recursive
-doubling wins), bandwidth terms large S (ring / Rabenseifner win).
-
-Why β and γ come in two sizes: one β from a 256 KiB exchange and one γ from an ``add``
-on 64 KiB, both resident in cache, price an all-reduce of 1 MiB and more 2-4x low
-(measured at p=2 on 2 cores).  A step of a large all-reduce moves and sums data that is
-*not* in cache: the shared memory transport copies every byte twice through DRAM, and
-the reduction streams its operands from DRAM too.  So β and γ depend on the size of the
-piece a step handles:
-
-    β(n) = β      if n <= cache_bytes      else β_large
-    γ(n) = γ      if n <= cache_bytes      else γ_large
-
-(``calibrate`` measures both sides).  Recursive doubling sums into the very buffer it
-has just sent: the partner's copy pulled those lines to its core, so that reduction
-runs slower (γ_shared).  When ranks share cores with each other (or with other work),
-a blocking wait costs a scheduler slice: the α measured then is the median over
-rounds, not the best round, since a training step sees the typical wait.
+doubling wins), bandwidth terms large S (ring / Rabenseifner win).  Where the constants
+know the link between nodes and the group spans several, ``predict`` prices each step by
+the link it crosses instead (``two_level.py``).
 
 ``auto`` follows measured winners where a calibration recorded them (``winners``:
 the fastest algorithm at each measured size, for this group size); between and beyond
@@ -40,79 +26,30 @@ it returns, in this order, what ``use(comm, c)`` set, ``MINIPAR_COMM_ALPHA/BETA/
 from the environment, a profile named by ``MINIPAR_COMM_PROFILE`` (a JSON file with
 the fields of ``CostParams``, as ``minipar calibrate`` writes under ``"cost_params"``),
 or ``DEFAULTS`` (measured on a 2-core machine, np=2, MPICH shared memory).
-``calibrate(comm)`` is the collective that measures them.
+``perf/calibrate_links.py`` holds the collectives that measure them
+(``calibrate(comm)``, ``measure_winners``).
+
+Why the model is here and its calibration in ``perf/``: every ``all_reduce``,
+``broadcast`` and ``reduce`` called with ``algorithm="auto"`` (the default) decides by
+``choose``, across nodes by the two-level model too, so the model is a layer of ``comm``
+below the collectives (pure arithmetic on ``CostParams``: it sends nothing).  Measuring
+the constants runs collectives (``measure_winners`` times each all-reduce), so it sits
+above them, with the rest of the measuring, in ``perf/`` — which may import ``comm``,
+never the other way round.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
-
 
 from minipar.comm import two_level
 from minipar.comm.chunks import pow2_floor, segments
+from minipar.comm.cost_params import DEFAULTS, CostParams, beta_of, gamma_of
 from minipar.comm.exchange import SEGMENT_BYTES
 
 FLAT = ("ring", "recursive_doubling", "rabenseifner", "tree")   # one kind of link
 ALL_REDUCE_ALGORITHMS = FLAT + ("hierarchical",)
-
-
-@dataclass(frozen=True)
-class CostParams:
-    alpha: float = 5e-6     # s per message
-    beta: float = 2e-10     # s per byte moved    (5 GB/s), pieces in cache
-    gamma: float = 2e-10    # s per byte reduced  (5 GB/s), pieces in cache
-    # s per byte reduced into a buffer the partner has just read (recursive doubling sends
-    # the very buffer it then sums into); None: the same as gamma
-    gamma_shared: float | None = None
-    beta_large: float | None = None     # s per byte moved, pieces beyond cache_bytes
-    gamma_large: float | None = None    # s per byte reduced, pieces beyond cache_bytes
-    cache_bytes: float | None = None    # None: one β and one γ at every size
-    winners: tuple = ()                 # ((nbytes, algorithm), ...) measured at this p
-    winners_p: int = 0                  # the group size the winners were measured at
-    winners_among: tuple = ()           # the algorithms timed for them; () : the four flat ones
-    # the link between nodes (two_level.py): its α and β, and the node size (ranks 0..q-1
-    # on node 0, ...) they were measured with; None / 0: one kind of link everywhere
-    alpha_inter: float | None = None
-    beta_inter: float | None = None
-    ranks_per_node: int = 0
-    burst_inter: float = 0.0            # bytes a shaped link passes at once after idling
-
-    def to_dict(self):
-        d = asdict(self)
-        d["winners"] = [list(w) for w in self.winners]
-        d["winners_among"] = list(self.winners_among)
-        return d
-
-    @classmethod
-    def from_dict(cls, d):
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["winners"] = tuple(tuple(w) for w in known.get("winners", ()))
-        known["winners_among"] = tuple(known.get("winners_among", ()))
-        return cls(**known)
-
-
-# Measured with ``calibrate`` at np=2 on the 2-core development machine (loaded by other
-# work, medians): α 30 µs, β 2.3 GB/s in cache / 1.0 GB/s beyond 1 MiB, γ 25 / 3 GB/s.
-DEFAULTS = CostParams(alpha=3e-5, beta=4.3e-10, gamma=4e-11, gamma_shared=1.9e-10,
-                      beta_large=1e-9, gamma_large=3.3e-10, cache_bytes=float(1 << 20))
-
-
-def _big(c, n):
-    return c.cache_bytes is not None and n > c.cache_bytes
-
-
-def beta_of(c, n):
-    """Seconds per byte for a piece of ``n`` bytes."""
-    return c.beta_large if (_big(c, n) and c.beta_large) else c.beta
-
-
-def gamma_of(c, n, shared=False):
-    """Seconds per byte reduced for a piece of ``n`` bytes."""
-    if _big(c, n) and c.gamma_large:
-        return max(c.gamma_large, (c.gamma_shared or 0) if shared else 0)
-    return (c.gamma_shared or c.gamma) if shared else c.gamma
 
 
 def _ring(p, S, c, seg=SEGMENT_BYTES):
@@ -227,12 +164,10 @@ def default_params() -> CostParams:
 
 def params(comm) -> CostParams:
     """The constants of ``comm``: what ``use`` set, else ``default_params()``.  Never
-    communicates (calibrating is the explicit, collective ``calibrate``)."""
+    communicates (calibrating is the explicit, collective
+    ``perf/calibrate_links.calibrate``)."""
     c = comm.cache.get("cost")
     if c is None:
         c = comm.cache["cost"] = default_params()
     return c
 
-
-# measuring the constants is its own module; its entry points keep their names here
-from minipar.comm.calibrate_links import calibrate, measure_winners  # noqa: E402,F401

@@ -30,7 +30,7 @@ import time
 
 from minipar.backend import xp
 from minipar.comm import watchdog
-from minipar.comm.collectives import ufunc
+from minipar.comm.chunks import ufunc
 from minipar.comm.exchange import SEGMENT_BYTES, _reduce_into
 from minipar.comm.ring import _plan
 

@@ -32,6 +32,11 @@ pricing function above turns any of them into seconds.  What the flat model of
 cost_model.py cannot see and this one can: a ring over 2 nodes crosses the wire once per
 step per node, while the hierarchical all-reduce sends only S/q per rank across it, all
 q of a node's ranks at once — the same bytes through one link.
+
+Like the flat model, this one is arithmetic on the constants (``cost_params.py``) and
+``auto`` decides by it across nodes, so it lives in ``comm`` below the collectives; the
+constants of the link between nodes are measured in ``perf/calibrate_links.py``
+(``calibrate_across``).
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import math
 from collections import defaultdict
 
 from minipar.comm.chunks import pow2_floor, segments
+from minipar.comm.cost_params import beta_of, gamma_of
 from minipar.comm.exchange import SEGMENT_BYTES
 
 
@@ -138,7 +144,6 @@ def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES, credit=None):
     """One step's time: its slowest message, or its busiest node link (see the module).
     ``credit``: {link: bytes} a shaped link may still pass at once (``burst_inter``),
     spent by this step's bytes and earned back while the link idles in it."""
-    from minipar.comm.cost_model import beta_of, gamma_of
     slowest = 0.0
     load = defaultdict(float)            # bytes through ("out", node) and ("in", node)
     for src, dst, n in messages:
@@ -165,8 +170,9 @@ def step_seconds(messages, reduced, q, c, seg=SEGMENT_BYTES, credit=None):
 
 def refill_seconds(c):
     """Seconds of idle that refill a shaped link's bucket twice over (2·B·β_out; 0
-    without a burst): what ``bench comm`` and ``measure_winners`` sleep before each call,
-    so every call starts as ``predict`` assumes."""
+    without a burst): what ``bench comm`` and ``measure_winners``
+    (``perf/calibrate_links.py``) sleep before each call, so every call starts as
+    ``predict`` assumes."""
     return 2 * c.burst_inter * c.beta_inter if c.burst_inter and c.beta_inter else 0.0
 
 

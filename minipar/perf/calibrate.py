@@ -17,10 +17,11 @@ times, 3 by default, with the median of each number kept; the load is written do
 - attention (naive and flash), forward and backward, against b·a·s²·d (naive also
   per dtype);
 - AdamW per parameter (fp32, fp64);
-- with ranks, for the world group (``calibrate_comm.py``): all-reduce, all-gather,
-  reduce-scatter and send/recv curves, each timed right after compute (placement
-  ``intra``: one machine; ranks sharing cores when there are more ranks than cores),
-  ZeRO-3's cost per unit over ZeRO-2, and the comm cost model's constants and winners;
+- with ranks, for the world group: all-reduce, all-gather, reduce-scatter and send/recv
+  curves, each timed right after compute (``calibrate_curves.py``; placement ``intra``:
+  one machine; ranks sharing cores when there are more ranks than cores), ZeRO-3's cost
+  per unit over ZeRO-2 (``calibrate_model.py``), and the comm cost model's constants and
+  winners (``calibrate_links.py``);
 - the model's own forward + backward of one micro-batch against the sum of its ops
   (``calibrate_model.model_compute_scale``);
 - the cores: ``cores_per_node`` is this machine's, ``nodes_per_host`` how many of the
@@ -39,9 +40,10 @@ from minipar.cli_checks import CommandError, OneLineParser, as_flags, at_least, 
 from minipar import backend
 from minipar.backend import xp
 from minipar.perf import host
-from minipar.perf.calibrate_comm import SIZES, comm_curves, zero3_unit_overhead
+from minipar.perf.calibrate_curves import SIZES, comm_curves
 from minipar.perf.calibrate_model import median_seconds as _time
-from minipar.perf.calibrate_model import miniature_overheads, model_compute_scale, model_pass_seconds
+from minipar.perf.calibrate_model import (miniature_overheads, model_compute_scale,
+                                          model_pass_seconds, zero3_unit_overhead)
 from minipar.perf.profile import Profile, median_profile
 from minipar.process import setup_process
 
@@ -212,12 +214,12 @@ def calibrate(cfg, micro_rows=(1, 4, 16), dtypes=("fp32", "fp64", "bf16", "fp16"
     prof.ranks_per_node = max(comm.size if comm else 1, 1)
     prof.links = {"intra": {"alpha": 3e-5, "bw": 1e9}}
     if comm is not None and comm.size > 1:
-        from minipar.comm import cost_model
+        from minipar.perf import calibrate_links
         ctx = comm.context("coll")
         prof.wait_cpu_share = host.wait_cpu_share(ctx.mpi)
         prof.collectives = comm_curves(ctx)
         prof.efficiency["zero3_unit_overhead_s"] = zero3_unit_overhead(cfg, ctx)
-        c, _ = cost_model.measure_winners(ctx, SIZES, cost_model.calibrate(ctx))
+        c, _ = calibrate_links.measure_winners(ctx, SIZES, calibrate_links.calibrate(ctx))
         prof.cost_params = c.to_dict()
         prof.links = {"intra": {"alpha": c.alpha, "bw": 1 / (c.beta_large or c.beta)}}
         if c.alpha_inter is not None:           # ranks on several nodes: both kinds of link

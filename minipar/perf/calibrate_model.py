@@ -1,4 +1,4 @@
-"""``calibrate``'s measurements on the model itself: what the op-by-op compute model misses.
+"""``calibrate``'s measurements on the model itself: what the op-by-op models miss.
 
 - ``miniature_overheads``: the per-op overhead and a step's fixed cost, on a miniature of
   the model (its ops and tensors, no arithmetic to speak of);
@@ -10,10 +10,13 @@
   small model's step ran 14-19% above the sum (one rank, one thread; GEMMs in the step
   at 180-185 GFLOP/s against 210-235 timed alone), and every layout on the simulated
   cluster 16-21% below its measured step; ``estimate.predict`` multiplies its compute
-  by this ratio (timed in fp32; the other dtypes get the same factor).
+  by this ratio (timed in fp32; the other dtypes get the same factor);
+- ``zero3_unit_overhead``: what a ZeRO-3 unit adds to a step over ZeRO-2, on the
+  miniature, beyond the collectives the communication model prices (``comm.py``).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -94,3 +97,41 @@ def model_compute_scale(prof, cfg, rows, measured):
     lt = layer_time(prof, x)
     modelled = cfg.n_layer * (lt.forward + lt.backward) + sum(head_time(prof, x)) + sum(embed_time(prof, x))
     return measured / modelled if modelled > 0 else 1.0
+
+
+def zero3_unit_overhead(cfg, comm):
+    """Seconds a ZeRO-3 unit adds to a step over ZeRO-2 with the same buckets, measured
+    on the miniature of ``miniature_overheads``: per unit, two all-gathers (forward, and
+    again in backward), the weights swapped in and out, the unit's entry and exit ops,
+    and the progress thread those prefetches run on (which, with every core computing,
+    takes time from the compute instead of hiding behind it):
+
+        per unit = (step_ZeRO-3 - step_ZeRO-2) / units
+
+    Collective: each step's time is the slowest rank's median."""
+    import numpy as np
+    from mpi4py import MPI
+    from minipar.nn import GPT
+    from minipar.parallel.buckets import Bucket
+    from minipar.parallel.sync.zero import ZeroSync
+    from minipar.parallel.sync.zero3 import Zero3Sync, model_units
+    mini = dataclasses.replace(miniature_config(cfg), tie_weights=False)   # ZeRO-3 needs untied
+    ids = np.zeros((1, 4), dtype=np.int64)
+
+    def step_seconds(stage):
+        model = GPT(mini, seed=0)
+        if stage == 3:
+            sync = Zero3Sync(model, comm)
+            run = sync.wrap(model)
+        else:
+            buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
+            sync, run = ZeroSync(model, comm, stage=2, buckets=buckets), model
+
+        def step():
+            comm.mpi.Barrier()
+            run(ids, ids)[1].backward()
+            sync.finish()
+            sync.zero_grad()
+        return comm.mpi.allreduce(median_seconds(step, 15), op=MPI.MAX)
+    units = cfg.n_layer + 2
+    return max(step_seconds(3) - step_seconds(2), 0.0) / units

@@ -31,7 +31,7 @@ The format (all SI units: seconds, bytes, FLOP/s)::
                      step, ``host.compute_slowdown``)
      "links":        {"intra"|"inter": {"alpha": s, "bw": bytes/s per rank}}
      "collectives":  {kind: {"<p>:<placement>": [[bytes, seconds], ...]}}  measured
-     "cost_params":  the comm cost model's constants (``comm.cost_model.CostParams``)
+     "cost_params":  the comm cost model's constants (``comm.cost_params.CostParams``)
      "notes":        [str, ...]}
 
 ``load_profile("a100")`` finds a shipped profile by name, anything else is a path.

@@ -1,12 +1,17 @@
 """Measuring the cost model's constants: an explicit collective, never a hidden one.
 
-``calibrate(comm)`` times, through the minipar transport, what ``cost_model`` prices:
-α (one step of a collective on a few bytes), β and β_large (an exchange in and beyond
-cache), γ, γ_large and γ_shared (reductions) between ranks 0 and 1 — and, where MPI sees
-the ranks on several nodes, α, β and the burst of the link between them
-(``calibrate_across``, for ``two_level.py``).  Every rank gets the same numbers.
+``calibrate(comm)`` times, through the minipar transport, what ``comm/cost_model.py``
+prices: α (one step of a collective on a few bytes), β and β_large (an exchange in and
+beyond cache), γ, γ_large and γ_shared (reductions) between ranks 0 and 1 — and, where
+MPI sees the ranks on several nodes, α, β and the burst of the link between them
+(``calibrate_across``, for ``comm/two_level.py``).  Every rank gets the same numbers.
 ``measure_winners`` times each all-reduce algorithm at a few sizes; ``auto`` then
-follows the measured winner.
+follows the measured winner.  Neither installs anything: ``cost_model.use(comm, c)`` does,
+or a profile's ``cost_params`` (``minipar calibrate``, ``perf/calibrate.py``).
+
+Why here and not in ``comm/``: measuring runs the collectives it measures
+(``measure_winners`` calls ``all_reduce``), so it sits above them, with the rest of
+minipar's measuring; the model it feeds stays in ``comm/``, whose ``auto`` decides by it.
 
 While two ranks measure, the others wait asleep (``wait_idle``): on a machine whose cores
 the ranks share, spinning bystanders take the cores the measurement needs.
@@ -19,9 +24,12 @@ from dataclasses import replace
 
 import numpy  # host metadata (node numbers, the broadcast constants) only
 
+from mpi4py import MPI
+
 from minipar.backend import xp
-from minipar.comm.cost_model import DEFAULTS, FLAT, CostParams, params, hierarchical_applies
-from minipar.comm import two_level
+from minipar.comm import all_reduce, two_level
+from minipar.comm.cost_model import FLAT, hierarchical_applies, params
+from minipar.comm.cost_params import DEFAULTS, CostParams
 from minipar.comm.exchange import exchange, exchange_reduce
 
 
@@ -131,8 +139,6 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms
     (what ``choose`` follows; ``winners_among`` the algorithms timed), plus the raw
     table {size: {algorithm: seconds}}.  By default the four flat algorithms, and the
     hierarchical one where ``c`` knows the link between nodes and the group spans them."""
-    from mpi4py import MPI
-    from minipar.comm.collectives import all_reduce
     c = c or params(comm)
     if algorithms is None:
         algorithms = FLAT + (("hierarchical",) if hierarchical_applies(c, comm.size) else ())
@@ -164,7 +170,6 @@ def measure_winners(comm, sizes, c: CostParams | None = None, reps=7, algorithms
 def node_size(comm):
     """Collective: q if the ranks of ``comm`` sit on nodes of q consecutive ranks (MPI's
     shared-memory split: the launcher's hosts), else 0 (one node, or another placement)."""
-    from mpi4py import MPI
     node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, comm.rank)
     q, first = node.Get_size(), node.allreduce(comm.rank, op=MPI.MIN)
     node.Free()

@@ -1,16 +1,15 @@
-"""``minipar calibrate``'s communication part: what the links and the synchronisers cost.
+"""``minipar calibrate``'s collective curves: seconds against bytes, for the layout model.
 
-Run under ``mpiexec`` by ``calibrate.calibrate`` when there are several ranks:
-
-- collective curves for the whole group (all-reduce, all-gather, reduce-scatter and
-  send/recv against bytes), each collective timed right after some compute, as training
-  calls it (``comm_curves``);
-- ZeRO-3's bookkeeping per unit over ZeRO-2, on the model's miniature
-  (``zero3_unit_overhead``).
+Run under ``mpiexec`` by ``calibrate.calibrate`` when there are several ranks: curves for
+the whole group (all-reduce, all-gather, reduce-scatter and send/recv against bytes),
+each collective timed right after some compute, as training calls it (``comm_curves``).
+``perf/comm.py`` prices a layout's communication from them.  The other measurements of
+communication: the links' α-β-γ constants that ``auto`` chooses by
+(``calibrate_links.py``), and ZeRO-3's bookkeeping per unit, timed on the model's
+miniature (``calibrate_model.zero3_unit_overhead``).
 """
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 
@@ -88,40 +87,3 @@ def comm_curves(comm, sizes=CURVE_SIZES, work=None, placement="intra", peer_dist
             key = f"{2 if kind == 'p2p' else p}:{placement}"
             out[kind].setdefault(key, []).append([n, t])
     return out
-
-
-def zero3_unit_overhead(cfg, comm):
-    """Seconds a ZeRO-3 unit adds to a step over ZeRO-2 with the same buckets, measured
-    on the miniature of ``miniature_overheads``: per unit, two all-gathers (forward, and
-    again in backward), the weights swapped in and out, the unit's entry and exit ops,
-    and the progress thread those prefetches run on (which, with every core computing,
-    takes time from the compute instead of hiding behind it):
-
-        per unit = (step_ZeRO-3 - step_ZeRO-2) / units"""
-    import numpy as np
-    from mpi4py import MPI
-    from minipar.nn import GPT
-    from minipar.parallel.buckets import Bucket
-    from minipar.perf.calibrate_model import miniature_config
-    from minipar.parallel.sync.zero import ZeroSync
-    from minipar.parallel.sync.zero3 import Zero3Sync, model_units
-    mini = dataclasses.replace(miniature_config(cfg), tie_weights=False)   # ZeRO-3 needs untied
-    ids = np.zeros((1, 4), dtype=np.int64)
-
-    def step_seconds(stage):
-        model = GPT(mini, seed=0)
-        if stage == 3:
-            sync = Zero3Sync(model, comm)
-            run = sync.wrap(model)
-        else:
-            buckets = [Bucket(u, pad_to=comm.size) for u in model_units(model)]
-            sync, run = ZeroSync(model, comm, stage=2, buckets=buckets), model
-
-        def step():
-            comm.mpi.Barrier()
-            run(ids, ids)[1].backward()
-            sync.finish()
-            sync.zero_grad()
-        return comm.mpi.allreduce(_time_after(step, lambda: None, 15), op=MPI.MAX)
-    units = cfg.n_layer + 2
-    return max(step_seconds(3) - step_seconds(2), 0.0) / units
