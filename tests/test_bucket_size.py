@@ -9,8 +9,8 @@ import os
 from minipar import checkpoint
 
 from minipar.config import TrainConfig
-from minipar.perf.bucket_size import CANDIDATES_MB, LARGEST_MB, TIE, choose_bucket_mb
-from minipar.perf.estimate import predict
+from minipar.perf.bucket_size import CANDIDATES_MB, LARGEST_MB, TIE
+from minipar.perf.estimate import choose_bucket_mb, predict
 from minipar.perf.profile import load_profile
 from tests.cli import train
 

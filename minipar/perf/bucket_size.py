@@ -17,16 +17,16 @@ and keeps 25 MiB for the rest, whatever the link.
 
 Here the step-time model itself (``estimate.predict``, with the profile's α, β, its
 measured collective curves and the model's backward time) prices every candidate size
-and the fastest is kept; among sizes within ``TIE`` of the fastest, the largest (fewest
-messages, least sensitive to the α the model underestimates).  Nothing is measured: the
+(``estimate.choose_bucket_mb``) and the fastest is kept; among sizes within ``TIE`` of
+the fastest, the largest (fewest messages, least sensitive to the α the model
+underestimates): ``fastest_bucket_mb``.  The pricing loop lives with ``predict``, since
+``predict`` itself chooses the size, as a run does, where the config leaves it open.  Nothing is measured: the
 choice depends only on the configuration, the profile (``$MINIPAR_PROFILE`` or the shipped
 one) and how many ranks share a node, so it is the same on every rank and on a loaded
 machine as on an idle one; the trainer still takes rank 0's answer (one broadcast) and
 records it in the log's header and the checkpoint (``bucket_mb`` of the run's config).
 """
 from __future__ import annotations
-
-import dataclasses
 
 from minipar.parallel.buckets import DEFAULT_BUCKET_MB
 
@@ -35,14 +35,8 @@ LARGEST_MB = CANDIDATES_MB[-1]    # the bound the memory model uses before a run
 TIE = 0.005                       # step times this close count as equal
 
 
-def choose_bucket_mb(config, prof=None, ranks_per_node=None):
-    """(bucket_mb, {size: predicted step seconds}) for a resolved ``config`` whose
-    ``bucket_mb`` is None (the user gave none) and whose synchroniser has buckets."""
-    from minipar.perf.estimate import predict
-    from minipar.perf.profile import load_profile
-    prof = load_profile(prof)
-    steps = {mb: predict(dataclasses.replace(config, bucket_mb=mb), prof, ranks_per_node).step_s
-             for mb in CANDIDATES_MB}
+def fastest_bucket_mb(steps):
+    """The bucket size to run with, from ``steps`` = {size in MiB: predicted step seconds}:
+    the largest within ``TIE`` of the fastest."""
     best = min(steps.values())
-    chosen = max(mb for mb, s in steps.items() if s <= best * (1 + TIE))
-    return chosen, steps
+    return max(mb for mb, s in steps.items() if s <= best * (1 + TIE))

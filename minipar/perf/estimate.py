@@ -35,11 +35,11 @@ from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import host
 from minipar.parallel.buckets import bucket_bytes
-from minipar.perf.bucket_size import choose_bucket_mb
+from minipar.perf.bucket_size import CANDIDATES_MB, fastest_bucket_mb
 from minipar.perf import memory as pmem
 from minipar.perf.compute import embed_time, head_time, layer_shape, layer_time
 from minipar.perf.pipeline import held_for_weights, in_flight as stage_in_flight, pipeline_time
-from minipar.perf.profile import DTYPE_BYTES
+from minipar.perf.profile import DTYPE_BYTES, load_profile
 
 
 def compute_dtype(precision):
@@ -81,6 +81,17 @@ class Prediction:
 def micro_rows(config):
     m = config.microbatches if config.pipelined else config.grad_accum
     return config.batch_size // (config.dp * m), m
+
+
+def choose_bucket_mb(config, prof=None, ranks_per_node=None):
+    """(bucket_mb, {size: predicted step seconds}) for a resolved ``config`` whose
+    ``bucket_mb`` is None (the user gave none) and whose synchroniser has buckets: each
+    of ``bucket_size.CANDIDATES_MB`` priced by ``predict``, the run's size by
+    ``bucket_size.fastest_bucket_mb``."""
+    prof = load_profile(prof)
+    steps = {mb: predict(dataclasses.replace(config, bucket_mb=mb), prof, ranks_per_node).step_s
+             for mb in CANDIDATES_MB}
+    return fastest_bucket_mb(steps), steps
 
 
 def predict(config, prof, ranks_per_node=None, korthikanti=None):
