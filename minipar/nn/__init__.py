@@ -2,8 +2,9 @@
 from minipar.nn.module import Module, Parameter, Wrapper, unwrap
 from minipar.nn.layers import Linear, Embedding, LayerNorm, Dropout, MLP
 from minipar.nn.attention import AttentionCore, CausalSelfAttention, naive_attention, attention_core
-from minipar.nn.gpt import GPT, GPTConfig, Block, PRESETS, config_from_preset, make_model
+from minipar.nn.gpt import GPT, GPTConfig, Block, PRESETS, config_from_preset
 from minipar.nn.llama import Llama, LlamaBlock
+from minipar.nn.architectures import make_model
 # the compiled versions of LayerNorm, GELU and the attention softmax: importing registers
 # them with the autograd ops, CUDA for the CuPy backend and numba's for NumPy; half_gemm
 # registers cuBLAS's fp16/bf16 GEMMs for CuPy (autograd cannot import kernels)

@@ -16,7 +16,8 @@ so a pipeline can place them on different stages.
 ``GPTConfig`` describes both blocks minipar trains: ``arch="gpt2"`` (this file) and
 ``arch="llama"`` (``nn/llama.py``: RMSNorm, rotary positions, SwiGLU, grouped-query
 attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``).  ``make_model(cfg)``
-builds whichever ``cfg.arch`` names; the llama model keeps this class's interface.
+(``nn/architectures.py``) builds whichever ``cfg.arch`` names; the llama model keeps
+this class's interface.
 
 Vocabulary padding (``pad_vocab_to`` = m, Megatron's make-vocab-size-divisible-by): the
 embedding and the head hold Vp = m·ceil(V/m) rows, so the head's GEMM has an output width
@@ -138,14 +139,6 @@ def config_from_preset(name, **overrides):
         raise ValueError(f"`model` {name} is a {PRESETS[name].arch} preset; drop `arch` gpt2 "
                          f"or choose a gpt2 preset")
     return replace(PRESETS[name], **overrides).validate()
-
-
-def make_model(cfg, seed=0, materialize=True):
-    """The model ``cfg.arch`` names: ``GPT`` (gpt2) or ``Llama`` (nn/llama.py)."""
-    if cfg.arch == "llama":
-        from minipar.nn.llama import Llama
-        return Llama(cfg, seed, materialize)
-    return GPT(cfg, seed, materialize)
 
 
 class Block(Module):
