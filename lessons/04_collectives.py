@@ -20,7 +20,7 @@ are compared with the textbook volume (bytes sent, averaged over ranks):
     tree             2(p-1)·S / p                       (reduce up + broadcast down)
     hierarchical     2(q-1)/q·S + 2(m-1)/m·S/q          (m nodes of q ranks, ring inside each)
 
-``model``: calibrates the α-β-γ constants (``cost_model.calibrate``, an explicit collective
+``model``: calibrates the α-β-γ constants (``perf/calibrate_links.calibrate``, an explicit collective
 call, three times: the model takes the medians), then times each algorithm, MPI's own Allreduce and (on 2 ranks) one bare exchange,
 in turns, and writes the measured medians beside the model's predictions.
 """
@@ -42,6 +42,7 @@ import numpy as np  # the reference and the data generator run on the host
 
 from minipar.backend import set_backend, sync, to_device, to_host, xp
 from minipar.comm import Communicator, abort_on_exception, all_reduce, cost_model
+from minipar.perf.calibrate_links import calibrate
 from minipar.comm.bench import parse_size
 from minipar.comm.collectives import _auto
 
@@ -135,7 +136,7 @@ def model(args):
     comm = Communicator()
     ctx = comm.context("coll")             # the collectives' own communicator
     # collective: α, β, β_large, γ, γ_large, γ_shared — a few times, to see how much they move
-    calibrations = [cost_model.calibrate(ctx) for _ in range(args.calibrations)]
+    calibrations = [calibrate(ctx) for _ in range(args.calibrations)]
     c = dataclasses.replace(calibrations[0], **{
         k: statistics.median(getattr(x, k) for x in calibrations) for k in MEASURED})
     cost_model.use(ctx, c)                 # and "auto" now chooses by these constants

@@ -7,7 +7,7 @@ Every method trains the same GPT (same weights, same batches of real text) with
 each, then step k+1), so a load spike hits them all alike.  Per step, rank 0 records the
 loss, the bytes its transport counted for the step, the bytes the method's formula
 predicts, the step time and the norm of its error-feedback residual; at the end the
-validation loss, and this machine's α and β (``comm.cost_model.calibrate``).
+validation loss, and this machine's α and β (``perf/calibrate_links.calibrate``).
 """
 import argparse
 import json
@@ -25,7 +25,8 @@ import numpy as np
 from minipar import backend
 from minipar.autograd import no_grad
 from minipar.backend import sync, to_device
-from minipar.comm import Communicator, abort_on_exception, cost_model
+from minipar.comm import Communicator, abort_on_exception
+from minipar.perf.calibrate_links import calibrate
 from minipar.data import Dataset, load_corpus, shard_rows
 from minipar.nn import GPT, GPTConfig
 from minipar.parallel.step import Optimizer
@@ -70,7 +71,7 @@ def main():
     abort_on_exception()
     backend.set_backend(args.backend)
     comm = Communicator()
-    cost = cost_model.calibrate(comm)
+    cost = calibrate(comm)
     cfg = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=32)
     data = Dataset(load_corpus(max_bytes=2_000_000), cfg.seq_len)
     share = lambda a: to_device(shard_rows(a, comm.rank, comm.size))  # noqa: E731

@@ -285,7 +285,7 @@ for p in range(2, 9):
             assert np.isclose(ring_time(p, S, a, b, g), lib, rtol=1e-12), (p, S, ring_time(p, S, a, b, g), lib)
 print("ring_time == cost_model.predict('ring', ...) for p = 2..8 and S up to p MiB")
 ''', r'''%md
-minipar's model is that formula with two refinements, both found by measuring (`cost_model.py`):
+minipar's model is that formula with two refinements, both found by measuring (`comm/cost_params.py`):
 β and γ depend on whether a step's piece fits in cache (`beta_of`, `gamma_of`: a step of a large
 all-reduce streams its data through DRAM), and a chunk beyond 1 MiB is pipelined in segments, one α
 each:
@@ -301,8 +301,9 @@ environment (all three), else a profile file named by `MINIPAR_COMM_PROFILE`, el
 (measured once on a 2-core machine). The `model` subcommand does, on 2 ranks:
 
 ```python
+from minipar.perf.calibrate_links import calibrate
 ctx = comm.context("coll")          # the collectives' own communicator
-c = cost_model.calibrate(ctx)       # α from an 8-byte step, β from exchanges of 256 KiB and 8 MiB,
+c = calibrate(ctx)                  # α from an 8-byte step, β from exchanges of 256 KiB and 8 MiB,
                                     # γ from sums on 64 KiB and 8 MiB, γ_shared inside an exchange
 cost_model.use(ctx, c)              # "auto" now chooses by these
 ```
