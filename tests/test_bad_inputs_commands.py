@@ -13,7 +13,7 @@ import pytest
 from minipar import __main__ as cli
 from minipar import paths
 from minipar.config import ConfigError, TrainConfig
-from minipar.config.preflight import check_outputs
+from minipar.config.probes import check_outputs
 from tests.mpirun import REPO
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--seq-len", "8"]
@@ -78,6 +78,7 @@ CASES = [
     (["bench", "attention", "--sizes", "1,x"], "argument --sizes: invalid int_list value"),
     (["profile", *TINY, "--json", "{file}/p.json"], "--json {file}/p.json: its folder"),
     (["profile", *TINY, "--top", "0"], "--steps and --top must be >= 1"),
+    (["profile", *TINY, "--data", "stdlib-bytes", "--tp", "3"], "world size 1 != dp·tp·pp = ?·3·1"),
     (["sample", "--resume", "{file}"], "--resume {file}"),
     (["checkpoint", "inspect", "{missing}"], "no checkpoint in {missing}"),
     (["checkpoint", "consolidate", "{missing}"], "consolidate needs OUT"),

@@ -1,11 +1,12 @@
 """3D parallelism through the CLI: tp/dp/pp layouts against one process, resuming under
 another layout, failure of one rank, and bad configurations refused before any message."""
+import dataclasses
 import math
 
 import pytest
 
 from minipar.__main__ import build_parser
-from minipar.config import ConfigError
+from minipar.config import ConfigError, TrainConfig, preflight
 from minipar.data.named import STDLIB_VOCAB
 from minipar.layout import as_flags, config_from_flags
 from tests.cli import train, assert_same_run
@@ -68,6 +69,30 @@ def test_exception_on_one_rank_ends_the_job(tmp_path):
 
 def _args(*flags):
     return build_parser().parse_args(["train", *MODEL, *flags])
+
+
+def test_train_flags_are_the_config_fields():
+    """Each field of TrainConfig is one flag of train (vocab_size, the data's, is none),
+    with help, parsed into the field of that name; no flag given is TrainConfig()."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    for command, steps in (("train", TrainConfig.steps), ("profile", 3)):
+        actions = [a for a in commands[command]._actions if a.dest != "help"]
+        fields_ = {f.name for f in dataclasses.fields(TrainConfig)} - {"vocab_size"}
+        assert fields_ <= {a.dest for a in actions} and all(a.help for a in actions)
+        given = TrainConfig.from_namespace(parser.parse_args([command]))
+        assert given == dataclasses.replace(TrainConfig(), steps=steps)
+    no_overlap = TrainConfig.from_namespace(_args("--no-overlap", "--tie-weights"))
+    assert no_overlap.overlap is False and no_overlap.tie_weights is True
+
+
+def test_resolve_reads_no_file_preflight_does():
+    """The checks are pure: a config whose data does not exist resolves; preflight, the
+    one function that looks at the disk, refuses it."""
+    config = TrainConfig(model="tiny", data="/nonexistent/corpus.txt")
+    assert config.resolve(1).data == "/nonexistent/corpus.txt"
+    with pytest.raises(ConfigError, match="no such file"):
+        preflight(config)
 
 
 def _refusal(size, *flags):

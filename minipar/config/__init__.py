@@ -10,7 +10,8 @@ The package, one idea per module:
     sections.py    the five sections (layout, numerics, model, run, output): each field's
                    default, flag help and choices, and each section's own ``check()``
     rules.py       the rules across sections, and ``resolve(config, world_size)``
-    preflight.py   the I/O probes: data, the resume checkpoint, the output paths
+    probes.py      ``preflight(config)``, the I/O probes (impure): the data, the resume
+                   checkpoint, the output paths
     flags.py       the command line's flags, generated from the fields
     error.py       ``ConfigError``, the one error all of them raise
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from minipar.config.error import ConfigError
-from minipar.config.preflight import preflight
+from minipar.config.probes import preflight
 from minipar.config.rules import resolve
 from minipar.config.sections import PLANNED, SECTIONS, Layout, Model, Numerics, Output, Run
 

@@ -24,7 +24,7 @@ from dataclasses import fields, replace
 
 from minipar.config import PLANNED, ConfigError, Layout, TrainConfig
 from minipar.config.flags import flag_name
-from minipar.config.preflight import with_data
+from minipar.config.probes import with_data
 from minipar.config.sections import value_type
 
 # the fields the supervisor owns and rewrites for every attempt: the planned layout, and
@@ -38,7 +38,7 @@ VALUED = tuple(flag_name(name) for name in LAYOUT_FIELDS if name not in _SWITCH)
 
 def parse_train(argv):
     """The TrainConfig of ``train`` arguments (parsed by the trainer's own parser), with
-    its data's vocabulary (``preflight.with_data``): the planner sizes the head with it."""
+    its data's vocabulary (``probes.with_data``): the planner sizes the head with it."""
     from minipar.__main__ import build_parser
     return with_data(TrainConfig.from_namespace(build_parser().parse_args(["train", *argv])))
 

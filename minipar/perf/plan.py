@@ -231,7 +231,7 @@ def plan_main(argv=None):
 
 from minipar.cli_checks import as_flags  # noqa: E402
 from minipar.config.flags import add_field_flags  # noqa: E402
-from minipar.config.preflight import with_data  # noqa: E402
+from minipar.config.probes import with_data  # noqa: E402
 from minipar.perf.models import with_vocab  # noqa: E402
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ The checks of ``sections.py`` and ``rules.py`` read the config alone.  What they
 know is on the disk, and preflight looks:
 
     the data         the name resolved to its files (``stdlib``: its cached BPE shards,
-                     built the first time, ``data/named.py``) and the model's vocabulary
-                     taken from it (256 for bytes, or the tokenizer's) unless given
+                     built the first time, ``data/named.py``), which must be there, and
+                     the model's vocabulary taken from it (256 for bytes, or the
+                     tokenizer's) unless given
     the resume       a checkpoint is there (whether it fits this run is decided once the
                      model exists: ``train.load_resume``)
     the outputs      --save can be written, with room for a checkpoint (params, m, v),
@@ -32,11 +33,15 @@ def preflight(config):
 
 
 def with_data(config):
-    """The data a name stands for, and the model's vocabulary: the data's unless given."""
+    """The data a name stands for (a text corpus: its files are there), and the model's
+    vocabulary: the data's unless given."""
+    from minipar.data import corpus_paths
     from minipar.data.named import resolve_data
-    from minipar.data.tokens import vocab_size_of
+    from minipar.data.tokens import is_token_dataset, vocab_size_of
     try:
         config = replace(config, data=resolve_data(config.data, quiet=config.quiet))
+        if not is_token_dataset(config.data):
+            corpus_paths(config.data)
         if config.vocab_size is not None:
             return config
         return replace(config, vocab_size=vocab_size_of(config.data))
