@@ -24,8 +24,8 @@ def _layout_auto(size, rank):
     plan printed first, on rank 0).  A planned field given with it would be overridden:
     refused.  Runs after preflight, so the plan sizes the head with the data's vocabulary."""
     def choose(config):
-        given = [name for name, value in config.planned_layout().items()
-                 if value != TrainConfig().planned_layout()[name]]
+        default = TrainConfig().planned_layout()
+        given = [name for name, value in config.planned_layout().items() if value != default[name]]
         if given:
             raise ConfigError(f"`layout` auto chooses the layout itself; drop `{given[0]}`")
         from minipar.perf.plan import auto_layout

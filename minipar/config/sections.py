@@ -76,15 +76,11 @@ def _at_least(config, low, *names):
             raise ConfigError(f"`{name}` must be >= {low}, got {value}")
 
 
-def _finite(value):
-    return math.isfinite(value)
-
-
 def _finite_positive(config, *names):
     """Each setting given is a finite number > 0: an lr of nan trains nan losses, exit 0."""
     for name in names:
         value = getattr(config, name)
-        if value is not None and not (_finite(value) and value > 0):
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"`{name}` must be a finite number > 0, got {value}")
 
 
@@ -273,15 +269,16 @@ class Model:
                                           "--backend cupy, 1 on numpy)", metavar="N")
 
     def gpt_config(self, attention="naive", pad_vocab_to=None):
-        """The GPTConfig: the preset with this section's overrides."""
+        """The GPTConfig: the preset with this section's overrides (``pad_vocab_to``: the
+        padding multiple the numerics choose, else this section's)."""
         from minipar.nn import config_from_preset
+        pad = self.pad_vocab_to if pad_vocab_to is None else pad_vocab_to
         return config_from_preset(self.model, n_layer=self.n_layer, d_model=self.d_model,
                                   n_head=self.n_head, seq_len=self.seq_len, dropout=self.dropout,
                                   tie_weights=self.tie_weights, attention=attention,
                                   vocab_size=self.vocab_size, arch=self.arch,
                                   n_kv_head=self.n_kv_head, rope_theta=self.rope_theta,
-                                  d_ff=self.d_ff,
-                                  pad_vocab_to=self.pad_vocab_to if pad_vocab_to is None else pad_vocab_to)
+                                  d_ff=self.d_ff, pad_vocab_to=pad)
 
     def check(self):
         """The model can be built: GPTConfig's own checks (sizes >= 1, heads dividing the
@@ -324,7 +321,7 @@ class Run:
         _finite_positive(self, "lr")
         for name in ("weight_decay", "grad_clip"):
             value = getattr(self, name)
-            if not (_finite(value) and value >= 0):
+            if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"`{name}` must be a finite number >= 0 (0 turns it off), "
                                   f"got {value}")
         _at_least(self, 0, "warmup", "eval_batches", "seed")
