@@ -41,9 +41,9 @@ def run(ranks, flags, log):
 
 def full_state_bytes(model, data):
     sys.path.insert(0, ROOT)
-    from minipar.config import TrainConfig
+    from minipar.config import TrainConfig, preflight
     from minipar.nn import make_model
-    cfg = TrainConfig(model=model, data=data).resolve(1).model_config()
+    cfg = preflight(TrainConfig(model=model, data=data)).resolve(1).model_config()
     return 16 * make_model(cfg, materialize=False).num_parameters()
 
 

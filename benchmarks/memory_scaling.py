@@ -78,13 +78,13 @@ def run(root, ranks, flags, workdir, name):
 def need(args, ranks, flags, runtime):
     """The memory model's process peak (``train/fits.py``), largest over the layout's ranks."""
     sys.path.insert(0, ROOT)
-    from minipar.config import TrainConfig
+    from minipar.config import TrainConfig, preflight
     from minipar.parallel.grid import coordinates
     from minipar.train.fits import predicted_peak
     values = dict(zip(flags[::2], flags[1::2]))
-    config = TrainConfig(model=args.model, seq_len=args.seq_len, batch_size=args.batch_size,
+    config = preflight(TrainConfig(model=args.model, seq_len=args.seq_len, batch_size=args.batch_size,
                          steps=1, tp=int(values.get("--tp", 1)), pp=int(values.get("--pp", 1)),
-                         zero=int(values.get("--zero", 0))).resolve(ranks)
+                         zero=int(values.get("--zero", 0)))).resolve(ranks)
     coords = [coordinates(r, config.dp, config.tp, config.pp) for r in range(ranks)]
     return max(predicted_peak(config, runtime=runtime, data=0, coords=(c.dp, c.tp, c.pp)).total
                for c in coords)

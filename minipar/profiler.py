@@ -209,14 +209,15 @@ def timed_step(run, step, prof):
 
 
 def profile_run(config, steps=3, top=15, json_path=None):
-    """Set up ``config`` as ``train`` does, 1 warm-up step, ``steps`` profiled steps and
-    ``steps`` without the profiler; rank 0 prints the tables (and writes ``json_path``)."""
+    """Set up ``config`` (prepared: ``config.prepare``) as ``train`` does, 1 warm-up step,
+    ``steps`` profiled steps and ``steps`` without the profiler; rank 0 prints the tables
+    (and writes ``json_path``)."""
     from minipar.threads import describe_threads
     from minipar.train import setup
     if config.pipelined:
         raise ConfigError("`pp` and `chunks`: a pipeline interleaves the forward and backward "
                           "of micro-batches, which profile cannot cut into phases")
-    run = setup(config)
+    run = setup(config, prepared=True)
     c, cfg, grid = run.config, run.cfg, run.grid
     rows = c.batch_size // (c.dp * c.grad_accum) * (cfg.seq_len // c.cp)
     half = c.precision in ("fp16", "bf16") and backend.backend_name() == "numpy"   # fp32 GEMMs

@@ -204,7 +204,7 @@ for kw in (dict(), dict(recompute="full"), dict(recompute="selective"), dict(bat
     ts = []
     for s in range(4):
         t0 = time.perf_counter(); run.step(s); ts.append(time.perf_counter() - t0)
-    resolved = c.resolve(1)
+    resolved = run.config                  # the config the run resolved and ran with
     assert model_state_bytes(resolved.model_config(), resolved) == run.optimizer.memory_bytes(), kw
     rows.append((str(kw or "baseline"), np.median(ts[1:]), predict(resolved, prof).step_s))
 names, meas, pred = zip(*rows)
