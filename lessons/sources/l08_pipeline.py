@@ -340,7 +340,7 @@ simulator knows only compute, so
 ### A slow stage
 
 `MINIPAR_SLOW_RANK=1:3` makes rank 1 compute three times slower (after each op it sleeps twice the op's
-duration; `minipar/faults.py`). The schedule cannot hide it: rank 0 now spends much of the step waiting
+duration; `minipar/train/faults.py`). The schedule cannot hide it: rank 0 now spends much of the step waiting
 in `recv`. The simulator, fed each stage's own times, predicts it — the equal-stage formula does not.
 ''', r'''
 print(f"no straggler: measured - simulated = {gap * 100:+.1f} points")

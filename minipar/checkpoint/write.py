@@ -30,7 +30,6 @@ import numpy as np
 
 from minipar.checkpoint import layout
 from minipar.checkpoint.rankfile import plan_pieces, write_all, write_planned
-from minipar.faults import save_fault
 
 
 class CheckpointWriteError(OSError):
@@ -86,10 +85,16 @@ def build_index(meta, reports):
 
 class PendingSave:
     """One checkpoint being written (see the module docstring).  ``comm``: an mpi4py
-    communicator over every rank that writes (None: one process)."""
+    communicator over every rank that writes (None: one process).  ``fault(where)``: a
+    hook called at each point of the save a test may disturb — "file" (half way through
+    this rank's file), "report" (written, before agreeing), and on rank 0 "commit"
+    (before the rename) and "latest" (renamed, ``latest`` not yet replaced); a run
+    passes the faults its environment asks for (``train/faults.py``), None: no hook."""
 
-    def __init__(self, comm, directory, step, meta, keep=0, prune_in_background=False):
+    def __init__(self, comm, directory, step, meta, keep=0, prune_in_background=False,
+                 fault=None):
         self.comm, self.directory, self.step = comm, str(directory), int(step)
+        self._fault = fault or (lambda where: None)
         self.meta, self.keep = dict(meta, step=self.step), keep
         self.pruning = None     # rank 0's thread removing old checkpoints (async saves)
         self.prune_in_background = prune_in_background
@@ -109,9 +114,6 @@ class PendingSave:
             raise CheckpointWriteError(f"could not write the checkpoint to {self.directory}: "
                                        f"{name[1:]}; the previous checkpoint is unchanged")
         self.tmp = os.path.join(self.directory, name)
-
-    def _fault(self, where):
-        save_fault(where, self.rank, self.step)
 
     def write(self, pieces, written=None):
         """This rank's file (no messages; safe in a background thread).  ``pieces``: a

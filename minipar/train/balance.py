@@ -16,7 +16,7 @@ and the new shares are N·speed_i/Σ speed rounded (largest remainders) to multi
 gradient-accumulation count, at least one micro-batch each.  Every rank computes them
 from the same gathered numbers, so all agree without another message.
 
-``MINIPAR_SLOW_RANK="R:F"`` (``minipar/faults.py``) makes world rank R sleep (F-1)× its
+``MINIPAR_SLOW_RANK="R:F"`` (``minipar/train/faults.py``) makes world rank R sleep (F-1)× its
 compute after every forward/backward: a documented way to show a straggler.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
 from minipar.procmem import ProcessMemory
-from minipar import faults
+from minipar.train import faults
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
 from minipar.train.saving import Saver, save_checkpoint
@@ -41,7 +41,7 @@ class Run:
         self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
         self.process_memory = process_memory or ProcessMemory()   # peaks per phase (procmem)
         self.saver = Saver(self)        # sharded checkpoints, maybe in the background
-        self.hooks = StepHooks()        # attached from outside the step: faults.py's
+        self.hooks = StepHooks()        # attached from outside the step: train/faults.py's
         faults.register(self.hooks, grid.rank)
         if parallel.engine is not None:
             parallel.engine.after_compute = self.hooks.after_compute

@@ -31,6 +31,7 @@ bytes it owns and nothing else, and no rank holds a whole tensor it does not own
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from minipar import checkpoint
 from minipar.backend import to_device, to_host
 from minipar.checkpoint.shards import owned_pieces, read_slot
 from minipar.parallel.placement import slot_segments
+from minipar.train import faults
 from minipar.train.errors import TrainingStopped
 
 
@@ -99,7 +101,9 @@ class Saver:
             try:
                 pending = checkpoint.PendingSave(self.comm, c.save, step,
                                                  checkpoint_meta(self.run, step), c.keep,
-                                                 prune_in_background=c.save_async)
+                                                 prune_in_background=c.save_async,
+                                                 fault=partial(faults.save_fault, step=step,
+                                                               rank=self.run.grid.rank))
             except checkpoint.CheckpointWriteError as err:
                 raise TrainingStopped(f"step {step}: {err}") from None
             if not c.save_async:

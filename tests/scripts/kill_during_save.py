@@ -4,7 +4,7 @@ latest and load, and no partial checkpoint may ever be taken for the latest.
     python tests/scripts/kill_during_save.py [--trials 20] [--ranks 4]
 
 Each trial trains dp·ZeRO-3 with --save-every 2 for 6 steps and kills (SIGKILL, via
-``MINIPAR_SAVE_FAULT``, ``faults.py``) a random rank at a random point of the save of
+``MINIPAR_SAVE_FAULT``, ``minipar/train/faults.py``) a random rank at a random point of the save of
 step 4 or 6: half way through its file, after its file before the ranks agree, or —
 rank 0 — after the index before the rename, or after the rename before ``latest``.
 Then: ``latest`` names the step saved before, every committed directory has all the

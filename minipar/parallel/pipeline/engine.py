@@ -47,7 +47,7 @@ class PipelineEngine:
         self.pp, self.chunks, self.M = pp_comm.size, chunks, microbatches
         self.S = self.pp * chunks
         self.rank = pp_comm.rank
-        self.after_compute = []   # hooks f(seconds) after each piece of compute (faults.py)
+        self.after_compute = []   # hooks f(seconds) after each piece of compute (train/faults.py)
         self.actions = build_schedule(kind, self.pp, microbatches, chunks)[self.rank]
         self.split = any(a.kind == "W" for a in self.actions)
         self.spans = []

@@ -1,8 +1,9 @@
 """Faults you can ask for, to see what the system does with them (tests and lessons).
 
-They are hooks, registered from outside on what they disturb (``register``): nothing in
-the step or the pipeline engine calls them by name.  A run takes them from its
-environment:
+They are hooks, attached from outside to what they disturb: nothing in the step, the
+pipeline engine or the checkpoint writer calls them by name.  A run (``train/loop.py``)
+registers the step's (``register``) and hands ``PendingSave`` the save's (``save_fault``
+for its rank and step, ``train/saving.py``).  It takes them from its environment:
 
     MINIPAR_INJECT_FAILURE="R:K"   world rank R raises at step K: one rank's exception
                                    must end the whole job (``inject_failure``)
