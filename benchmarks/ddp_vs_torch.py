@@ -26,7 +26,7 @@ matrices only, clip 1.0) and the same random token batches; the loss is read
 data-loading and logging of ``minipar train`` (and its per-step all-reduce of the loss for
 the log), evaluation, checkpoints.
 
-Threads: minipar budgets its own (``minipar/threads.py``: 2 ranks on 2 cores -> 1 BLAS
+Threads: minipar budgets its own (``minipar/process/threads.py``: 2 ranks on 2 cores -> 1 BLAS
 thread each), so its job gets no thread variables at all (any OMP_NUM_THREADS /
 OPENBLAS_NUM_THREADS / MKL_NUM_THREADS of the calling shell are removed from its
 environment: what is measured is what a user gets without setting any).  The PyTorch

@@ -31,7 +31,7 @@ def minipar_worker(args, shape):
     sys.path.insert(0, ROOT)
     from minipar.config import TrainConfig
     from minipar.nn import GPTConfig
-    from minipar.threads import describe_threads
+    from minipar.process.threads import describe_threads
     from minipar.train import setup
     from minipar.train.steps import forward_backward
     layers, d, seq, batch = shape

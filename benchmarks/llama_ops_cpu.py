@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import numpy as np  # noqa: E402
 
-from minipar import threads  # noqa: E402
+from minipar.process import threads  # noqa: E402
 from minipar.autograd import Tensor, ops, ops_math  # noqa: E402
 from minipar.nn import GPTConfig  # noqa: E402
 from minipar.nn.rope import rope_angles  # noqa: E402

@@ -166,7 +166,7 @@ def main(argv=None):
 
 def compare(args):
     """Time minipar and PyTorch on one shape and thread count; returns {label: seconds}."""
-    from minipar import threads
+    from minipar.process import threads
     budget = threads.use_threads(args.threads) if args.threads else threads.current_budget()
     args.threads = budget.threads
     print(f"threads: {args.threads} each (minipar: {threads.describe_threads(budget)}; "

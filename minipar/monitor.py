@@ -15,7 +15,7 @@ The log (``log_path``, written by rank 0) has one JSON object per line:
 
 * first ``{"header": {...}}``: the caller's header (layout, params, tokens_per_step,
   batch_size, backend, precision, ...) plus ``world_size``, ``threads`` (the BLAS
-  thread budget, minipar/threads.py), ``flops_per_step``, ``mfu_basis``,
+  thread budget, minipar/process/threads.py), ``flops_per_step``, ``mfu_basis``,
   ``peak_flops_per_rank`` (list), ``mem_budget_bytes_per_rank`` (list),
   ``total_steps``, ``start_step``, ``time`` (UNIX seconds);
 * then one object per step:
@@ -62,7 +62,7 @@ import numpy as np
 from minipar import monitor_text, procmem
 from minipar.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
 from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401 (the readers)
-from minipar.threads import describe_threads
+from minipar.process.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
         "peak_mem_bytes", "peak_rss_bytes", "device_util",   # the gathered vector, in this

@@ -212,7 +212,7 @@ def profile_run(config, steps=3, top=15, json_path=None):
     """Set up ``config`` (prepared: ``config.prepare``) as ``train`` does, 1 warm-up step,
     ``steps`` profiled steps and ``steps`` without the profiler; rank 0 prints the tables
     (and writes ``json_path``)."""
-    from minipar.threads import describe_threads
+    from minipar.process.threads import describe_threads
     from minipar.train import setup
     if config.pipelined:
         raise ConfigError("`pp` and `chunks`: a pipeline interleaves the forward and backward "

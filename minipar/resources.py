@@ -7,7 +7,7 @@ import os
 import time
 
 from minipar import backend
-from minipar.threads import current_budget
+from minipar.process.threads import current_budget
 
 
 def measure_gemm_flops(seconds=0.2):

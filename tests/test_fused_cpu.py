@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("numba")
 
 import minipar.nn  # noqa: E402,F401  (registers the kernels)
-from minipar import threads  # noqa: E402
+from minipar.process import threads  # noqa: E402
 from minipar.autograd import Tensor, ops, ops_math  # noqa: E402
 from minipar.kernels import fused_cpu  # noqa: E402
 from tests.gradcheck import check_grad  # noqa: E402

@@ -73,7 +73,7 @@ def test_threaded_path_matches_finite_differences(monkeypatch):
 
 
 def test_threads_follow_the_budget(monkeypatch):
-    from minipar import threads
+    from minipar.process import threads
     budget = threads.current_budget()
     monkeypatch.setattr(threads, "_current", budget.__class__(1, 8, 4, "test"))
     assert rows.row_threads(rows.MIN_ELEMENTS) == 4
@@ -107,7 +107,7 @@ def test_linear_backward_side_by_side_on_two_threads(monkeypatch, dtype):
     """On exactly two threads Linear's dX and dW run whole, one on each thread: the same
     bits as one thread; on three each is split as before, to the rounding of sums in
     another order (tests/tolerance.py: relative to the terms, not to each result)."""
-    from minipar import threads
+    from minipar.process import threads
     from minipar.autograd import ops_reduce
     used = []
     real = ops_reduce.side_by_side

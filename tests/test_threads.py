@@ -1,4 +1,4 @@
-"""Thread budgeting (minipar/threads.py): each rank gets cores // ranks-on-node BLAS
+"""Thread budgeting (minipar/process/threads.py): each rank gets cores // ranks-on-node BLAS
 threads, as the BLAS itself reports them; a user's setting is kept.
 
 The runs here start from a clean environment (no OMP/OPENBLAS/MKL_NUM_THREADS), which
@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from minipar import threads
+from minipar.process import threads
 from tests.mpirun import REPO
 
 SCRIPT = os.path.join("tests", "scripts", "threads_report.py")
@@ -87,7 +87,7 @@ def test_mpi_split_when_the_launcher_says_nothing():
 
 def test_importing_minipar_sets_nothing():
     """Thread variables and the allocator are set by setup_process, not by the import."""
-    code = ("import os, minipar, minipar.allocator as a, minipar.threads as t\n"
+    code = ("import os, minipar, minipar.process.allocator as a, minipar.process.threads as t\n"
             "assert a._applied is None and t._current is None, (a._applied, t._current)\n"
             "assert not set(t.SET_VARS + (t.MARKER,)) & set(os.environ), os.environ\n"
             "minipar.setup_process()\n"

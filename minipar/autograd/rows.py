@@ -15,7 +15,7 @@ each ufunc loop and reduction, so the blocks really run at the same time.  Every
 computed by the same code in the same order whatever T is, so the result is
 bit-identical to one call on the whole array — the plain NumPy path, and the reference.
 
-    T = the rank's thread budget (``minipar.threads``), 1 when ranks fill the cores
+    T = the rank's thread budget (``minipar.process.threads``), 1 when ranks fill the cores
         (then nothing is threaded, and no thread is started); 1 for arrays smaller than
         ``MIN_ELEMENTS`` (measured: smaller ops gain nothing from a second thread, even
         with the spinning pool's ~5 µs hand-over, ``spin_pool.py``; a sleeping pool's
@@ -44,7 +44,7 @@ def row_threads(elements):
     """How many threads a kernel over an array of ``elements`` values gets."""
     if elements < MIN_ELEMENTS or backend_name() != "numpy":
         return 1
-    from minipar.threads import current_budget
+    from minipar.process.threads import current_budget
     return max(1, current_budget().threads)
 
 
@@ -96,7 +96,7 @@ def matmul_threads(a, b):
     """Threads for a @ b: the pool's, when the rank splits its matmuls itself."""
     if backend_name() != "numpy" or a.ndim < 2 or b.ndim < 2:
         return 1
-    from minipar.threads import current_budget
+    from minipar.process.threads import current_budget
     budget = current_budget()
     if not budget.splits_matmuls:
         return 1

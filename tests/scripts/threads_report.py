@@ -20,7 +20,7 @@ if "--numpy-first" in sys.argv:
 import threadpoolctl  # noqa: E402
 
 import minipar  # noqa: E402
-from minipar import threads  # noqa: E402
+from minipar.process import threads  # noqa: E402
 
 budget = minipar.setup_process()    # before NumPy is imported, unless --numpy-first
 

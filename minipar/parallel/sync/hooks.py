@@ -15,7 +15,7 @@ def spare_core() -> bool:
     """Whether each rank has a core beyond its compute threads for a progress thread:
     cores ≥ ranks · (threads + 1).  Without one (ranks fill the cores), DDP advances
     its all-reduces itself at each gradient hook (``comm/stepwise.py``)."""
-    from minipar.threads import current_budget
+    from minipar.process.threads import current_budget
     b = current_budget()
     return b.cores >= b.ranks_on_node * (b.threads + 1)
 

@@ -24,7 +24,7 @@ A user who sets ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREA
 has chosen: minipar then sets nothing.
 
 The limit should reach the BLAS before it starts its thread pool, so
-``minipar.setup_process()`` (``process.py``), which the commands call first, runs
+``minipar.setup_process()`` (``process/__init__.py``), which the commands call first, runs
 :func:`budget_threads` and writes the variables into ``os.environ`` before NumPy is
 imported.  When NumPy is already loaded (a script that imported it first, or the MPI
 refinement) the limit is applied to the running pools with

@@ -20,7 +20,7 @@ mapped and the next step reuses them; the process's resident memory is about one
 step's peak, which the step reaches anyway.  This is what PyTorch's CPU caching
 allocator and jemalloc's retained extents buy too; ``torch`` users set it with
 ``MALLOC_MMAP_THRESHOLD_`` or preload jemalloc, minipar sets it itself in
-``setup_process()`` (``process.py``; a user never needs an environment variable for speed).
+``setup_process()`` (``process/__init__.py``; a user never needs an environment variable for speed).
 
 Only glibc has ``mallopt``; elsewhere (macOS, musl) nothing is changed.  A user who
 set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` has chosen: nothing is

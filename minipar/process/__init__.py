@@ -1,4 +1,6 @@
-"""Process set-up: the two process-wide settings a minipar rank makes for itself.
+"""Process set-up: the two process-wide settings a minipar rank makes for itself
+(``threads.py``: how many threads; ``allocator.py``: freed blocks kept), and where to
+find the mpiexec that starts the ranks (``mpiexec_path``).
 
     setup_process()          first thing, before NumPy is imported where possible
     setup_process(comm)      again once MPI is up (collective over ``comm``)
@@ -28,8 +30,8 @@ import os
 import shutil
 import sys
 
-from minipar.allocator import keep_freed_blocks
-from minipar.threads import ThreadBudget, budget_threads
+from minipar.process.allocator import keep_freed_blocks
+from minipar.process.threads import ThreadBudget, budget_threads
 
 
 def setup_process(comm=None) -> ThreadBudget:
