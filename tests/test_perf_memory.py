@@ -6,14 +6,20 @@
 data parallelism and ZeRO (the count is exact up to a few bytes of scalars); within
 5 % under tensor and pipeline parallelism, recomputation and accumulation, where the
 peak's moment depends on the schedule (interleaved stages, and the sends a stage has
-not yet found complete, are counted approximately).  Korthikanti et al.'s closed forms
-(``korthikanti_layer_bytes``) against the paper's own tensor-by-tensor count.
+not yet found complete, are counted approximately).  The ranks' parameters, built in
+one process with no messages (``parallel/shapes.py``), hold the whole model between them.
+Korthikanti et al.'s closed forms (``korthikanti_layer_bytes``) against the paper's own
+tensor-by-tensor count.
 """
 import json
 
+import numpy as np
 import pytest
 
+from minipar.nn.gpt import config_from_preset
+from minipar.parallel.shapes import rank_parameters
 from minipar.perf import activations as act
+from minipar.perf.memory import param_sizes
 from minipar.perf.models import KORTHIKANTI
 from tests.mpirun import run_mpi
 
@@ -66,6 +72,10 @@ def test_four_rank_state_is_exact():
     layouts = [dict(model="tiny", batch_size=8, **kw) for kw in
                (dict(zero=1), dict(zero=3), dict(tp=2, zero=2), dict(tp=2, pp=2, microbatches=2),
                 dict(pp=2, chunks=2, schedule="interleaved", microbatches=2, zero=1))]
+    # a width of 66 leaves parameters (and buckets of ~40 KiB of bf16 gradients) whose
+    # lengths are not multiples of 4: ZeRO pads each bucket, ZeRO-3 each unit
+    odd = dict(model="tiny", batch_size=8, d_model=66, n_head=6)
+    layouts += [dict(odd, zero=2, precision="bf16", bucket_mb=0.04), dict(odd, zero=3)]
     # llama, n_kv_head 2 over tp 4: each rank holds a copy of one KV head
     layouts.append(dict(model="llama-tiny", batch_size=8, tp=4, zero=1))
     for d in _reports(4, layouts, timeout=400):
@@ -84,6 +94,30 @@ def test_llama_layouts():
     for n, layouts in ((1, one), (2, two)):
         for report in _reports(n, layouts, timeout=300):
             _check(report)
+
+
+@pytest.mark.parametrize("model,tp,pp,chunks", [("tiny", 2, 2, 1), ("tiny", 1, 2, 2),
+                                                ("llama-tiny", 4, 2, 1)])
+def test_the_ranks_cut_hold_the_whole_model_between_them(model, tp, pp, chunks):
+    """Every rank of a tp × pp grid, cut with no communicator: each parameter has its
+    placement's shape, and each element of each parameter is held exactly once, counting
+    a piece 1/tp_replicas times (a weight replicated over tp; a KV head copied to
+    tp/n_kv_head ranks under llama-tiny's tp 4 over 2 KV heads)."""
+    cfg = config_from_preset(model)
+    held = {}
+    for tp_rank in range(tp):
+        for pp_rank in range(pp):
+            rank = rank_parameters(cfg, tp, tp_rank, pp, chunks, pp_rank)
+            for name, p in rank.module.named_parameters():
+                placed = rank.placements[name]
+                assert tuple(p.shape) == placed.piece_shape, name
+                count = held.setdefault(name, np.zeros(placed.shape))
+                for offsets, lengths in placed.boxes():
+                    box = tuple(slice(o, o + n) for o, n in zip(offsets, lengths))
+                    count[box] += 1 / placed.tp_replicas
+    assert held.keys() == dict(param_sizes(cfg)).keys()
+    for name, count in held.items():
+        assert np.allclose(count, 1.0, rtol=0, atol=1e-12), name
 
 
 # Korthikanti et al. 2022, Section 4.1: what one transformer layer keeps for backward,

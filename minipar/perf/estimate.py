@@ -139,9 +139,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     # data-parallel synchronisation over this rank's gradients
     gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
     buckets = [n * gbytes for n, _ in pmem.rank_buckets(
-        cfg, bucket_bytes(config), gbytes, dp, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
-    units = [sum(k for _, k in u) * gbytes for u in pmem.units(cfg, tp=tp, pp=pp, chunks=v,
-                                                                pp_rank=pp - 1)]
+        cfg, bucket_bytes(config), config.precision, dp, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
+    units = [n * gbytes for n, _ in pmem.rank_units(cfg, dp, tp=tp)] if config.zero == 3 else []
     backward_all = M * (t_b + t_w) if pp == 1 else (t_b + t_w)
     exposed_dp = pcomm.dp_exposed_seconds(prof, config.zero, dp, buckets, units, backward_all,
                                           M * t_f, config.overlap, tp, rpn,
@@ -262,8 +261,8 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     grads = 0
     if (accumulate and config.zero < 2) or flat_grads:
         item = DTYPE_BYTES[dtype]
-        grads = item * sum(k for _, k in pmem.param_sizes(
-            cfg, tp=config.tp, tp_rank=coords[1], pp=pp, chunks=config.chunks, pp_rank=stage))
+        grads = item * pmem.numel(cfg, tp=config.tp, tp_rank=coords[1], pp=pp,
+                                  chunks=config.chunks, pp_rank=stage)
     return live + a_bytes + grads
 
 

@@ -9,137 +9,113 @@ in fp32; mixed precision adds a 4-byte fp32 master, K = 12):
     ZeRO 2   2Ψ + (2 + K)Ψ/N
     ZeRO 3   (2 + 2 + K)Ψ/N
 
-minipar's accounting (``Optimizer.memory_bytes``) is reproduced exactly, byte for byte:
-Ψ is this rank's share of the model (tensor-parallel slices, its pipeline stages),
-ZeRO shards are of *padded* buckets (each bucket's length rounded up to a multiple of
-N), and DDP under mixed precision counts the half model plus its fp32 masters in
-both ``params`` and ``grads`` (the masters carry the fp32 gradient).
+``model_state_bytes`` is what ``Optimizer.memory_bytes`` reports, exactly: Ψ is this
+rank's share of the model, the ZeRO shards are of *padded* buckets (each bucket's
+length rounded up to a multiple of N), and DDP under mixed precision counts the half
+model plus its fp32 masters in both ``params`` and ``grads`` (the masters carry the fp32
+gradient).  Exact because every count is read from the objects training builds, none
+listed here:
 
-The llama block (``nn/llama.py``) has no biases, RMSNorm gains only, SwiGLU's three
-matrices of d × d_ff, and K/V projections of n_kv_head heads (a tp rank holding a
-copy of one head when tp > n_kv_head).
+    this rank's parameters   the model of placeholders (``nn/gpt.py``, ``nn/llama.py``)
+                             cut by the library's own tensor-parallel swaps and
+                             pipeline stages (``parallel/shapes.rank_parameters``), each
+                             parameter's size its ``Placement.local_size``
+    DDP, ZeRO-1/2 buckets    ``parallel/buckets.make_buckets`` over those parameters,
+                             in the dtype the gradients travel in
+    ZeRO-3's units           ``parallel/sync/zero3.model_units``, each one ``Bucket``
 
-``param_sizes`` lists this rank's parameters in the model's order; ``buckets`` groups
-them as ``parallel/buckets.make_buckets`` does (reverse order, ~bucket_bytes each).
+A rank's cut model is built once per (cfg, tp, tp_rank, pp, chunks, pp_rank) and kept:
+a layout search asks for the same few ranks many times.
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
-from minipar.comm.chunks import chunk_bounds
-from minipar.parallel.buckets import bucket_bytes
+from minipar.backend import dtype_of
+from minipar.parallel.buckets import Bucket, bucket_bytes, make_buckets
+from minipar.parallel.shapes import rank_parameters
+from minipar.parallel.sync.zero3 import model_units
 from minipar.perf.profile import DTYPE_BYTES
 
 
-def _block(cfg, t):
-    if cfg.arch == "llama":
-        return _llama_block(cfg, t)
-    h = cfg.d_model
-    ht, h4 = h // t, 4 * h // t
-    return [("ln_1.weight", h), ("ln_1.bias", h), ("attn.qkv.weight", h * 3 * ht),
-            ("attn.qkv.bias", 3 * ht), ("attn.proj.weight", ht * h), ("attn.proj.bias", h),
-            ("ln_2.weight", h), ("ln_2.bias", h), ("mlp.fc.weight", h * h4),
-            ("mlp.fc.bias", h4), ("mlp.proj.weight", h4 * h), ("mlp.proj.bias", h)]
-
-
-def kv_columns(cfg, t):
-    """Columns of k_proj (and of v_proj) on one tp rank: its n_kv_head/t heads, or the
-    one head it holds a copy of when t > n_kv_head (``parallel/tensor/llama.py``)."""
-    d = cfg.d_model // cfg.n_head
-    return d * max(cfg.kv_heads // t, 1)
-
-
-def _llama_block(cfg, t):
-    """RMSNorm gains, q/k/v/o, gate/up/down: no biases; K and V of the KV heads only."""
-    h, f = cfg.d_model, cfg.ffn_width
-    kv = kv_columns(cfg, t)
-    return [("ln_1.weight", h), ("attn.q_proj.weight", h * h // t),
-            ("attn.k_proj.weight", h * kv), ("attn.v_proj.weight", h * kv),
-            ("attn.o_proj.weight", h // t * h), ("ln_2.weight", h),
-            ("mlp.gate_proj.weight", h * f // t), ("mlp.up_proj.weight", h * f // t),
-            ("mlp.down_proj.weight", f // t * h)]
+def _where(tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
+    """A rank's coordinates as one cache key."""
+    return tp, tp_rank, pp, chunks, pp_rank
 
 
 @lru_cache(maxsize=512)
-def units(cfg, tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
-    """This rank's parameters as ZeRO-3's units: [[(name, numel), ...], ...] —
-    embeddings (first stage), one unit per block, final norm + head (last stage)."""
-    h, V = cfg.d_model, cfg.padded_vocab_size
-    vb = chunk_bounds(V, tp)
-    v_mine = vb[tp_rank + 1] - vb[tp_rank]
-    S, per = pp * chunks, cfg.n_layer // (pp * chunks)
-    out = []
-    for c in range(chunks):
-        s = c * pp + pp_rank
-        if s == 0:
-            embed = [("wte.weight", v_mine * h)]
-            if cfg.arch == "gpt2":                  # llama: no table of positions
-                embed.append(("wpe.weight", cfg.seq_len * h))
-            out.append(embed)
-        for i in range(s * per, (s + 1) * per):
-            out.append([(f"blocks.{i}.{n}", k) for n, k in _block(cfg, tp)])
-        if s == S - 1:
-            head = [("ln_f.weight", h)] + ([("ln_f.bias", h)] if cfg.arch == "gpt2" else [])
-            if not cfg.tie_weights:
-                head.append(("lm_head.weight", h * v_mine))
-            out.append(head)
-    return out
+def _rank(cfg, where):
+    return rank_parameters(cfg, *where)
 
 
 def param_sizes(cfg, **where):
-    """[(name, numel)] of this rank's parameters, in the model's order."""
-    return _flat(cfg, tuple(sorted(where.items())))
+    """[(name, numel)] of this rank's parameters, in the model's order.  ``where``: tp,
+    tp_rank, pp, chunks, pp_rank (default one rank holding the whole model)."""
+    return _param_sizes(cfg, _where(**where))
 
 
 @lru_cache(maxsize=512)
-def _flat(cfg, where):
-    return [p for unit in units(cfg, **dict(where)) for p in unit]
-
-
-def rank_buckets(cfg, bucket_bytes, itemsize, pad_to, **where):
-    """``buckets`` of this rank's parameters (cached: a search asks many times)."""
-    return _rank_buckets(cfg, bucket_bytes, itemsize, pad_to, tuple(sorted(where.items())))
-
-
-@lru_cache(maxsize=4096)
-def _rank_buckets(cfg, bucket_bytes, itemsize, pad_to, where):
-    return buckets(param_sizes(cfg, **dict(where)), bucket_bytes, itemsize, pad_to)
+def _param_sizes(cfg, where):
+    rank = _rank(cfg, where)
+    return [(name, rank.placements[name].local_size)
+            for name, _ in rank.module.named_parameters()]
 
 
 def numel(cfg, **where):
     """Ψ: this rank's parameter count."""
-    return _numel(cfg, tuple(sorted(where.items())))
+    return sum(k for _, k in param_sizes(cfg, **where))
+
+
+def rank_buckets(cfg, bucket_bytes, precision, pad_to, **where):
+    """[(numel, padded)] of the buckets ``make_buckets`` groups this rank's parameters
+    into: ~``bucket_bytes`` each of ``precision`` values, padded to a multiple of
+    ``pad_to``."""
+    return _rank_buckets(cfg, bucket_bytes, precision, pad_to, _where(**where))
+
+
+@lru_cache(maxsize=4096)
+def _rank_buckets(cfg, bucket_bytes, precision, pad_to, where):
+    params = _rank(cfg, where).module.parameters()
+    buckets = make_buckets(params, bucket_bytes, pad_to, dtype_of(precision))
+    return [(b.numel, b.padded) for b in buckets]
+
+
+def rank_units(cfg, pad_to, **where):
+    """[(numel, padded)] of ZeRO-3's units on this rank (embeddings, each block, final
+    norm and head), each padded to a multiple of ``pad_to``.  ZeRO-3 runs without a
+    pipeline: its units are of the whole (tp-cut) model."""
+    return _rank_units(cfg, pad_to, _where(**where))
 
 
 @lru_cache(maxsize=512)
-def _numel(cfg, where):
-    return sum(k for _, k in param_sizes(cfg, **dict(where)))
+def _rank_units(cfg, pad_to, where):
+    _, _, pp, chunks, _ = where
+    if pp * chunks > 1:
+        raise ValueError("ZeRO-3's units are of a model without pipeline stages (pp = chunks = 1)")
+    units = model_units(_rank(cfg, where).model)
+    return [(b.numel, b.padded) for b in (Bucket(unit, pad_to) for unit in units)]
 
 
-def buckets(sizes, bucket_bytes, itemsize, pad_to=1):
-    """Element counts (numel, padded) of the buckets ``make_buckets`` would build."""
-    out, current, size = [], 0, 0
-    for _, n in reversed(sizes):
-        nbytes = n * itemsize
-        if current and size + nbytes > bucket_bytes:
-            out.append(current)
-            current, size = 0, 0
-        current += n
-        size += nbytes
-    if current:
-        out.append(current)
-    return [(n, -(-n // pad_to) * pad_to) for n in out]
+def _coordinates(config, coords):
+    """``where`` of the rank at (dp, tp, pp) ``coords`` of ``config``."""
+    _, tp_rank, pp_rank = coords
+    return dict(tp=config.tp, tp_rank=tp_rank, pp=config.pp, chunks=config.chunks,
+                pp_rank=pp_rank)
+
+
+def _pad_to(config):
+    """ZeRO pads each bucket to a multiple of N so every rank's shard is equal; DDP
+    all-reduces whole buckets and pads nothing (``parallel/sync``)."""
+    return config.dp if config.zero else 1
 
 
 def model_state_bytes(cfg, config, coords=(0, 0, 0)):
     """{"params", "grads", "optimizer"} bytes on the rank at (dp, tp, pp) ``coords`` of
     a *resolved* TrainConfig — what ``Optimizer.memory_bytes()`` reports there."""
-    _, tp_rank, pp_rank = coords
-    where = dict(tp=config.tp, tp_rank=tp_rank, pp=config.pp, chunks=config.chunks,
-                 pp_rank=pp_rank)
+    where = _coordinates(config, coords)
     half = config.precision in ("fp16", "bf16")
     full_item = DTYPE_BYTES["fp32" if half else config.precision]   # masters, m, v
-    item = 2 if half else full_item                                  # model weights
+    item = DTYPE_BYTES[config.precision]                             # model weights
     n, psi = config.dp, numel(cfg, **where)
     if config.zero == 0:
         model = psi * item
@@ -147,15 +123,11 @@ def model_state_bytes(cfg, config, coords=(0, 0, 0)):
         return {"params": model + master, "grads": model + master,
                 "optimizer": 2 * psi * full_item}
     if config.zero == 3:
-        parts = [sum(k for _, k in u) for u in units(cfg, **where)]
-        shards = [-(-k // n) for k in parts]
-        padded = [s * n for s in shards]
+        got = rank_units(cfg, n, **where)
     else:
-        bb = bucket_bytes(config)
-        got = rank_buckets(cfg, bb, item, n, **where)
-        padded = [p for _, p in got]
-        shards = [p // n for p in padded]
-    shard = sum(shards)
+        got = rank_buckets(cfg, bucket_bytes(config), config.precision, _pad_to(config), **where)
+    padded = [p for _, p in got]
+    shard = sum(padded) // n
     params = shard * item if config.zero == 3 else sum(padded) * item
     grads = psi * item if config.zero == 1 else shard * item
     masters = shard * full_item if half else 0
@@ -172,13 +144,10 @@ def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     as large as its largest (padded) unit, made once (``parallel/sync/zero3.py``): two
     units' full weights (the one computing and the prefetched one) and two units' full
     gradients (the one accumulating and the one being reduce-scattered)."""
-    _, tp_rank, pp_rank = coords
-    where = dict(tp=config.tp, tp_rank=tp_rank, pp=config.pp, chunks=config.chunks,
-                 pp_rank=pp_rank)
-    item = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
+    where = _coordinates(config, coords)
+    item = DTYPE_BYTES[config.precision]
     if config.zero == 3:
-        n = config.dp
-        return item * 4 * max(-(-sum(k for _, k in u) // n) * n for u in units(cfg, **where))
-    bb = bucket_bytes(config)
-    got = sorted(p for _, p in rank_buckets(cfg, bb, item, config.dp, **where))
+        return item * 4 * max(p for _, p in rank_units(cfg, config.dp, **where))
+    got = sorted(p for _, p in rank_buckets(cfg, bucket_bytes(config), config.precision,
+                                            _pad_to(config), **where))
     return item * sum(got[-2:])
