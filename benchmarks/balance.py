@@ -40,7 +40,7 @@ def run(np_, flags, slow, log, timeout=600):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    from minipar.monitor import read_log
+    from minipar.observe.runlog import read_log
     header, steps, _ = read_log(log)
     return header, steps
 

@@ -89,7 +89,7 @@ def allreduce(args):
 
 
 def step_times(log):
-    from minipar.monitor import step_records
+    from minipar.observe.runlog import step_records
     return [r["step_time_s"] for r in step_records(log)][1:]          # step 0: warm-up
 
 

@@ -67,7 +67,7 @@ def memory_per_rank(seq, cps=(1, 2, 4)):
                    "--quiet", "--eval-batches", "0", "--log-json", log]
             subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
             sys.path.insert(0, ROOT)
-            from minipar.monitor import step_records
+            from minipar.observe.runlog import step_records
             rows[cp] = step_records(log)[-1]["peak_mem_bytes_per_rank"]
     return rows
 

@@ -100,7 +100,7 @@ def train(nprocs, model_flags, extra, workdir, tag, timeout):
            "--log-json", log, "--quiet", "--eval-batches", "0", *extra]
     subprocess.run(cmd, cwd=ROOT, env=env(), check=True, timeout=timeout)
     sys.path.insert(0, ROOT)
-    from minipar.monitor import step_records
+    from minipar.observe.runlog import step_records
     return step_records(log)[1:]     # drop step 0 (warm-up)
 
 

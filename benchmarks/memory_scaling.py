@@ -13,8 +13,8 @@ and per rank, the largest over ranks of:
     peak RSS     what the operating system counted over the whole run (``/usr/bin/time``:
                  ru_maxrss).  The runs set ``MINIPAR_KEEP_PEAK_RSS=1``: a run resets the
                  kernel's high-water mark at each phase to measure phases apart, and
-                 ru_maxrss would then be the last phase's peak only (``procmem.py``)
-    reported     the run's own "process peak (RSS)" (``procmem.py``; older code: the steps'
+                 ru_maxrss would then be the last phase's peak only (``observe/procmem.py``)
+    reported     the run's own "process peak (RSS)" (``observe/procmem.py``; older code: the steps'
                  ``peak_rss_bytes``; '-' if none) and its tracked arrays (``peak_mem_bytes``)
     need         the memory model's peak for the rank (``train/fits.predicted_peak``: the
                  model the run's memory check and summary use) with its runtime measured

@@ -42,7 +42,7 @@ TARGET_VS_FP32, TARGET_VS_TORCH = 1.8, 0.9
 
 def minipar_tokens_per_s(args, precision):
     """Median tokens/s of ``minipar train --backend cupy`` at ``precision``, from its log."""
-    from minipar.runlog import step_records
+    from minipar.observe.runlog import step_records
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.json")
         cmd = [sys.executable, "-m", "minipar", "train", "--backend", "cupy", "--model", "gpt2",

@@ -31,7 +31,7 @@ try:
 except ImportError:  # run from a checkout without installing: use the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from minipar.runlog import read_log, step_records
+from minipar.observe.runlog import read_log, step_records
 from yours import check_here, find_mpiexec, load
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "8",

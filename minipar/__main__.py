@@ -108,7 +108,7 @@ def run_profile(args):
     """``profile``: one run set up as ``train`` sets it up, its steps timed by op and phase."""
     from minipar.cli_checks import output_file
     from minipar.layout import config_from_flags
-    from minipar.profiler import NOT_PROFILED, profile_run
+    from minipar.observe.profiler import NOT_PROFILED, profile_run
     defaults = vars(build_parser().parse_args(["profile"]))
     for field, why in NOT_PROFILED.items():
         if getattr(args, field) != defaults[field]:
@@ -122,7 +122,7 @@ def run_profile(args):
 PASS_THROUGH = {   # subcommands with parsers of their own: everything after the name is theirs
     "plan": ("minipar.perf.plan", "plan_main"),
     "calibrate": ("minipar.perf.calibrate", "calibrate_main"),
-    "report": ("minipar.report", "main"),
+    "report": ("minipar.observe.report", "main"),
     "launch": ("minipar.elastic", "launch_main"),
     "cluster": ("minipar.cluster.cli", "main"),
     "tokenize": ("minipar.data.build", "main"),

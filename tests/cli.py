@@ -4,7 +4,7 @@ import json
 import numpy as np
 
 from minipar import checkpoint
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.mpirun import run_mpi
 
 SMALL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]

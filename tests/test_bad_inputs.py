@@ -18,7 +18,7 @@ from minipar import checkpoint
 from minipar.__main__ import build_parser
 from minipar.config import ConfigError, TrainConfig
 from minipar.layout import as_flags, config_from_flags
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.nn import GPTConfig
 from tests.cli import write_full
 from tests.mpirun import REPO, run_mpi

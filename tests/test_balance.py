@@ -1,5 +1,5 @@
 """Data-parallel load balancing: uneven shares of the batch, the same update."""
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.train.balance import proportional_shares
 from tests.cli import train, assert_same_run
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from minipar import monitor
-from minipar.progress import LineProgress, progress
+from minipar.observe import monitor
+from minipar.observe.progress import LineProgress, progress
 
 
 def run_monitor(bytes_per_token, val_loss=1.5):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from minipar import checkpoint
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.mpirun import run_mpi
 
 MODEL = ["--model", "tiny", "--n-layer", "4", "--d-model", "32", "--seq-len", "16"]

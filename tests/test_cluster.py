@@ -156,7 +156,7 @@ def test_a_lost_node_and_the_run_finishes_on_the_survivor(tmp_path):
     no rank, asks the launcher which node still answers, drops the dead one and resumes
     from the step-10 checkpoint on node 0 alone — the uninterrupted single process's
     losses, step for step."""
-    from minipar.monitor import step_records
+    from minipar.observe.runlog import step_records
     assert cluster("up", "--nodes", 2, "--ranks-per-node", 1, "--inter-gbps", 1).returncode == 0
     try:
         train = ["--model", "tiny", "--n-layer", 2, "--precision", "fp64", "--steps", 30,

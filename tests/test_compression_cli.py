@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minipar.config import ConfigError, TrainConfig
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.cli import train
 
 FLAGS = ["--compression-start", "1"]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from minipar.elastic.log import read_merged
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.mpirun import REPO
 
 TINY = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len",

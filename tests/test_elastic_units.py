@@ -141,7 +141,7 @@ def test_simulated_failures_agree_with_the_model():
 
 def test_report_marks_the_events_of_a_merged_log(tmp_path):
     pytest.importorskip("matplotlib")
-    from minipar.report import main as report_main
+    from minipar.observe.report import main as report_main
     steps = [{"step": s, "loss": 5.0 - 0.1 * s, "step_time_s": 0.01, "tokens_per_s": 100.0,
               "per_rank": {"step_time_s": [0.01] * w, "compute_s": [0.01] * w}}
              for s, w in zip(range(6), (4, 4, 4, 2, 2, 2))]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from minipar import backend
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.mpirun import run_mpi
 
 pytestmark = pytest.mark.skipif(not backend.cupy_available(), reason="needs CuPy and a GPU")

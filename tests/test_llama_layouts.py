@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minipar.config import ConfigError, TrainConfig
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.parallel.placement import Placement
 from minipar.parallel.tensor.sharding import Shard
 from tests.cli import train

@@ -1,11 +1,11 @@
-"""RunMonitor (minipar/monitor.py): every rank's figures reach rank 0's log in one
+"""RunMonitor (minipar/observe/monitor.py): every rank's figures reach rank 0's log in one
 gather per step; header, per-step and final records carry the documented keys."""
 import io
 import json
 
 import pytest
 
-from minipar import monitor
+from minipar.observe import monitor
 from tests.mpirun import run_mpi
 
 STEP_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time_s",
@@ -99,7 +99,8 @@ def test_cupy_backend_without_nvml_or_memory_query(tmp_path):
     import sys
     from tests.mpirun import REPO
     code = (
-        "import io, json; from minipar import backend, monitor; backend.set_backend('cupy');"
+        "import io, json; from minipar import backend; from minipar.observe import monitor;"
+        " backend.set_backend('cupy');"
         "m = monitor.RunMonitor(None, header=dict(tokens_per_step=64, batch_size=1), flops_per_step=1e6,"
         " progress=False, out=io.StringIO()); m.start();"
         "r = m.step(0, shared=dict(loss=1.0), mine=dict(step_time_s=0.1, peak_mem_bytes=5));"

@@ -1,9 +1,9 @@
-"""What the process holds (minipar/procmem.py): peak RSS per phase, in the run's log."""
+"""What the process holds (minipar/observe/procmem.py): peak RSS per phase, in the run's log."""
 import json
 
 import numpy as np
 
-from minipar import procmem
+from minipar.observe import procmem
 from tests.mpirun import run_mpi
 
 MiB = 2 ** 20

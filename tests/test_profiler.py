@@ -1,4 +1,4 @@
-"""The step profiler (minipar/profiler.py): exact FLOPs of a matmul, op times inside their
+"""The step profiler (minipar/observe/profiler.py): exact FLOPs of a matmul, op times inside their
 phases, phases that add up to the step, and the ``python -m minipar profile`` command."""
 import json
 import os
@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from minipar import profiler
+from minipar.observe import profiler
 from minipar.autograd import Tensor, function, ops
 from minipar.config import TrainConfig
-from minipar.profiler import StepProfiler, timed_step
-from minipar.profiler_report import summarize
+from minipar.observe.profiler import StepProfiler, timed_step
+from minipar.observe.profiler_report import summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(model="tiny", n_layer=2, d_model=32, seq_len=16, batch_size=4, steps=3)
@@ -97,7 +97,7 @@ def test_op_times_fit_inside_their_phases(profiled):
 
 
 class _StepClock:
-    """``time`` as ``minipar/profiler.py`` reads it: it moves only where the test moves it."""
+    """``time`` as ``minipar/observe/profiler.py`` reads it: it moves only where the test moves it."""
 
     def __init__(self):
         self.now = 0.0

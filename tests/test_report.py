@@ -1,4 +1,4 @@
-"""``minipar report`` (minipar/report.py): every figure the page references exists, and
+"""``minipar report`` (minipar/observe/report.py): every figure the page references exists, and
 the summary table's numbers are the logs' own - for new logs (header, per_rank, final)
 and for older ones without them."""
 import html.parser
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from minipar import monitor, report, report_runs
+from minipar.observe import monitor, report, report_runs
 from minipar.cli_checks import CommandError
 
 

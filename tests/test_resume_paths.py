@@ -10,7 +10,7 @@ import os
 import pytest
 
 from minipar import checkpoint
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.cli import assert_same_run, train
 
 STEPS = 8

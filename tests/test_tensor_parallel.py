@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.nn import GPT, GPTConfig
 from minipar.parallel.tensor import Shard, check_tensor_parallel, to_tensor_parallel
 from tests.cli import assert_same_run, train

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests.cli import train
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from tests.mpirun import run_mpi
 from tests.tolerance import assert_close_normwise
 

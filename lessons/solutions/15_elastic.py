@@ -23,7 +23,7 @@ def my_largest_world(config, slots, min_np=1):
 """Your supervisor loop (lesson 15): run by 15_yours.py, which launches the mpiexec jobs."""
 import os
 
-from minipar.runlog import step_records
+from minipar.observe.runlog import step_records
 
 
 def supervise(mpiexec, train_args, run_dir, save_every, max_restarts):

@@ -39,7 +39,7 @@ from minipar import backend
 from minipar.autograd import Tensor, no_grad, ops
 from minipar.data import Dataset, decode, encode, load_corpus
 from minipar.nn import GPT, config_from_preset, naive_attention
-from minipar.monitor import read_log, step_records
+from minipar.observe.runlog import read_log, step_records
 from minipar.optim import AdamW, clip_grad_norm, lr_at
 from minipar.sample import generate
 
@@ -296,7 +296,7 @@ assert spaces > 10 / 256
 `python -m minipar train` is this loop plus logging, checkpoints and (in later lessons) parallel
 layouts. `--log-json` writes one JSON line per step — the numbers every later lesson plots —
 between a first line `{"header": …}` (the resolved configuration) and a last one `{"final": …}`
-(the evaluation and totals); `minipar.monitor.read_log(path)` returns the three parts and
+(the evaluation and totals); `minipar.observe.runlog.read_log(path)` returns the three parts and
 `step_records(path)` the steps. With the same seed, batch size and step count — and the same
 bytes: `--data stdlib-bytes`, since `train`'s default `stdlib` is the same text in BPE tokens
 (lesson 18) — it must reproduce our loop exactly: this "single-process oracle" is what every parallel layout is later compared against.

@@ -50,7 +50,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.parallel.pipeline import (Action, Span, bubble_fraction, build_schedule, dependencies,
                                        draw_timeline, simulate, validate)
 from minipar.parallel.pipeline import schedules
@@ -221,7 +221,7 @@ send after it are spans of their own, `recv` and `send`. So the trace's bubble i
 $$\text{measured bubble} = 1 - \frac{\sum_r \text{compute}_r}{p \cdot \text{wall}},$$
 
 wall being the step from the first span's start to the last one's end. The log line of that step
-(`--log-json`, read with `minipar.monitor.step_records`) carries it and the **simulated** bubble: the
+(`--log-json`, read with `minipar.observe.runlog.step_records`) carries it and the **simulated** bubble: the
 simulator run with the measured mean F and B times *of each stage* — the stages need not be equal (the
 last one also computes the head and the loss). The library's summary (`minipar/parallel/pipeline/trace.py`):
 ''', r'''

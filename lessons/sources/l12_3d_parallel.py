@@ -44,7 +44,7 @@ import numpy as np
 from minipar.parallel.grid import ProcessGrid, coordinates
 from minipar.parallel.pipeline.draw import draw_timeline
 from minipar.parallel.pipeline.timeline import Span, bubble_fraction
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 
 %matplotlib inline
 ''' + LAUNCH, r'''

@@ -47,7 +47,7 @@ import numpy as np
 
 from minipar.elastic import goodput, largest_world_size, model_goodput, simulate, young_daly_interval
 from minipar.elastic.log import read_merged
-from minipar.monitor import read_log
+from minipar.observe.runlog import read_log
 
 %matplotlib inline
 ''' + LAUNCH + r'''
@@ -150,7 +150,7 @@ logs its steps (`--log-json FILE`, one per attempt, under `run_dir`); after a fa
 continues from the newest checkpoint (`--resume DIR`), if there is one yet; after `max_restarts` restarts
 that failed too, give up with an exception. Return the run as one curve `{step: loss}`: a step redone
 after a restart appears in two logs, and the later one is the run's. Read the logs with
-`minipar.runlog.step_records(path)` (a list of records with `"step"` and `"loss"`); do not open the
+`minipar.observe.runlog.step_records(path)` (a list of records with `"step"` and `"loss"`); do not open the
 checkpoint — its format is the library's business, the CLI is the contract.
 
 `15_yours.py` runs yours twice. First 12 steps, checkpoints every 3, with rank 1 made to fail at step 5
@@ -163,7 +163,7 @@ first step — no log at all: yours must give up after the second.
 """Your supervisor loop (lesson 15): run by 15_yours.py, which launches the mpiexec jobs."""
 import os
 
-from minipar.runlog import step_records
+from minipar.observe.runlog import step_records
 
 
 def supervise(mpiexec, train_args, run_dir, save_every, max_restarts):

@@ -40,7 +40,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 from minipar.parallel.context import ring, split
 from minipar.parallel.context.split import chunks_of, positions_of, work_units
 

@@ -53,7 +53,7 @@ over $t$ holds $16\Psi/t$ of the matrices and all of the small vectors; a pipeli
 That is the state. The operating system counts more: the interpreter and its libraries (the
 **runtime floor**, measured by minipar as the peak of a run too small to matter), MPI's buffers, the
 activations of a step, NumPy's temporaries, and whatever a phase briefly holds whole. The run's log
-gives, per rank, the process's peak resident memory in each phase (`procmem.py`: Linux's `VmHWM`, reset
+gives, per rank, the process's peak resident memory in each phase (`minipar/observe/procmem.py`: Linux's `VmHWM`, reset
 when a phase starts). Three layouts of the same 6.4M-parameter model (`--model medium`, 100 MB of fp32
 state), one step and one save each:
 ''', r'''

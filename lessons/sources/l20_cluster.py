@@ -43,7 +43,7 @@ import numpy as np
 
 from minipar.comm import two_level
 from minipar.comm.cost_model import CostParams
-from minipar.monitor import step_records
+from minipar.observe.runlog import step_records
 
 %matplotlib inline
 ''' + LAUNCH + r'''

@@ -27,7 +27,7 @@ import contextlib
 from minipar.backend import memory
 
 _grad_enabled = True
-_op_observer = None   # the profiler while one is active (``minipar/profiler.py``); else None
+_op_observer = None   # the profiler while one is active (``minipar/observe/profiler.py``); else None
 
 
 def is_grad_enabled() -> bool:

@@ -190,7 +190,7 @@ def check_bench_flags(args):
     """(smallest, largest) buffer in bytes, or CommandError in one line before any message:
     a size that is not one, sizes out of order, a step that never grows, an unknown
     algorithm or dtype, a largest size this rank's memory cannot hold, an unwritable --json."""
-    from minipar.resources import memory_budget_bytes
+    from minipar.observe.resources import memory_budget_bytes
     sizes = []
     for flag, text in (("--min-size", args.min_size), ("--max-size", args.max_size)):
         try:

@@ -133,7 +133,7 @@ def _mapper(workers):
 
 def learn(docs, vocab, workers, quiet):
     from collections import Counter
-    from minipar.progress import progress
+    from minipar.observe.progress import progress
     from minipar.tokenizer import train_tokenizer
     _WORK["docs"] = docs
     batches = [list(range(i, len(docs), workers * 8)) for i in range(workers * 8)]
@@ -174,7 +174,7 @@ def encode_split(name, docs, tok, out, workers, shard_tokens, bar):
 def tokenize(args):
     """Build (or find cached) the tokenized dataset of ``args``; returns its manifest."""
     from minipar.data.shards import HEADER_INTS, MAGIC, VERSION
-    from minipar.progress import progress
+    from minipar.observe.progress import progress
     from minipar.tokenizer import Tokenizer
     paths = document_paths(args.data)
     tokenizer_text = tok = None

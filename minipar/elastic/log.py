@@ -25,7 +25,7 @@ import os
 def read_records(path):
     """(header, [step records], final) of one attempt's log; a missing file is empty, and a
     line cut off by a killed rank is passed over."""
-    from minipar.runlog import read_log_events
+    from minipar.observe.runlog import read_log_events
     try:
         header, steps, _, final = read_log_events(path, skip_bad_lines=True)
     except OSError:
@@ -35,7 +35,7 @@ def read_records(path):
 
 def read_merged(path):
     """(header, steps, events, final) of a merged log."""
-    from minipar.runlog import read_log_events
+    from minipar.observe.runlog import read_log_events
     return read_log_events(path)
 
 

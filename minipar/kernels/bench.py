@@ -248,7 +248,7 @@ def check_attention_flags(args):
     """CommandError in one line before any kernel runs: a length, count or width below 1,
     a head dimension that does not divide --width, a CPU length whose dense N×N arrays
     (B=1, H=4, float32) this process's memory cannot hold."""
-    from minipar.resources import memory_budget_bytes
+    from minipar.observe.resources import memory_budget_bytes
     for flag in ("sizes", "head_dims", "cpu_sizes"):
         for value in getattr(args, flag):
             at_least("--" + flag.replace("_", "-"), value, 1)

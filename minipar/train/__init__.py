@@ -86,7 +86,7 @@ def setup(config: TrainConfig, prepared=False):
     if not prepared:
         config = prepare(config, _world_size())   # checks, preflight's probes, resolve
     fit = check_fits(config)        # before anything is allocated: the memory model's peak
-    from minipar.procmem import ProcessMemory
+    from minipar.observe.procmem import ProcessMemory
     process_memory = ProcessMemory()       # the construction phase starts here
     process_memory.begin("construction")
     half = config.precision in ("fp16", "bf16")   # built in fp32, then rounded (fp32 masters)

@@ -36,7 +36,7 @@ from minipar.perf.estimate import (compute_dtype, decay_mask_bytes, memory_per_r
                                    rank_memory)
 from minipar.perf.memory import param_sizes
 from minipar.perf.profile import DTYPE_BYTES
-from minipar.resources import process_rss_bytes, rank_memory_limit
+from minipar.observe.resources import process_rss_bytes, rank_memory_limit
 
 
 # Measured on this repository's CPU runs (tiny model, naive attention, fp32; peak RSS minus

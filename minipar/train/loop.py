@@ -17,7 +17,7 @@ import numpy as np
 from minipar import backend
 from minipar.comm import all_reduce
 from minipar.optim import lr_at
-from minipar.procmem import ProcessMemory
+from minipar.observe.procmem import ProcessMemory
 from minipar.train import faults
 from minipar.train.balance import Balancer
 from minipar.train.errors import Interrupt, TrainingStopped
@@ -165,7 +165,7 @@ class Run:
             _beat(self.heartbeat, self.grid.rank, step)
 
     def _monitor(self):
-        from minipar.monitor import RunMonitor
+        from minipar.observe.monitor import RunMonitor
         c, grid = self.config, self.grid
         tokens = c.batch_size * self.cfg.seq_len
         header = dict(layout=c.layout_name(), params=self.n_params, tokens_per_step=tokens,

@@ -9,7 +9,7 @@
                              unscale, agree on overflow, norm, clip, AdamW, publish
 
 Nothing else is in it: the trainer (``loop.py``) picks the batch, times it, logs its
-result; the profiler (``profiler.py``) wraps the same call in its phases; faults and
+result; the profiler (``observe/profiler.py``) wraps the same call in its phases; faults and
 other probes attach as ``StepHooks`` from outside (``faults.register``).
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-from minipar.runlog import step_records  # noqa: E402
+from minipar.observe.runlog import step_records  # noqa: E402
 
 MODEL = ["--model", "tiny", "--n-layer", "4", "--d-model", "16", "--n-head", "4", "--seq-len", "8"]
 RUN = ["--data", "stdlib-bytes", "--batch-size", "8", "--seed", "0", "--quiet", "--eval-batches", "0"]

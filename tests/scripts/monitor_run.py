@@ -7,7 +7,7 @@ import sys
 import time
 
 from minipar.comm import Communicator
-from minipar.monitor import RunMonitor
+from minipar.observe.monitor import RunMonitor
 
 log, flags = sys.argv[1], sys.argv[2:]
 comm = Communicator()

@@ -43,7 +43,7 @@ def train(name, flags, log, timeout=600):
     if proc.returncode:
         raise RuntimeError(f"{name} {' '.join(map(str, flags))}: exit {proc.returncode}\n"
                            f"{proc.stderr[-3000:]}")
-    from minipar.monitor import step_records
+    from minipar.observe.runlog import step_records
     return [r["loss"] for r in step_records(log)]
 
 

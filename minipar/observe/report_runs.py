@@ -21,7 +21,7 @@ class Run:
     """One log: its header (may be empty), step records and final figures."""
 
     def __init__(self, path, label=None):
-        from minipar.runlog import read_log_events
+        from minipar.observe.runlog import read_log_events
         self.path = path
         header, self.steps, self.events, self.final = read_log_events(path)
         self.header = header or {}

@@ -50,7 +50,7 @@ import numpy as np
 from minipar import backend
 from minipar.autograd import function
 from minipar.config import ConfigError
-from minipar.profiler_report import PHASES, format_report, summarize
+from minipar.observe.profiler_report import PHASES, format_report, summarize
 
 MATMULS = ("MatMul", "Linear")
 NOT_PROFILED = {   # train flags that mean nothing here: refused, never ignored

@@ -59,9 +59,8 @@ import time
 
 import numpy as np
 
-from minipar import monitor_text, procmem
-from minipar.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
-from minipar.runlog import read_log, read_log_events, step_records  # noqa: F401 (the readers)
+from minipar.observe import monitor_text, procmem
+from minipar.observe.resources import _nvml_handle, measure_gemm_flops, memory_budget_bytes
 from minipar.process.threads import describe_threads
 
 MINE = ("step_time_s", "compute_s", "comm_time_s", "pipeline_wait_s", "optimizer_s",
@@ -158,7 +157,7 @@ class RunMonitor:
             self.log = open(self.log_path, "w")
             self._write({"header": self.header})
         if self.progress:
-            from minipar.progress import progress
+            from minipar.observe.progress import progress
             self.bar = progress(total=self.total_steps, initial=self.start_step, desc="train",
                                 unit="step", file=self.out)
 

@@ -30,7 +30,7 @@ import html
 import os
 
 from minipar.cli_checks import OneLineParser, output_dir
-from minipar.report_runs import SPLIT, _tell_apart, bits_per_byte, read_runs
+from minipar.observe.report_runs import SPLIT, _tell_apart, bits_per_byte, read_runs
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from minipar import backend, procmem
+from minipar import backend
+from minipar.observe import procmem
 
 
 def fmt_bytes(n):
