@@ -11,7 +11,10 @@ so everything a rank can know on its own is checked before it sends anything:
   needs and exactly the input's dtype — nothing is cast, truncated or broadcast — and is
   writeable; it may be non-contiguous (the result is written through its strides);
 - ``root`` is an integer in [0, size): no wrap-around of negatives (-1 is
-  ``MPI_PROC_NULL`` to MPICH: the data would silently go nowhere).
+  ``MPI_PROC_NULL`` to MPICH: the data would silently go nowhere);
+- all_to_all's ``counts`` are one non-negative integer per rank that add up to the send
+  buffer's rows, and its ``out`` holds rows like the send buffer's (how many, only the
+  counts exchange can tell: ``collectives._exchanged_counts`` checks that on every rank).
 
 Each check raises ``ValueError``/``TypeError`` with what is wrong and what was expected;
 the collective turns it into :class:`CollectiveArgumentError` — on every rank in check
@@ -107,6 +110,43 @@ def sizes(values, size, rank, mine):
     if out[rank] != mine:
         raise ValueError(f"the shard has {mine} elements but sizes[{rank}] = {out[rank]}")
     return out
+
+
+def counts(values, size, rows):
+    """all_to_all's ``counts``: ``size`` non-negative integers (rows for each rank) that
+    add up to the ``rows`` of the send buffer; returned as a list of ints."""
+    try:
+        out = [operator.index(c) for c in values]
+    except TypeError:
+        raise TypeError(f"counts must be {size} integers (rows for each rank), not "
+                        f"{values!r}") from None
+    if len(out) != size:
+        raise ValueError(f"counts has {len(out)} entries for a {size}-rank communicator "
+                         "(one per destination rank)")
+    if min(out, default=0) < 0:
+        raise ValueError(f"counts has a negative entry: {out}")
+    if sum(out) != rows:
+        raise ValueError(f"counts add up to {sum(out)} rows but send has {rows}")
+    return out
+
+
+def rows_of(x, what="send"):
+    """``x`` has rows (axis 0): at least one dimension."""
+    if array(x, what).ndim == 0:
+        raise ValueError(f"{what} is 0-d; it needs rows (axis 0), grouped by destination")
+    return x
+
+
+def rows_like(out, send, what="out"):
+    """``out`` holds rows like ``send``'s (the same shape after axis 0, the same dtype) and
+    can be written; how many rows it needs is known only once the counts are exchanged."""
+    array(out, what)
+    if out.ndim != send.ndim or out.shape[1:] != send.shape[1:] or out.dtype != send.dtype:
+        tail = ", ".join(map(str, send.shape[1:]))
+        rows = f"(rows, {tail})" if tail else "(rows,)"
+        raise ValueError(f"{what} has shape {out.shape} and dtype {out.dtype}; it must hold rows "
+                         f"like send's: shape {rows} and dtype {send.dtype}")
+    return writeable(out, what)
 
 
 def choice(name, options, what):

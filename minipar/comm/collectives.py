@@ -5,6 +5,7 @@
     all_gather(comm, shard, sizes=None, out=None) -> full (1-D)
     broadcast(comm, array, root=0, algorithm="auto") -> array
     reduce(comm, array, root=0, op="sum", out=None, algorithm="auto") -> result on root, None elsewhere
+    all_to_all(comm, send, counts, out=None, algorithm="auto") -> (received, recv_counts)
     barrier(comm)
 
 ``comm`` is a :class:`~minipar.comm.transport.Transport` (users hold its subclass
@@ -43,9 +44,11 @@ from minipar.comm import checks, cost_model, watchdog
 from minipar.comm.agree import check, gather_rows
 from minipar.comm.algorithms import (_ALL_REDUCE, ALL_REDUCE_ALGORITHMS, _algorithm,  # noqa: F401
                                      _auto, _hierarchical, _params)
+from minipar.comm.alltoall import ALL_TO_ALL
+from minipar.comm.alltoall import choose as choose_all_to_all
 from minipar.comm.chunks import bounds_from_sizes, chunk_bounds, flat, ufunc
 from minipar.comm.ring import ring_all_gather, ring_reduce_scatter
-from minipar.comm.transport import COLL_TAG, CollectiveArgumentError
+from minipar.comm.transport import COLL_TAG, CollectiveArgumentError, CollectiveMismatchError
 from minipar.comm.tree import (binomial_broadcast, binomial_reduce, ring_reduce,
                                scatter_allgather_broadcast)
 
@@ -256,6 +259,96 @@ def reduce(comm, array, root=0, op="sum", out=None, algorithm="auto"):
     if copy_back:
         target[...] = buf.reshape(target.shape)
     return target
+
+
+ALL_TO_ALL_ALGORITHMS = ("auto",) + tuple(ALL_TO_ALL)
+
+
+def _exchanged_counts(ctx, counts, row_bytes, out_rows):
+    """Every rank's counts, as the matrix M[s][d] (rows s sends d), exchanged in one
+    all-gather of p+2 integers per rank: [row bytes, out rows (-1: none), counts...].
+
+    All-gathered rather than all-to-all'd (each rank would learn only its column): in
+    ⌈log2 p⌉ rounds instead of p-1, with 8·p·(p+2) bytes per rank — small at the sizes a
+    group is (33 KiB at p = 64) — and with the whole matrix every rank checks every
+    rank's row size and ``out`` alike, so a disagreement or a wrong ``out`` raises the
+    same error on every rank, before any row moves; the two-level exchange needs the
+    counts of its node's other ranks too.  Metadata: the traffic counters skip it."""
+    mine = numpy.array([row_bytes, out_rows, *counts], dtype=numpy.int64)
+    if ctx.size > 1:
+        with watchdog.doing(ctx, "all_to_all (counts)"):
+            rows = gather_rows(ctx, mine)
+    else:
+        rows = mine.reshape(1, -1)
+    sizes = rows[:, 0].tolist()
+    if len(set(sizes)) > 1:
+        groups = {}
+        for q, n in enumerate(sizes):
+            groups.setdefault(n, []).append(str(q))
+        raise CollectiveMismatchError(
+            "all_to_all: ranks disagree on the row size (width x itemsize):\n" + "\n".join(
+                f"  ranks {','.join(qs)}: {n} bytes" for n, qs in groups.items()))
+    matrix = rows[:, 2:]
+    receives = matrix.sum(axis=0).tolist()
+    bad = [(q, int(n)) for q, n in enumerate(rows[:, 1]) if n not in (-1, receives[q])]
+    if bad:
+        raise CollectiveArgumentError("\n".join(
+            f"rank {q}: all_to_all: out has {n} rows; the rank receives {receives[q]} "
+            f"({matrix[:, q].tolist()} from ranks 0..{ctx.size - 1})" for q, n in bad))
+    return matrix
+
+
+def all_to_all(comm, send, counts, out=None, algorithm="auto"):
+    """All-to-all-v: rows grouped by destination in, rows grouped by source out.
+
+    ``send`` is a (rows, width) array of any dtype (1-D: width 1; more axes: each row is
+    ``send[i]``) whose first ``counts[0]`` rows go to rank 0, the next ``counts[1]`` to
+    rank 1, ...; ``counts`` holds one non-negative integer per rank (0 is fine, uneven
+    always).  Returns ``(received, recv_counts)``: the rows received, those of rank 0
+    first, then rank 1's, ... (in ``out`` if given: exactly that many rows, shaped and
+    typed like ``send``'s rows, any strides), and ``recv_counts[s]``, the rows from rank s.
+
+    The counts go first (every rank learns the whole matrix, ``_exchanged_counts``), then
+    the rows (``alltoall.py``): ``pairwise`` (p-1 rounds of the linear shift),
+    ``two_level`` (inside nodes, then across them), or ``auto`` — pairwise on one node,
+    the cost model's cheaper across nodes.  Rank r sends, with ``pairwise``,
+
+        Σ_{d≠r} counts[d] · width · itemsize  bytes
+
+    (its own rows are a local copy); ``two_level`` sends rows bound for another column
+    twice (inside its node, then across), each byte crossing the slow link once.
+    """
+    ctx = comm.context("coll")
+
+    def local():
+        checks.movable(checks.rows_of(send), "send")
+        mine = checks.counts(counts, ctx.size, send.shape[0])
+        checks.choice(algorithm, ALL_TO_ALL_ALGORITHMS, "all-to-all algorithm")
+        if out is not None:
+            checks.rows_like(out, send)
+        width = int(numpy.prod(send.shape[1:]))
+        fields = ctx.check and dict(dtype=send.dtype.name, width=width, algorithm=algorithm)
+        return fields, send.shape[0], -1 if out is None else out.shape[0], (mine, width)
+
+    (mine, width), _ = check(ctx, "all_to_all", local)
+    matrix = _exchanged_counts(ctx, mine, width * send.itemsize,
+                               -1 if out is None else out.shape[0])
+    recv_counts = [int(n) for n in matrix[:, ctx.rank]]
+    shape = (sum(recv_counts),) + send.shape[1:]
+    if out is None:
+        out = xp.empty(shape, dtype=send.dtype)
+    rows_out = flat(out)
+    strided = rows_out is None
+    rows_out = (xp.empty(shape, dtype=send.dtype) if strided else out).reshape(shape[0], width)
+    rows_in = xp.ascontiguousarray(send).reshape(send.shape[0], width)
+    name = algorithm
+    if name == "auto":
+        name = choose_all_to_all(ctx, matrix, width * send.itemsize, _params(ctx))
+    with watchdog.doing(ctx, f"all_to_all ({name})"):
+        ALL_TO_ALL[name](ctx, rows_in, matrix, rows_out)
+    if strided:
+        out[...] = rows_out.reshape(shape)
+    return out, recv_counts
 
 
 def barrier(comm):

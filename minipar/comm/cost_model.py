@@ -108,6 +108,42 @@ def predict_broadcast(algorithm, p, nbytes, c: CostParams):
     return (d + p - 1) * c.alpha + 2 * (p - 1) / p * nbytes * beta_of(c, nbytes / p)
 
 
+ALL_TO_ALL_ALGORITHMS = ("pairwise", "two_level")
+
+
+def predict_all_to_all(algorithm, p, nbytes, c: CostParams, ranks_per_node=None,
+                       seg=SEGMENT_BYTES):
+    """Predicted seconds for an all-to-all in which every rank sends ``nbytes`` = S, S/p
+    to each rank (itself included: a local copy).  With nodes of q ranks (m = p/q):
+
+        pairwise   (p-1)·(α + S/p·β(S/p)) + S/p·γ(S/p)
+        two_level  (q-1)·(α + m·S/p·β(m·S/p)) + (m-1)·(α + q·S/p·β(q·S/p)) + 2·S·γ(S)
+
+    (a copy of n bytes priced n·γ(n): it streams them through memory once, as a
+    reduction does; two_level packs every row before each of its two phases).  Two
+    levels need m > 1 nodes of q > 1 ranks each; otherwise the collective runs, and this
+    prices, the pairwise exchange.  Where ``c`` knows the link between nodes and the
+    group spans several, each round is priced by the links it crosses
+    (``two_level.predict_all_to_all``): there the pairwise exchange pays α_out in nearly
+    every one of its p-1 rounds, two_level in its m-1 rounds across only.
+    """
+    if algorithm not in ALL_TO_ALL_ALGORITHMS:
+        raise ValueError(f"no all-to-all cost model for {algorithm!r}")
+    S = float(nbytes)
+    if p <= 1 or S <= 0:
+        return 0.0
+    q = ranks_per_node or c.ranks_per_node
+    if c.alpha_inter is not None and two_level.crosses_nodes(p, q):
+        return two_level.predict_all_to_all(algorithm, p, S, c, q, seg)
+    block = S / p
+    if algorithm == "two_level" and q and 1 < q < p and p % q == 0:
+        m = p // q
+        return ((q - 1) * (c.alpha + m * block * beta_of(c, m * block))
+                + (m - 1) * (c.alpha + q * block * beta_of(c, q * block))
+                + 2 * S * gamma_of(c, S))
+    return (p - 1) * (c.alpha + block * beta_of(c, block)) + block * gamma_of(c, block)
+
+
 def _measured_winner(p, nbytes, c, candidates):
     """The winner measured at the nearest size (log scale), if it was measured at this
     p, lies within a factor 2 of ``nbytes`` and is a candidate."""

@@ -141,3 +141,9 @@ def broadcast_async(comm, array, root=0, algorithm="auto") -> Handle:
 
 def reduce_async(comm, array, root=0, op="sum", out=None, algorithm="auto") -> Handle:
     return submit(comm, collectives.reduce, array, root=root, op=op, out=out, algorithm=algorithm)
+
+
+def all_to_all_async(comm, send, counts, out=None, algorithm="auto") -> Handle:
+    """Non-blocking :func:`~minipar.comm.collectives.all_to_all`; ``wait()`` returns
+    ``(received, recv_counts)``."""
+    return submit(comm, collectives.all_to_all, send, counts, out=out, algorithm=algorithm)

@@ -27,8 +27,9 @@ the link one way each, and each crossing finds a full B: the broadcast's way idl
 during the reduce.
 
 Each algorithm is written below as the data of its steps (who sends how many bytes to
-whom), following the code in ring.py, doubling.py, tree.py and hierarchical.py; the one
-pricing function above turns any of them into seconds.  What the flat model of
+whom), following the code in ring.py, doubling.py, tree.py and hierarchical.py — and the
+all-to-all's two, following alltoall.py; the one pricing function above turns any of
+them into seconds.  What the flat model of
 cost_model.py cannot see and this one can: a ring over 2 nodes crosses the wire once per
 step per node, while the hierarchical all-reduce sends only S/q per rank across it, all
 q of a node's ranks at once — the same bytes through one link.
@@ -185,14 +186,20 @@ def steps_of(algorithm, p, nbytes, q):
     return STEPS[algorithm](ranks, float(nbytes))
 
 
+def price(steps, p, q, c, seg=SEGMENT_BYTES):
+    """Seconds of ``steps`` over ranks 0..p-1, nodes of ``q`` ranks, one after another;
+    every node's links start idle (a full burst, where the link has one)."""
+    credit = None
+    if c.burst_inter:
+        credit = {(way, node): c.burst_inter for way in ("out", "in") for node in range(-(-p // q))}
+    return sum(step_seconds(m, r, q, c, seg, credit) for m, r in steps)
+
+
 def predict(algorithm, p, nbytes, c, q, seg=SEGMENT_BYTES):
     """Seconds of an all-reduce of ``nbytes`` over ranks 0..p-1, nodes of ``q`` ranks."""
     if p <= 1 or nbytes <= 0:
         return 0.0
-    credit = None
-    if c.burst_inter:                     # every node's links, idle before the call: full
-        credit = {(way, node): c.burst_inter for way in ("out", "in") for node in range(-(-p // q))}
-    return sum(step_seconds(m, r, q, c, seg, credit) for m, r in steps_of(algorithm, p, nbytes, q))
+    return price(steps_of(algorithm, p, nbytes, q), p, q, c, seg)
 
 
 def bytes_sent(algorithm, p, nbytes, q=None):
@@ -206,3 +213,68 @@ def bytes_sent(algorithm, p, nbytes, q=None):
 
 def crosses_nodes(p, q):
     return bool(q) and 0 < q < p and math.ceil(p / q) > 1
+
+
+# ------------------------------------------------------------------ all-to-all
+# ``sizes[s][d]``: the bytes rank s sends rank d.  A step's "reduced" bytes are here the
+# bytes a rank copies locally (its own block, or packing rows for the next phase): a copy
+# streams them through memory once, as a reduction does, so γ prices it.
+
+def pairwise_all_to_all_steps(sizes):
+    """Round k = 1..p-1: every rank r sends its block for (r+k) mod p (empty ones are not
+    sent); the first round also copies each rank's block for itself."""
+    p = len(sizes)
+    own = max(sizes[r][r] for r in range(p))
+    return [([(r, (r + k) % p, sizes[r][(r + k) % p]) for r in range(p) if sizes[r][(r + k) % p]],
+             own if k == 1 else 0.0) for k in range(1, p)]
+
+
+def two_level_all_to_all_steps(sizes, q):
+    """Nodes of ``q`` consecutive ranks, rank (a, j) = a·q + j.  Inside each node (q-1
+    rounds): (a, j) hands local rank t its rows for local rank t of every node, after
+    packing its whole buffer by column.  Across nodes (m-1 rounds): (a, j) sends (b, j)
+    the rows of all of node a for (b, j), after packing what the first phase left it."""
+    p = len(sizes)
+    m = p // q
+
+    def rank(a, j):
+        return a * q + j
+    packed = max(sum(row) for row in sizes)
+    held = max(sum(sizes[rank(a, s)][rank(b, j)] for s in range(q) for b in range(m))
+               for a in range(m) for j in range(q))
+    inside = [([(rank(a, j), rank(a, (j + k) % q),
+                 sum(sizes[rank(a, j)][rank(b, (j + k) % q)] for b in range(m)))
+                for a in range(m) for j in range(q)], packed if k == 1 else 0.0)
+              for k in range(1, q)]
+    across = [([(rank(a, j), rank((a + k) % m, j),
+                 sum(sizes[rank(a, s)][rank((a + k) % m, j)] for s in range(q)))
+                for a in range(m) for j in range(q)], held if k == 1 else 0.0)
+              for k in range(1, m)]
+    return [([msg for msg in msgs if msg[2]], copied) for msgs, copied in inside + across]
+
+
+def all_to_all_steps(algorithm, sizes, q):
+    """The steps of ``algorithm`` ("pairwise" or "two_level") for the byte matrix ``sizes``.
+    Two levels need nodes of equal size, more than one node and more than one rank per
+    node; otherwise the collective runs the pairwise exchange, and so does this."""
+    p = len(sizes)
+    if algorithm == "two_level" and 1 < q < p and p % q == 0:
+        return two_level_all_to_all_steps(sizes, q)
+    return pairwise_all_to_all_steps(sizes)
+
+
+def predict_all_to_all(algorithm, p, nbytes, c, q, seg=SEGMENT_BYTES):
+    """Seconds of an all-to-all over ranks 0..p-1 (nodes of ``q``) in which every rank
+    sends ``nbytes``, nbytes/p to each rank (itself included).  Two examples, p = 4,
+    q = 2 (nodes {0, 1} and {2, 3}), no burst, unsegmented messages:
+
+        pairwise   3·α_out + S·β_out + S/4·γ(S/4)
+                   (rounds 1 and 3 send S/4 through each node's link, round 2 S/2)
+        two_level  α + S/2·β(S/2) + α_out + S·β_out + 2·S·γ(S)
+                   (inside: one swap of S/2; across: both ranks' S/2 through one link)
+    """
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    block = float(nbytes) / p
+    sizes = [[block] * p for _ in range(p)]
+    return price(all_to_all_steps(algorithm, sizes, q), p, q, c, seg)
