@@ -67,7 +67,7 @@ def main():
         import atexit
         atexit.register(lambda: print(f"maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}",
                                       file=sys.stderr, flush=True))
-        from minipar.__main__ import main as minipar_main
+        from minipar.cli import main as minipar_main
         sys.exit(minipar_main(sys.argv[sys.argv.index("--") + 1:]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--small", required=True)

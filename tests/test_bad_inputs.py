@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from minipar import checkpoint
-from minipar.__main__ import build_parser
+from minipar.cli import build_parser
+from minipar.cli.run_config import config_from_flags
+from minipar.cli_checks import as_flags
 from minipar.config import ConfigError, TrainConfig
-from minipar.layout import as_flags, config_from_flags
-from minipar.observe.runlog import step_records
 from minipar.nn import GPTConfig
+from minipar.observe.runlog import step_records
 from tests.cli import write_full
 from tests.mpirun import REPO, run_mpi
 

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from minipar import __main__ as cli
-from minipar import paths
+from minipar import cli, paths
 from minipar.config import ConfigError, TrainConfig
 from minipar.config.probes import check_outputs
 from tests.mpirun import REPO

@@ -5,10 +5,11 @@ import math
 
 import pytest
 
-from minipar.__main__ import build_parser
+from minipar.cli import build_parser
+from minipar.cli.run_config import config_from_flags
+from minipar.cli_checks import as_flags
 from minipar.config import ConfigError, TrainConfig, preflight
 from minipar.data.named import STDLIB_VOCAB
-from minipar.layout import as_flags, config_from_flags
 from tests.cli import train, assert_same_run
 from tests.mpirun import run_mpi
 

@@ -154,9 +154,9 @@ def test_layout_auto_resolves_to_the_plans_first_layout(monkeypatch, capsys):
     """``train --layout auto`` on 4 ranks runs exactly the layout ``minipar plan`` ranks
     first for the same run — the fastest predicted — with the run's other settings kept.
     The profile is the shipped h100 one ($MINIPAR_PROFILE), so nothing is measured here."""
-    from minipar.__main__ import build_parser
+    from minipar.cli import build_parser
+    from minipar.cli.run_config import config_from_flags
     from minipar.config.probes import with_data
-    from minipar.layout import config_from_flags
     monkeypatch.setenv("MINIPAR_PROFILE", "h100")
     world = 4
     run = ["train", "--model", "tiny", "--batch-size", "16", "--data", "stdlib-bytes", "--seed", "7"]

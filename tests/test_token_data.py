@@ -200,8 +200,8 @@ def test_bad_tokenize_input_is_one_line(tmp_path, corpus, capsys):
 def test_auto_layout_plans_with_the_data_vocabulary(tokens, monkeypatch):
     """--layout auto ranks layouts for the model the data needs: its head has V = 300."""
     import minipar.perf.plan
-    from minipar.__main__ import build_parser
-    from minipar.layout import config_from_flags
+    from minipar.cli import build_parser
+    from minipar.cli.run_config import config_from_flags
     planned = []
     real = minipar.perf.plan.auto_layout
     monkeypatch.setattr(minipar.perf.plan, "auto_layout",

@@ -76,7 +76,7 @@ def launch_main(argv=None) -> int:
     from minipar.elastic.membership import HostsError
     from minipar.elastic.rank import parse_fault
     from minipar.elastic.supervisor import LaunchStopped, Supervisor, say
-    from minipar.layout import as_flags
+    from minipar.cli_checks import as_flags
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if "--" not in argv or argv[argv.index("--") + 1:argv.index("--") + 2] != ["train"]:

@@ -99,7 +99,7 @@ def main(argv=None):
     if directory:
         import minipar.train.loop as loop_module
         install(loop_module, directory, os.environ.get("MINIPAR_FAULT"))
-    from minipar.__main__ import main as minipar_main
+    from minipar.cli import main as minipar_main
     return minipar_main(["train", *argv])
 
 

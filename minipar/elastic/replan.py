@@ -39,7 +39,7 @@ VALUED = tuple(flag_name(name) for name in LAYOUT_FIELDS if name not in _SWITCH)
 def parse_train(argv):
     """The TrainConfig of ``train`` arguments (parsed by the trainer's own parser), with
     its data's vocabulary (``probes.with_data``): the planner sizes the head with it."""
-    from minipar.__main__ import build_parser
+    from minipar.cli import build_parser
     return with_data(TrainConfig.from_namespace(build_parser().parse_args(["train", *argv])))
 
 

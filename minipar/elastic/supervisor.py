@@ -34,7 +34,7 @@ from minipar.elastic.attempt import POLL, Attempt
 from minipar.elastic.log import MergedLog, read_records
 from minipar.elastic.membership import Membership
 from minipar.elastic.replan import attempt_argv, largest_world_size, layout_flags, parse_train
-from minipar.layout import as_flags
+from minipar.cli_checks import as_flags
 
 
 class LaunchStopped(Exception):

@@ -95,7 +95,7 @@ def _stop(message, code):
 
 
 def run_train(args):
-    from minipar.layout import config_from_flags
+    from minipar.cli.run_config import config_from_flags
     from minipar.train import TrainingStopped, train
     config = config_from_flags(args)          # every check and probe, before any message
     try:
@@ -107,7 +107,7 @@ def run_train(args):
 def run_profile(args):
     """``profile``: one run set up as ``train`` sets it up, its steps timed by op and phase."""
     from minipar.cli_checks import output_file
-    from minipar.layout import config_from_flags
+    from minipar.cli.run_config import config_from_flags
     from minipar.observe.profiler import NOT_PROFILED, profile_run
     defaults = vars(build_parser().parse_args(["profile"]))
     for field, why in NOT_PROFILED.items():
@@ -187,7 +187,3 @@ def _run(args):
         else:
             from minipar.kernels.bench import main as bench_main
         return bench_main(args.rest)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,13 +3,12 @@
 ``config_from_flags(args)`` builds the frozen ``TrainConfig`` from the parsed flags and
 prepares it for this world size (``config.prepare``: each section's checks, the probes,
 ``--layout auto``'s choice, ``resolve`` once), before any message is sent.  Refusals
-are ``ConfigError`` in the library's words (`n_head`); ``as_flags`` says them as the
-flags a user typed (--n-head), which ``python -m minipar`` prints after the name of
-the command that was run.
+are ``ConfigError`` in the library's words (`n_head`); ``cli_checks.as_flags`` says them
+as the flags a user typed (--n-head), which ``python -m minipar`` prints after the name
+of the command that was run.
 """
 from __future__ import annotations
 
-from minipar.cli_checks import as_flags  # noqa: F401  (the library's `names` as --flags)
 from minipar.config import ConfigError, TrainConfig, prepare
 
 
