@@ -78,6 +78,8 @@ def test_four_rank_state_is_exact():
     layouts += [dict(odd, zero=2, precision="bf16", bucket_mb=0.04), dict(odd, zero=3)]
     # llama, n_kv_head 2 over tp 4: each rank holds a copy of one KV head
     layouts.append(dict(model="llama-tiny", batch_size=8, tp=4, zero=1))
+    # context-parallel ranks share the synchroniser's group: ZeRO shards over dp x cp
+    layouts.append(dict(model="tiny", batch_size=8, cp=2, zero=1))
     for d in _reports(4, layouts, timeout=400):
         for r in d["ranks"]:
             assert r["state"] == r["state_model"], (d["layout"], r["coords"])

@@ -103,10 +103,16 @@ def _coordinates(config, coords):
                 pp_rank=pp_rank)
 
 
+def data_parallel_ranks(config):
+    """N: the ranks the synchroniser's group holds, dp × cp (context-parallel ranks hold
+    the same weights and average their gradients too: ``grid.dp_cp_comm``)."""
+    return config.dp * config.cp
+
+
 def _pad_to(config):
     """ZeRO pads each bucket to a multiple of N so every rank's shard is equal; DDP
     all-reduces whole buckets and pads nothing (``parallel/sync``)."""
-    return config.dp if config.zero else 1
+    return data_parallel_ranks(config) if config.zero else 1
 
 
 def model_state_bytes(cfg, config, coords=(0, 0, 0)):
@@ -116,7 +122,7 @@ def model_state_bytes(cfg, config, coords=(0, 0, 0)):
     half = config.precision in ("fp16", "bf16")
     full_item = DTYPE_BYTES["fp32" if half else config.precision]   # masters, m, v
     item = DTYPE_BYTES[config.precision]                             # model weights
-    n, psi = config.dp, numel(cfg, **where)
+    n, psi = data_parallel_ranks(config), numel(cfg, **where)
     if config.zero == 0:
         model = psi * item
         master = psi * full_item if half else 0
@@ -147,7 +153,7 @@ def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     where = _coordinates(config, coords)
     item = DTYPE_BYTES[config.precision]
     if config.zero == 3:
-        return item * 4 * max(p for _, p in rank_units(cfg, config.dp, **where))
+        return item * 4 * max(p for _, p in rank_units(cfg, data_parallel_ranks(config), **where))
     got = sorted(p for _, p in rank_buckets(cfg, bucket_bytes(config), config.precision,
                                             _pad_to(config), **where))
     return item * sum(got[-2:])
