@@ -76,21 +76,3 @@ def rank_memory_limit():
             return 0, "GPU memory unknown"
     ranks = max(1, current_budget().ranks_on_node)
     return memory_budget_bytes(), f"RAM / {ranks} rank{'s' if ranks > 1 else ''} on this node"
-
-
-def peak_rss_bytes():
-    """The most resident memory this process has held so far (getrusage's ru_maxrss)."""
-    import resource
-    import sys
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024        # Linux counts KiB
-
-
-def process_rss_bytes():
-    """The resident memory this process holds now (interpreter, NumPy, MPI, minipar and
-    whatever it has allocated): /proc/self/statm, else the peak so far."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return peak_rss_bytes()

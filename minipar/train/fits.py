@@ -36,7 +36,8 @@ from minipar.perf.estimate import (compute_dtype, decay_mask_bytes, memory_per_r
                                    rank_memory)
 from minipar.perf.memory import param_sizes
 from minipar.perf.profile import DTYPE_BYTES
-from minipar.observe.resources import process_rss_bytes, rank_memory_limit
+from minipar.observe.procmem import peak_rss_bytes, rss_bytes
+from minipar.observe.resources import rank_memory_limit
 
 
 # Measured on this repository's CPU runs (tiny model, naive attention, fp32; peak RSS minus
@@ -90,7 +91,7 @@ def runtime_bytes():
         import minipar.kernels.cpu_loops  # noqa: F401  (numba and its compiled loops: ~60 MiB)
     except ImportError:                   # no numba: the run uses NumPy's own loops
         pass
-    return process_rss_bytes()
+    return rss_bytes() or peak_rss_bytes()      # no /proc: the peak so far, an upper bound
 
 
 def predicted_peak(config, runtime=None, data=None, coords=None):
