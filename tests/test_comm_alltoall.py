@@ -186,3 +186,16 @@ def test_auto_takes_two_levels_where_the_links_alpha_dominates():
     assert cheaper(4, 16 << 20) == "pairwise"
     with pytest.raises(ValueError, match="no all-to-all cost model for 'ring'"):
         cost_model.predict_all_to_all("ring", 4, 1024, FLAT)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--collective", "all_to_all", "--algorithms", "pairwise,ring"],
+     "--algorithms: unknown 'ring'; choose from auto, pairwise, two_level"),
+    (["--collective", "all_to_all", "--check-overhead"],
+     "--check-overhead times all_reduce, all_gather and barrier; leave out --collective all_to_all"),
+])
+def test_bench_refuses_flags_that_do_not_fit_the_collective(argv, message):
+    from minipar.cli_checks import CommandError
+    from minipar.comm.bench import main
+    with pytest.raises(CommandError, match=re.escape(message)):
+        main(argv)

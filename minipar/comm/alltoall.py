@@ -105,7 +105,7 @@ def linear_shift(comm, outgoing, incoming, segmented):
 def _offsets(counts):
     out = [0]
     for c in counts:
-        out.append(out[-1] + int(c))
+        out.append(out[-1] + c)
     return out
 
 
@@ -116,9 +116,10 @@ def _blocks(buf, counts):
 
 # ------------------------------------------------------------------ the two algorithms
 def pairwise_all_to_all(comm, send, matrix, out):
-    """``send`` (rows by destination) -> ``out`` (rows by source), 2-D row arrays."""
+    """``send`` (rows by destination) -> ``out`` (rows by source), 2-D row arrays;
+    ``matrix[s][d]``: the rows s sends d (lists of ints)."""
     r = comm.rank
-    linear_shift(comm, _blocks(send, matrix[r]), _blocks(out, matrix[:, r]),
+    linear_shift(comm, _blocks(send, matrix[r]), _blocks(out, [row[r] for row in matrix]),
                  comm.size > 1 and spans_nodes(comm))
 
 
@@ -155,14 +156,14 @@ def two_level_all_to_all(comm, send, matrix, out):
 
     # 1. inside the node: pack my rows by the column t they are bound for (node b inside),
     # and swap column t with local rank t.  held[s]: what local rank s hands me, by node.
-    held_sizes = [[int(matrix[nodes[a][s], nodes[b][j]]) for b in range(m)] for s in range(q)]
+    held_sizes = [[matrix[nodes[a][s]][nodes[b][j]] for b in range(m)] for s in range(q)]
     held = _blocks(xp.empty((sum(map(sum, held_sizes)), width), dtype=send.dtype),
                    [sum(n) for n in held_sizes])
     outgoing = []
     for t in range(q):
         into = held[j] if t == j else xp.empty(
-            (sum(int(matrix[me, nodes[b][t]]) for b in range(m)), width), dtype=send.dtype)
-        for block, part in zip(_blocks(into, [matrix[me, nodes[b][t]] for b in range(m)]),
+            (sum(matrix[me][nodes[b][t]] for b in range(m)), width), dtype=send.dtype)
+        for block, part in zip(_blocks(into, [matrix[me][nodes[b][t]] for b in range(m)]),
                                (mine[nodes[b][t]] for b in range(m))):
             block[...] = part
         outgoing.append(None if t == j else into)
@@ -170,7 +171,7 @@ def two_level_all_to_all(comm, send, matrix, out):
 
     # 2. across nodes: for node b, the rows of every local rank s of my node bound for
     # (b, j), in the order of s; what arrives from node c is rows from (c, 0), (c, 1), ...
-    arriving = [sum(int(matrix[nodes[c][s], me]) for s in range(q)) for c in range(m)]
+    arriving = [sum(matrix[nodes[c][s]][me] for s in range(q)) for c in range(m)]
     in_order = [nodes[c][s] for c in range(m) for s in range(q)] == list(range(comm.size))
     inbox = out if in_order else xp.empty((sum(arriving), width), dtype=send.dtype)
     incoming = _blocks(inbox, arriving)
@@ -184,9 +185,9 @@ def two_level_all_to_all(comm, send, matrix, out):
         outgoing.append(None if b == a else into)
     linear_shift(cross, outgoing, incoming, segmented)
     if not in_order:        # nodes that are not runs of consecutive ranks: rows by source
-        by_source = _blocks(out, matrix[:, me])
+        by_source = _blocks(out, [row[me] for row in matrix])
         for c in range(m):
-            for s, block in enumerate(_blocks(incoming[c], [matrix[nodes[c][s], me]
+            for s, block in enumerate(_blocks(incoming[c], [matrix[nodes[c][s]][me]
                                                             for s in range(q)])):
                 by_source[nodes[c][s]][...] = block
     return out
@@ -204,7 +205,7 @@ def choose(comm, matrix, row_bytes, c):
     _, _, nodes = node_table(comm)
     if not _two_levels(nodes):
         return "pairwise"
-    nbytes = int(matrix.sum(axis=1).max()) * row_bytes
+    nbytes = max(map(sum, matrix)) * row_bytes
     key = ("auto", "all_to_all", nbytes)      # cost_model.use forgets it with the constants
     if key not in comm.cache:
         q = len(nodes[0])

@@ -1,7 +1,8 @@
-"""All-reduce benchmark: every hand-written algorithm against MPI's own ``Allreduce``.
+"""Collective benchmark: every hand-written algorithm against MPI's own collective.
 
     mpiexec -n N python -m minipar bench comm [--min-size 1K] [--max-size 64M] [--json FILE]
     mpiexec -n N python -m minipar.comm.bench ...            (the same)
+    mpiexec -n N python -m minipar bench comm --collective all_to_all ...
 
 For each size S (powers of 4 from 1 KiB to 64 MiB by default) and algorithm, the time
 of one in-place all-reduce is the slowest rank's, after a barrier; the algorithms take
@@ -14,6 +15,13 @@ the rounds and the nccl-tests bandwidths
 prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).  Where
 calibration found a shaped link between nodes (a burst), every rank sleeps 2·B·β before
 each call, so each starts on an idle link as the model assumes (``comm/two_level.py``).
+
+With ``--collective all_to_all`` the size S is what each rank sends, S/p to every rank
+(itself included), and the baselines are MPI's ``Alltoallv`` with the same counts
+(``mpi``: the counts known beforehand) and MPI's ``Alltoall`` of the counts followed by
+its ``Alltoallv`` (``mpi+counts``: the same work as ``all_to_all``, which exchanges its
+counts first); ``vs MPI`` compares with ``mpi``.  busbw = algbw · (n-1)/n (the share of S
+that leaves the rank).
 
     mpiexec -n N python -m minipar bench comm --check-overhead [--max-size 64K]
 
@@ -32,14 +40,17 @@ import json
 import statistics
 import time
 
+import numpy  # host metadata (the counts) only
 from mpi4py import MPI
 
 from minipar.cli_checks import CommandError, OneLineParser, at_least, output_file, positive
 from minipar.backend import set_backend, sync, xp
-from minipar.comm import cost_model, two_level
-from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, _auto, all_gather, all_reduce,
-                                      barrier)
+from minipar.comm import alltoall, cost_model, two_level
+from minipar.comm.chunks import chunk_sizes
+from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, ALL_TO_ALL_ALGORITHMS, _auto,
+                                      all_gather, all_reduce, all_to_all, barrier)
 from minipar.comm.communicator import Communicator
+from minipar.comm.nodes import spans_nodes
 from minipar.perf.calibrate_links import calibrate
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -134,6 +145,56 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
     return rows, params
 
 
+def run_all_to_all(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
+    """Rows of measurements of all_to_all, each rank sending ``size`` bytes (array_split
+    of its elements over the ranks: every rank the same counts), against MPI's
+    ``Alltoallv`` ("mpi") and ``Alltoall`` of the counts + ``Alltoallv`` ("mpi+counts")."""
+    p, r = comm.size, comm.rank
+    itemsize = xp.dtype(dtype).itemsize
+    ctx = comm.context("coll")
+    params = calibrate(ctx)
+    cost_model.use(ctx, params)
+    idle_s = two_level.refill_seconds(params)
+    base = xp.zeros(max(sizes) // itemsize, dtype=dtype)
+    rows = []
+    for size in sizes:
+        send = base[: size // itemsize]
+        counts = chunk_sizes(send.size, p)
+        matrix = [counts] * p
+        recv = xp.empty(p * counts[r], dtype=dtype)
+        names, fns = [], []
+        if not hasattr(send, "get"):  # MPI's own, on host memory
+            sent = numpy.array(counts, dtype=numpy.int64) * itemsize
+            got = numpy.full(p, counts[r] * itemsize, dtype=numpy.int64)
+            spec_send = [send, (sent, numpy.cumsum(sent) - sent), MPI.BYTE]
+            spec_recv = [recv, (got, numpy.cumsum(got) - got), MPI.BYTE]
+            own, theirs = numpy.array(counts, dtype=numpy.int64), numpy.empty(p, numpy.int64)
+
+            def mpi_counts_first():
+                comm.mpi.Alltoall(own, theirs)
+                comm.mpi.Alltoallv(spec_send, spec_recv)
+            names += ["mpi", "mpi+counts"]
+            fns += [lambda: comm.mpi.Alltoallv(spec_send, spec_recv), mpi_counts_first]
+        for alg in algorithms:
+            names.append(alg)
+            fns.append(lambda a=alg: all_to_all(comm, send, counts, out=recv, algorithm=a))
+        timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters,
+                                                  refill=lambda: send.fill(1), idle_s=idle_s)))
+        t_mpi = timed.get("mpi", (float("nan"),))[0]
+        for alg in names:
+            t, t_min = timed[alg]
+            used = alltoall.choose(ctx, matrix, itemsize, params) if alg == "auto" else alg
+            algbw = size / t / 1e9 if t > 0 else float("inf")
+            pred = None if used.startswith("mpi") else cost_model.predict_all_to_all(
+                used, p, size, params, comm.ranks_per_node)
+            rows.append(dict(collective="all_to_all", size=size, algorithm=alg, chosen=used,
+                             time_s=t, min_time_s=t_min, algbw_GBps=algbw,
+                             busbw_GBps=algbw * (p - 1) / p if p > 1 else algbw,
+                             predicted_s=pred, vs_mpi=t_mpi / t if t > 0 else float("nan"),
+                             nprocs=p, dtype=dtype))
+    return rows, params
+
+
 def check_overhead(mpi_comm, sizes, dtype="float32", budget=1.0, max_iters=500):
     """Rows: per-call time of all_reduce (auto), all_gather and barrier, check off vs on."""
     off = Communicator(mpi_comm, check=False)
@@ -165,8 +226,10 @@ def print_check_overhead(rows, p):
               f"{ratio:6.2f}")
 
 
-def print_table(rows, params, p):
-    print(f"# all-reduce, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
+def print_table(rows, params, p, collective="all_reduce"):
+    what = ("all-reduce" if collective == "all_reduce" else
+            "all-to-all (size: what each rank sends, size/p to every rank)")
+    print(f"# {what}, {p} ranks, α={params.alpha * 1e6:.2f} µs, "
           f"1/β={1 / params.beta / 1e9:.2f} GB/s, 1/γ={1 / params.gamma / 1e9:.2f} GB/s, "
           f"1/γ_shared={1 / (params.gamma_shared or params.gamma) / 1e9:.2f} GB/s (calibrated)")
     if params.alpha_inter is not None:
@@ -183,7 +246,14 @@ def print_table(rows, params, p):
               f"{r['busbw_GBps']:10.3f} {model:>9} {r['vs_mpi']:7.2f}")
 
 
-BUFFERS_PER_SIZE = 4       # input, output and the algorithm's scratch (two for some), per rank
+# per rank: input, output and the algorithm's scratch — two for some all-reduces; the
+# two-level all-to-all packs its rows twice
+BUFFERS_PER_SIZE = {"all_reduce": 4, "all_to_all": 5}
+
+
+def algorithms_of(collective):
+    """The names ``--algorithms`` takes for ``collective`` ("auto" first)."""
+    return ("auto",) + (ALL_REDUCE_ALGORITHMS if collective == "all_reduce" else ALL_TO_ALL_ALGORITHMS)
 
 
 def check_bench_flags(args):
@@ -205,10 +275,15 @@ def check_bench_flags(args):
     at_least("--max-iters", args.max_iters, 1)
     at_least("--ranks-per-node", args.ranks_per_node, 1)
     positive("--budget", args.budget)
-    unknown = [a for a in args.algorithms.split(",") if a and a not in ("auto",) + ALL_REDUCE_ALGORITHMS]
-    if unknown or not args.algorithms.strip(","):
-        raise CommandError(f"--algorithms: unknown {unknown[0]!r}; choose from auto, "
-                           f"{', '.join(ALL_REDUCE_ALGORITHMS)}" if unknown else
+    if args.check_overhead and args.collective != "all_reduce":
+        raise CommandError("--check-overhead times all_reduce, all_gather and barrier; "
+                           f"leave out --collective {args.collective}")
+    known = algorithms_of(args.collective)
+    names = args.algorithms if args.algorithms is not None else ",".join(known)
+    unknown = [a for a in names.split(",") if a and a not in known]
+    if unknown or not names.strip(","):
+        raise CommandError(f"--algorithms: unknown {unknown[0]!r}; choose from "
+                           f"{', '.join(known)}" if unknown else
                            "--algorithms is empty; name at least one")
     try:
         kind = xp.dtype(args.dtype).kind
@@ -216,10 +291,10 @@ def check_bench_flags(args):
         kind = None
     if kind not in ("f", "i", "u"):
         raise CommandError(f"--dtype {args.dtype!r} is not a numeric dtype (float32, float64, int32, ...)")
-    budget = memory_budget_bytes()
-    if budget and BUFFERS_PER_SIZE * hi > budget:
-        raise CommandError(f"--max-size {args.max_size} needs about {BUFFERS_PER_SIZE * hi / 2 ** 30:.1f} "
-                           f"GiB per rank ({BUFFERS_PER_SIZE} buffers); a rank may use "
+    budget, buffers = memory_budget_bytes(), BUFFERS_PER_SIZE[args.collective]
+    if budget and buffers * hi > budget:
+        raise CommandError(f"--max-size {args.max_size} needs about {buffers * hi / 2 ** 30:.1f} "
+                           f"GiB per rank ({buffers} buffers); a rank may use "
                            f"{budget / 2 ** 30:.1f} GiB")
     output_file("--json", args.json)
     return lo, hi
@@ -230,8 +305,11 @@ def main(argv=None):
     ap.add_argument("--min-size", default="1K", help="smallest buffer (default 1K)")
     ap.add_argument("--max-size", default="64M", help="largest buffer (default 64M)")
     ap.add_argument("--factor", type=int, default=4, help="size step (default x4)")
-    ap.add_argument("--algorithms", default=",".join(("auto",) + ALL_REDUCE_ALGORITHMS),
-                    help="comma-separated all-reduce algorithms (default: all and auto)")
+    ap.add_argument("--collective", default="all_reduce", choices=("all_reduce", "all_to_all"),
+                    help="the collective to time (default all_reduce)")
+    ap.add_argument("--algorithms", default=None,
+                    help="comma-separated algorithms of the collective (default: all and auto; "
+                         "all_to_all's two_level where the group spans nodes)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per size (all algorithms)")
     ap.add_argument("--max-iters", type=int, default=200)
@@ -259,10 +337,15 @@ def main(argv=None):
     while s <= hi:
         sizes.append(s)
         s *= args.factor
-    algorithms = [a for a in args.algorithms.split(",") if a]
-    rows, params = run(comm, sizes, algorithms, args.dtype, args.budget, args.max_iters)
+    names = args.algorithms if args.algorithms is not None else ",".join(algorithms_of(args.collective))
+    algorithms = [a for a in names.split(",") if a]
+    if args.algorithms is None and args.collective == "all_to_all" and \
+            not spans_nodes(comm.context("coll")):
+        algorithms.remove("two_level")      # on one node it is the pairwise exchange
+    measure = run if args.collective == "all_reduce" else run_all_to_all
+    rows, params = measure(comm, sizes, algorithms, args.dtype, args.budget, args.max_iters)
     if comm.rank == 0:
-        print_table(rows, params, comm.size)
+        print_table(rows, params, comm.size, args.collective)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"nprocs": comm.size, "cost_params": params.to_dict(),

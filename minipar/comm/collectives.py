@@ -37,6 +37,8 @@ Promises:
 """
 from __future__ import annotations
 
+import math
+
 import numpy  # host metadata (all_gather's counts) only
 
 from minipar.backend import xp
@@ -261,11 +263,11 @@ def reduce(comm, array, root=0, op="sum", out=None, algorithm="auto"):
     return target
 
 
-ALL_TO_ALL_ALGORITHMS = ("auto",) + tuple(ALL_TO_ALL)
+ALL_TO_ALL_ALGORITHMS = tuple(ALL_TO_ALL)            # and "auto", the cost model's choice
 
 
 def _exchanged_counts(ctx, counts, row_bytes, out_rows):
-    """Every rank's counts, as the matrix M[s][d] (rows s sends d), exchanged in one
+    """Every rank's counts, as the matrix M[s][d] (rows s sends d; a list of lists), exchanged in one
     all-gather of p+2 integers per rank: [row bytes, out rows (-1: none), counts...].
 
     All-gathered rather than all-to-all'd (each rank would learn only its column): in
@@ -277,24 +279,24 @@ def _exchanged_counts(ctx, counts, row_bytes, out_rows):
     mine = numpy.array([row_bytes, out_rows, *counts], dtype=numpy.int64)
     if ctx.size > 1:
         with watchdog.doing(ctx, "all_to_all (counts)"):
-            rows = gather_rows(ctx, mine)
+            rows = gather_rows(ctx, mine).tolist()
     else:
-        rows = mine.reshape(1, -1)
-    sizes = rows[:, 0].tolist()
-    if len(set(sizes)) > 1:
+        rows = [mine.tolist()]
+    if any(row[0] != rows[0][0] for row in rows):
         groups = {}
-        for q, n in enumerate(sizes):
-            groups.setdefault(n, []).append(str(q))
+        for q, row in enumerate(rows):
+            groups.setdefault(row[0], []).append(str(q))
         raise CollectiveMismatchError(
             "all_to_all: ranks disagree on the row size (width x itemsize):\n" + "\n".join(
                 f"  ranks {','.join(qs)}: {n} bytes" for n, qs in groups.items()))
-    matrix = rows[:, 2:]
-    receives = matrix.sum(axis=0).tolist()
-    bad = [(q, int(n)) for q, n in enumerate(rows[:, 1]) if n not in (-1, receives[q])]
-    if bad:
-        raise CollectiveArgumentError("\n".join(
-            f"rank {q}: all_to_all: out has {n} rows; the rank receives {receives[q]} "
-            f"({matrix[:, q].tolist()} from ranks 0..{ctx.size - 1})" for q, n in bad))
+    matrix = [row[2:] for row in rows]
+    if any(row[1] >= 0 for row in rows):
+        receives = [sum(column) for column in zip(*matrix)]
+        bad = [(q, row[1]) for q, row in enumerate(rows) if row[1] not in (-1, receives[q])]
+        if bad:
+            raise CollectiveArgumentError("\n".join(
+                f"rank {q}: all_to_all: out has {n} rows; the rank receives {receives[q]} "
+                f"({[row[q] for row in matrix]} from ranks 0..{ctx.size - 1})" for q, n in bad))
     return matrix
 
 
@@ -323,17 +325,17 @@ def all_to_all(comm, send, counts, out=None, algorithm="auto"):
     def local():
         checks.movable(checks.rows_of(send), "send")
         mine = checks.counts(counts, ctx.size, send.shape[0])
-        checks.choice(algorithm, ALL_TO_ALL_ALGORITHMS, "all-to-all algorithm")
+        checks.choice(algorithm, ("auto",) + ALL_TO_ALL_ALGORITHMS, "all-to-all algorithm")
         if out is not None:
             checks.rows_like(out, send)
-        width = int(numpy.prod(send.shape[1:]))
+        width = math.prod(send.shape[1:])
         fields = ctx.check and dict(dtype=send.dtype.name, width=width, algorithm=algorithm)
         return fields, send.shape[0], -1 if out is None else out.shape[0], (mine, width)
 
     (mine, width), _ = check(ctx, "all_to_all", local)
     matrix = _exchanged_counts(ctx, mine, width * send.itemsize,
                                -1 if out is None else out.shape[0])
-    recv_counts = [int(n) for n in matrix[:, ctx.rank]]
+    recv_counts = [row[ctx.rank] for row in matrix]
     shape = (sum(recv_counts),) + send.shape[1:]
     if out is None:
         out = xp.empty(shape, dtype=send.dtype)

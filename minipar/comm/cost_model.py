@@ -9,7 +9,8 @@ A message of n bytes costs α + n·β, reducing n bytes n·γ (the constants:
     tree                2⌈log2 p⌉·(α + S·β) + ⌈log2 p⌉·S·γ
     hierarchical        ring RS(q) + ring AR(m, S/q) + ring AG(q)    (m nodes of q ranks)
 
-with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  Pipelining a message
+with p' = 2^⌊log2 p⌋ and, when p' < p, the fold 2α + 2S·β + S·γ.  The all-to-all's two
+algorithms have their own (``predict_all_to_all``: S is what each rank sends).  Pipelining a message
 into k segments costs k·α instead of α.  Latency terms dominate small S (recursive
 doubling wins), bandwidth terms large S (ring / Rabenseifner win).  Where the constants
 know the link between nodes and the group spans several, ``predict`` prices each step by
