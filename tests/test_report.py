@@ -122,7 +122,7 @@ def test_labels_from_header_flag_or_file(tmp_path):
     a = monitored_log(tmp_path / "a.json", "dp2")
     b = monitored_log(tmp_path / "b.json", "dp2")
     old = old_log(tmp_path / "old.json")
-    assert [report_runs.Run(p).label for p in (a, old)] == ["dp2", "old"]
+    assert [report_runs.LoggedRun(p).label for p in (a, old)] == ["dp2", "old"]
     out, _ = render(tmp_path, [a, b])                    # same layout: told apart by file
     text = (out / "index.html").read_text()
     assert "dp2 (a)" in text and "dp2 (b)" in text

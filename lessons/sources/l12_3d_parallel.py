@@ -207,8 +207,8 @@ the step:
 
 The lines of the training loop (`minipar/train/loop.py`) that make `comm_time_s`:
 ''', r'''
-from minipar.train.loop import Run
-print("\n".join(line for line in inspect.getsource(Run.step).splitlines()
+from minipar.train.loop import TrainingRun
+print("\n".join(line for line in inspect.getsource(TrainingRun.step).splitlines()
                 if "tp_before" in line or "tp_comm =" in line or "comm = " in line or "comm_wait_s" in line))
 ''', r'''%md
 Below: for each layout the mean over steps 1–5 (step 0 warms up) and over its ranks. On 2 CPU cores

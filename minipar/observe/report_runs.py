@@ -1,6 +1,6 @@
-"""The runs ``report`` draws: a ``train --log-json`` file read into a ``Run``.
+"""The runs ``report`` draws: a ``train --log-json`` file read into a ``LoggedRun``.
 
-A Run holds the log's header, step records, events (a merged ``launch`` log's failures and
+A LoggedRun holds the log's header, step records, events (a merged ``launch`` log's failures and
 restarts) and final figures, and answers the report's questions of one run: the table row
 (``summary``), each rank's time split, the peak memory per rank, the loss in bits per byte.
 ``read_runs`` turns the command line's logs into Runs or one clear line.
@@ -17,7 +17,7 @@ SPLIT = (("compute_s", "compute", "#4c72b0"), ("comm_time_s", "exposed communica
          ("pipeline_wait_s", "pipeline wait", "#c44e52"), ("optimizer_s", "optimizer", "#55a868"))
 
 
-class Run:
+class LoggedRun:
     """One log: its header (may be empty), step records and final figures."""
 
     def __init__(self, path, label=None):
@@ -117,7 +117,7 @@ def bits_per_byte(run, nats):
 
 
 def read_runs(logs, labels=None):
-    """A Run per log, or CommandError (one line): a label count that does not match, a
+    """A LoggedRun per log, or CommandError (one line): a label count that does not match, a
     missing or unreadable file, a line that is not JSON, a log without step records."""
     if labels and len(labels) != len(logs):
         raise CommandError(f"{len(labels)} --label for {len(logs)} logs: give one per log")
@@ -125,7 +125,7 @@ def read_runs(logs, labels=None):
     for i, path in enumerate(logs):
         input_file("LOG", path)
         try:
-            run = Run(path, (labels or [None] * len(logs))[i])
+            run = LoggedRun(path, (labels or [None] * len(logs))[i])
         except (ValueError, UnicodeDecodeError) as err:
             raise CommandError(f"LOG {path}: not a train --log-json file ({err})") from None
         if not run.steps:

@@ -80,7 +80,7 @@ def setup(config: TrainConfig, prepared=False):
     from minipar.nn import make_model
     from minipar.parallel.grid import ProcessGrid
     from minipar.parallel.parallelize import build_optimizer, parallelize
-    from minipar.train.loop import Run
+    from minipar.train.loop import TrainingRun
     from minipar.train.saving import load_state
     from minipar.train.fits import check_fits
     if not prepared:
@@ -120,7 +120,7 @@ def setup(config: TrainConfig, prepared=False):
         start = load_state(optimizer, parallel, resume, config, grid.rank)
         resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
-    run = Run(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
+    run = TrainingRun(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit
     run.bucket_source = bucket_source
     return run

@@ -25,7 +25,7 @@ from minipar.train.saving import Saver, save_checkpoint
 from minipar.train.steps import StepHooks, evaluate, global_loss, train_step
 
 
-class Run:
+class TrainingRun:
     """One training run: the config, the grid, the parallelized model and its optimizer."""
 
     def __init__(self, config, grid, cfg, dataset, parallel, optimizer, start, n_params=None,
