@@ -131,7 +131,7 @@ def node_table(comm):
     if key not in comm.cache:
         local, cross, uniform, _ = node_layout(comm)
         nodes = None
-        if uniform:
+        if uniform:     # cross is split with key = node: its rank is my node's index
             where = gather_rows(comm, numpy.array([cross.rank, local.rank], dtype=numpy.int64))
             nodes = [[0] * local.size for _ in range(cross.size)]
             for rank, (a, j) in enumerate(where.tolist()):
@@ -180,7 +180,7 @@ def two_level_all_to_all(comm, send, matrix, out):
     for b in range(m):
         into = incoming[a] if b == a else xp.empty(
             (sum(held_sizes[s][b] for s in range(q)), width), dtype=send.dtype)
-        for block, s in zip(_blocks(into, [held_sizes[s][b] for s in range(q)]), range(q)):
+        for s, block in enumerate(_blocks(into, [held_sizes[s][b] for s in range(q)])):
             block[...] = by_node[s][b]
         outgoing.append(None if b == a else into)
     linear_shift(cross, outgoing, incoming, segmented)

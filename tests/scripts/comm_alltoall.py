@@ -8,7 +8,7 @@
 Every rank can compute every rank's send buffer and counts (seeded by case and rank), so
 each checks its result alone.  Counts patterns: all empty, one row each, uneven, a rank
 that receives nothing from anyone, a rank that sends nothing, only rows for oneself.
-Groups: the whole world, pretend nodes of 2 and 3 ranks (two_level runs its two phases
+Groups: the whole world, pretend nodes of 1, 2 and 3 ranks (two_level runs its two phases
 where there are several nodes of equal size, the pairwise exchange otherwise), nodes
 placed round-robin (rank r on node r mod m, as a cyclic launcher would: the node table
 is injected, since one machine's ranks share one MPI node), and a sub-communicator.
@@ -122,7 +122,7 @@ def round_robin(comm, m):
 def groups(world, p):
     """(name, communicator) pairs this launch runs on."""
     out = [("world", world)]
-    for q in (2, 3):
+    for q in (1, 2, 3):
         if q < p:
             out.append((f"nodes of {q}", Communicator(check=True, ranks_per_node=q)))
     if p >= 4 and p % 2 == 0:
