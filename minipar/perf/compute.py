@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minipar.parallel.tensor.llama import kv_replicas
 from minipar.perf.profile import DTYPE_BYTES, interp_loglog
 
 # autograd ops per block in minipar's GPT (counted in nn/gpt.py, nn/attention.py): 2 LayerNorm,
@@ -66,9 +67,10 @@ class LayerShape:
 
     @property
     def kv_columns(self):
-        """Columns of k (and of v) on one tp rank: its share of the KV heads, at least one."""
-        d = self.h // self.a
-        return d * max((self.kv or self.a) // self.t, 1)
+        """Columns of k (and of v) on one tp rank: n_kv·r/t heads of d columns, r the ranks
+        holding each head (``tensor/llama.kv_replicas``: a copied head when t > n_kv)."""
+        kv = self.kv or self.a
+        return self.h // self.a * kv * kv_replicas(kv, self.t) // self.t
 
     @property
     def ops_per_block(self):
