@@ -21,7 +21,7 @@ Exported:
   (all-to-all-v: rows grouped by destination in, by source out; counts exchanged first).
   All-reduce algorithms: ``ALL_REDUCE_ALGORITHMS`` = ring, recursive_doubling,
   rabenseifner, tree, hierarchical (plus "auto", by the cost model); all-to-all:
-  ``ALL_TO_ALL_ALGORITHMS`` = auto, pairwise, two_level.
+  ``ALL_TO_ALL_ALGORITHMS`` = pairwise, two_level (plus "auto").
 - non-blocking: ``all_reduce_async``, ``reduce_scatter_async``, ``all_gather_async``,
   ``broadcast_async``, ``reduce_async``, ``all_to_all_async`` -> ``Handle`` with
   ``wait()`` / ``test()``.
