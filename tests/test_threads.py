@@ -44,7 +44,7 @@ def describe(ranks, threads, cores):
     """The header line for minipar's own choice: a one-thread BLAS, and minipar's pool
     of ``threads`` threads over it when there are several."""
     each = " each" if ranks > 1 else ""
-    rs = f"{ranks} rank{'s' if ranks > 1 else ''} on this node"
+    rs = f"{ranks} rank{'s' if ranks > 1 else ''} on this machine"
     if threads == 1:
         return f"{rs}, 1 BLAS thread{each} ({cores} cores)"
     return f"{rs}, {threads} threads{each} (minipar's pool over a 1-thread BLAS; {cores} cores)"
@@ -81,7 +81,7 @@ def test_numpy_imported_first_is_limited_in_place():
 def test_mpi_split_when_the_launcher_says_nothing():
     """An unknown launcher: one process assumed at set-up, the MPI split corrects it."""
     for r in launch(2, "--hide-launcher", "--split"):
-        assert r["source"] == "MPI shared-memory split" and r["ranks_on_node"] == 2
+        assert r["source"] == "MPI: the ranks on this machine" and r["ranks_on_node"] == 2
         assert r["threads"] == max(1, CORES // 2) and r["blas"] == [1]
 
 
@@ -130,7 +130,7 @@ def test_user_setting_and_description():
     four = threads.ThreadBudget(4, 8, 2, "MPI_LOCALNRANKS")
     assert threads.describe_threads(four) == describe(4, 2, 8)
     eight = threads.ThreadBudget(8, 8, 1, "MPI_LOCALNRANKS")
-    assert threads.describe_threads(eight) == "8 ranks on this node, 1 BLAS thread each (8 cores)"
+    assert threads.describe_threads(eight) == "8 ranks on this machine, 1 BLAS thread each (8 cores)"
     assert eight.blas == 1 and not eight.splits_matmuls
     mine = threads.ThreadBudget(1, 8, 4, "no launcher: one process", "OMP_NUM_THREADS=4")
     assert mine.blas == 4 and not mine.splits_matmuls          # the user's BLAS threads itself

@@ -56,6 +56,8 @@ import time
 
 import numpy as np
 
+from minipar.process.threads import host_id
+
 
 def ranks_sharing_cores(prof, ranks_per_node, world):
     """Ranks whose work the host's ``prof.cores_per_node`` cores run (R above)."""
@@ -151,16 +153,6 @@ def on_rank0_alone(mpi_comm, fn):
     mine = fn() if mpi_comm.rank == 0 else None
     sleeping_barrier(mpi_comm)
     return mpi_comm.bcast(mine, root=0)
-
-
-def host_id():
-    """What tells machines apart, and not a machine's network namespaces: the running
-    kernel's boot id (the simulated cluster's nodes are namespaces of one kernel)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return os.uname().nodename
 
 
 def ranks_on_host(mpi_comm):

@@ -18,7 +18,9 @@ the BLAS runs one thread inside each (``autograd/rows.py``, ``ThreadBudget.blas`
 * ranks on this node: from the launcher's environment (MPICH/Intel MPI hydra's
   ``MPI_LOCALNRANKS``, Open MPI's ``OMPI_COMM_WORLD_LOCAL_SIZE``, Slurm's
   ``SLURM_STEP_TASKS_PER_NODE``, ...), or - later, once MPI is up - from MPI itself:
-  ``COMM_WORLD.Split_type(COMM_TYPE_SHARED)`` groups the ranks that share memory.
+  the ranks running on this machine's kernel (its boot id, ``host_id``).  Not MPI's
+  shared-memory split: that stops at a network namespace, and the simulated cluster's
+  nodes are namespaces of one machine whose cores all their ranks share.
 
 A user who sets ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS``
 has chosen: minipar then sets nothing.
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 USER_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 SET_VARS = USER_VARS + ("VECLIB_MAXIMUM_THREADS",)   # + macOS Accelerate
 MARKER = "MINIPAR_BLAS_THREADS"
-SPLIT_SOURCE = "MPI shared-memory split"
+SPLIT_SOURCE = "MPI: the ranks on this machine"
 # launcher variables that say how many ranks share this node, most specific first
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS",              # MPICH / Intel MPI (hydra)
                    "OMPI_COMM_WORLD_LOCAL_SIZE",   # Open MPI
@@ -156,8 +158,8 @@ def budget_threads(comm=None) -> ThreadBudget:
 
     Without ``comm`` the ranks on this node come from the launcher's environment
     (cheap, no MPI: what ``setup_process()`` runs before MPI is up).  With ``comm`` (an mpi4py
-    communicator or minipar's ``Communicator``) it is COLLECTIVE: the ranks sharing
-    memory with this one are counted by ``Split_type(COMM_TYPE_SHARED)``, and a
+    communicator or minipar's ``Communicator``) it is COLLECTIVE: the ranks on this
+    machine are counted (``_same_machine``), and a
     launcher that bound each rank to its own cores is recognised (cores = this rank's
     mask, not the union of all of them divided).  Calling it again is cheap; a new
     answer is applied to the running thread pools; once MPI has answered, a call
@@ -186,13 +188,31 @@ def budget_threads(comm=None) -> ThreadBudget:
     return budget
 
 
+def host_id():
+    """What tells machines apart, and not a machine's network namespaces: the running
+    kernel's boot id (the simulated cluster's nodes are namespaces of one kernel)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return os.uname().nodename
+
+
+def _same_machine(mpi_comm):
+    """The ranks of ``mpi_comm`` running on this machine (one kernel), as a communicator;
+    every rank must call.  MPI's shared-memory split stops at a network namespace, so on
+    the simulated cluster it would show each node's ranks the whole machine's cores."""
+    hosts = mpi_comm.allgather(host_id())          # once, at set-up: a few bytes each
+    color = sorted(set(hosts)).index(hosts[mpi_comm.Get_rank()])
+    return mpi_comm.Split(color, mpi_comm.Get_rank())
+
+
 def _shared_memory_split(mpi_comm, cores):
-    """(ranks on this node, cores on this node, threads for this rank) from MPI;
-    every rank of ``mpi_comm`` must call.  Ranks whose affinity masks overlap share
-    the union of them; if the masks are disjoint the launcher has bound each rank to
-    its own cores, and each may use all of its own."""
-    from mpi4py import MPI
-    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    """(ranks on this machine, cores they share, threads for this rank) from MPI; every
+    rank of ``mpi_comm`` must call.  Ranks whose affinity masks overlap share the union
+    of them; if the masks are disjoint the launcher has bound each rank to its own
+    cores, and each may use all of its own."""
+    node = _same_machine(mpi_comm)
     try:
         try:
             mine = set(os.sched_getaffinity(0))
@@ -240,15 +260,15 @@ def current_budget() -> ThreadBudget:
 
 
 def describe_threads(budget: ThreadBudget | None = None) -> str:
-    """One line for the run header, e.g. ``2 ranks on this node, 1 BLAS thread
+    """One line for the run header, e.g. ``2 ranks on this machine, 1 BLAS thread
     each (2 cores)`` or ``OMP_NUM_THREADS=2 set by you: kept (2 ranks, 2 cores)``."""
     b = budget or current_budget()
     ranks = f"{b.ranks_on_node} rank{'s' if b.ranks_on_node != 1 else ''}"
     if b.user_setting:
-        return f"{b.user_setting} set by you: kept ({ranks} on this node, {b.cores} cores)"
+        return f"{b.user_setting} set by you: kept ({ranks} on this machine, {b.cores} cores)"
     each = " each" if b.ranks_on_node != 1 else ""
     if b.splits_matmuls:
-        return (f"{ranks} on this node, {b.threads} threads{each} "
+        return (f"{ranks} on this machine, {b.threads} threads{each} "
                 f"(minipar's pool over a 1-thread BLAS; {b.cores} cores)")
     threads = f"{b.threads} BLAS thread{'s' if b.threads != 1 else ''}"
-    return f"{ranks} on this node, {threads}{each} ({b.cores} cores)"
+    return f"{ranks} on this machine, {threads}{each} ({b.cores} cores)"

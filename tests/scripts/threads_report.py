@@ -5,7 +5,7 @@ BLAS itself reports (threadpoolctl), for tests/test_threads.py.
 
 --numpy-first     import NumPy before setup_process: the budget must reach a running pool
 --hide-launcher   forget the launcher's variables, as an unknown launcher would
---split           then ask MPI (shared-memory split) how many ranks share the node
+--split           then ask MPI how many ranks share this machine
 """
 import json
 import os
