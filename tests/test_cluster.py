@@ -62,6 +62,9 @@ def test_ranks_on_two_nodes_reduce_across_the_shaped_link(two_nodes):
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert result["nodes"] == [[0, 1], [2, 3]]
     assert all(e <= 1e-14 for e in result["errors"].values()), result
+    assert result["ranks_sharing_cores"] == 4            # both nodes' ranks: one machine
+    assert result["profile"] == os.path.join(state_dir(PREFIX), "profile.json")
+    assert result["inter_bw"] == 1e9 / 8 and result["nodes_per_host"] == 2
     after = netns.link_bytes(two_nodes)
     # a ring all-reduce of S bytes over 4 ranks sends 2·3/4·S per rank; ranks 1 -> 2 and
     # 3 -> 0 cross between the nodes, so each node sends at least 2·(3/4)·1 MiB out
@@ -137,6 +140,21 @@ def test_the_launch_command_places_ranks_through_the_wrapper():
     assert supervised[5] == spec.hosts_file and "mpiexec" not in " ".join(supervised)
     given = launch.command(spec, ["launch", "--hosts", "mine", "--np", "6", "--", "train"])
     assert given.count("--hosts") == 1 and "mine" in given
+
+
+def test_the_ranks_get_the_users_settings_or_their_own(tmp_path, monkeypatch):
+    """The ranks' environment: the cluster's profile unless the user named one; the thread
+    variables the user set, but not those the launcher's own process budget wrote (each
+    rank counts the ranks on this machine itself)."""
+    spec = ClusterSpec(2, 1, 1.0, prefix=PREFIX)
+    monkeypatch.setattr(ClusterSpec, "state_dir", property(lambda self: str(tmp_path)))
+    (tmp_path / "profile.json").write_text("{}")
+    ours = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MINIPAR_BLAS_THREADS": "2"}
+    env = launch.run_environment(spec, base=dict(ours, PATH="/bin"))
+    assert not any(name in env for name in ours) and env["PATH"] == "/bin"
+    assert env["MINIPAR_PROFILE"] == str(tmp_path / "profile.json")
+    mine = launch.run_environment(spec, base={"OMP_NUM_THREADS": "3", "MINIPAR_PROFILE": "p.json"})
+    assert mine["OMP_NUM_THREADS"] == "3" and mine["MINIPAR_PROFILE"] == "p.json"
 
 
 def test_the_wrapper_runs_only_this_clusters_nodes(tmp_path, monkeypatch):

@@ -16,16 +16,18 @@ UCX_TLS), so a program that starts mpiexec itself lands on the nodes as well:
 ``cluster run -- launch --np 4 -- train ...`` runs the elastic supervisor on this machine
 (given the cluster's hosts file), and each of its attempts' mpiexec on the nodes.
 
-Threads: every node's ranks share this machine's cores, so each rank gets
-cores // (all ranks), at least one, unless the user set OMP_NUM_THREADS.
+Threads: every node's ranks share this machine's cores; each rank counts them all when it
+budgets its threads (``process/threads.py``), unless the user set OMP_NUM_THREADS.
 """
 from __future__ import annotations
 
 import os
 import sys
 
+from minipar.cluster.link_profile import link_profile_path
 from minipar.cluster.topology import ClusterError
 from minipar.process import mpiexec_path
+from minipar.process.threads import MARKER, SET_VARS, user_setting
 
 MINIPAR_COMMANDS = {"train", "profile", "sample", "bench", "calibrate", "plan", "report"}
 SUPERVISORS = {"launch"}            # start mpiexec themselves: run on this machine
@@ -75,10 +77,17 @@ def mpiexec_command(spec, argv, nprocs=None, placement="block"):
 
 
 def run_environment(spec, base=None):
-    """The environment of the ranks: the caller's, with a thread budget per rank."""
+    """The environment of the ranks: the caller's, with the cluster's profile
+    (``link_profile.py``) unless the user gave one.  The thread variables this
+    launcher's own ``setup_process`` wrote (its budget as one process, marked
+    ``MINIPAR_BLAS_THREADS``) are dropped: each rank budgets its own, counting every rank
+    on this machine, whatever namespace it runs in (``process/threads.py``)."""
     env = dict(os.environ if base is None else base)
     env.update(HYDRA_LAUNCHER_EXEC=spec.wrapper, HYDRA_IFACE=spec.bridge, UCX_TLS="tcp,self")
-    if "OMP_NUM_THREADS" not in env:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        env["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // spec.world_size))
+    profile = link_profile_path(spec)
+    if "MINIPAR_PROFILE" not in env and os.path.isfile(profile):   # the link as shaped
+        env["MINIPAR_PROFILE"] = profile
+    if user_setting(env) is None:
+        for name in (*SET_VARS, MARKER):
+            env.pop(name, None)
     return env

@@ -19,6 +19,7 @@ import subprocess
 
 from dataclasses import replace
 
+from minipar.cluster.link_profile import write_link_profile
 from minipar.cluster.topology import SUBNET_BASE, ClusterError, ClusterSpec, state_dir
 
 
@@ -92,6 +93,7 @@ def up(spec: ClusterSpec):
             shape(spec, spec.veth(i))                   # bridge -> node
             shape(spec, "eth0", node=node)              # node -> bridge
         spec.save()
+        write_link_profile(spec)                        # what the performance model is told
     except BaseException:
         down(spec.prefix)
         raise

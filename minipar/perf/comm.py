@@ -26,8 +26,11 @@ What counts towards a step (``exposed``):
   reduce-scatters overlap like DDP, the all-gather does not;  ZeRO-3: per unit an
   all-gather in forward and in backward (prefetched: hidden behind the previous
   unit's compute) and a reduce-scatter, plus its measured bookkeeping per unit;
-- none of it hides where the ranks fill a CPU's cores: a transfer is then a core's
-  work taken from compute (``Profile.overlaps_comm``);
+- where the ranks fill a CPU's cores a transfer is a core's work taken from compute
+  (``Profile.overlaps_comm``): that much of it never hides.  Across nodes a transfer
+  is also time on the wire, which costs no core: of each bucket's time across the link
+  t_inter, the part beyond the same bucket's time inside a node (t_intra, the copying)
+  hides behind backward like any bucket's (``overlapped_buckets``), t_intra does not;
 - pipeline: one activation send per stage boundary (the simulator's t_comm).
 """
 from __future__ import annotations
@@ -167,30 +170,37 @@ def dp_exposed_seconds(prof, zero, dp, bucket_bytes, unit_bytes, backward_s, for
                        overlap, stride, ranks_per_node, accum=1):
     """Exposed seconds of the gradient synchronisation of one step (see the docstring).
     ``bucket_bytes``: the gradient buckets (ZeRO-3: ``unit_bytes``, the units).  Where
-    the ranks fill the cores (``Profile.overlaps_comm``) nothing hides: every transfer
-    counts in full, and ZeRO-3 pays its measured cost per unit on top."""
+    the ranks fill the cores (``Profile.overlaps_comm``) a transfer's copying never
+    hides, only its time on a wire between nodes does (``hidden_part``); ZeRO-3 then
+    pays every transfer in full and its measured cost per unit on top."""
     if dp <= 1:
         return 0.0
     where = placement(dp, stride, ranks_per_node)
     hides = prof.overlaps_comm(ranks_per_node)
-    overlap = overlap and hides
     memo = {}
     # the link idles between a micro-batch's buckets for its compute over their number
     gap = (forward_s + backward_s) / accum / max(len(unit_bytes if zero == 3 else bucket_bytes), 1)
 
-    def t(kind, n):          # buckets mostly share one size: time each size once
-        if (kind, n) not in memo:
-            memo[kind, n] = collective_seconds(prof, kind, dp, n, where, gap)
-        return memo[kind, n]
+    def t(kind, n, at=where):   # buckets mostly share one size: time each size once
+        if (kind, n, at) not in memo:
+            memo[kind, n, at] = collective_seconds(prof, kind, dp, n, at, gap)
+        return memo[kind, n, at]
+
+    def overlapped(kind):
+        """Exposed seconds of ``kind`` on each bucket, started as backward fills them."""
+        full = [t(kind, n) for n in bucket_bytes]
+        if hides or where == "intra" or not overlap:
+            return overlapped_buckets(full, backward_s / accum, overlap and hides)
+        copying = [min(t(kind, n, "intra"), f) for n, f in zip(bucket_bytes, full)]
+        wire = [f - c for f, c in zip(full, copying)]
+        return sum(copying) + overlapped_buckets(wire, backward_s / accum, True)
     if zero == 0:
-        ar = [t("all_reduce", n) for n in bucket_bytes]
-        return overlapped_buckets(ar, backward_s / accum, overlap)
+        return overlapped("all_reduce")
     if zero in (1, 2):
-        rs = [t("reduce_scatter", n) for n in bucket_bytes]
         ag = sum(t("all_gather", n) for n in bucket_bytes)
         if zero == 1:
-            return sum(rs) + ag
-        return accum * overlapped_buckets(rs, backward_s / accum, overlap) + ag
+            return sum(t("reduce_scatter", n) for n in bucket_bytes) + ag
+        return accum * overlapped("reduce_scatter") + ag
     units = [(t("all_gather", n), t("reduce_scatter", n)) for n in unit_bytes]
     per_unit = len(units) * prof.efficiency.get("zero3_unit_overhead_s", 0.0)
     if not hides:

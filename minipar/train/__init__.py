@@ -109,9 +109,9 @@ def setup(config: TrainConfig, prepared=False):
     grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
     from minipar.process import setup_process
     # collective: threads from MPI's count of the ranks sharing this node; freed blocks kept
-    budget = setup_process(grid.world)
+    setup_process(grid.world)
     bucket_source = "given" if config.bucket_mb is not None else "chosen by the performance model"
-    config = with_bucket_size(config, grid, budget.ranks_on_node)
+    config = with_bucket_size(config, grid)
     n_params = model.num_parameters()
     parallel = parallelize(model, config, grid, checkpoint=resume)
     optimizer = build_optimizer(parallel, config, grid)
@@ -126,20 +126,26 @@ def setup(config: TrainConfig, prepared=False):
     return run
 
 
-def with_bucket_size(config, grid, ranks_on_node):
+def with_bucket_size(config, grid):
     """The config with its gradient bucket size: the user's, or the performance model's
     choice for this layout (``perf/estimate.choose_bucket_mb``), decided on rank 0 and
     broadcast so every rank builds the same buckets.  ZeRO-3's units are the layers: no
-    buckets."""
+    buckets.  Collective.  The model is told how many ranks share a node (MPI's
+    shared-memory split: which groups cross the link between nodes); the profile says
+    how many nodes share a machine's cores."""
     if config.bucket_mb is not None or config.zero == 3 or grid.dp_cp_comm.size == 1:
         return config
     import dataclasses
     import numpy as np
+    from mpi4py import MPI
     from minipar.comm import broadcast
     from minipar.perf.estimate import choose_bucket_mb
+    node = grid.world.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_per_node = node.Get_size()
+    node.Free()
     chosen = np.zeros(1)
     if grid.rank == 0:
-        chosen[0] = choose_bucket_mb(config, ranks_per_node=ranks_on_node)[0]
+        chosen[0] = choose_bucket_mb(config, ranks_per_node=ranks_per_node)[0]
     broadcast(grid.world, chosen, root=0)
     return dataclasses.replace(config, bucket_mb=float(chosen[0]))
 
