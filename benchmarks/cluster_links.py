@@ -33,8 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "mpb"                  # --prefix: the name the benchmark's clusters carry
 
 
-def minipar(*args, check=True, timeout=1800):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def minipar(*args, check=True, timeout=1800, env=None):
+    env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     proc = subprocess.run([sys.executable, "-m", "minipar", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -53,8 +53,9 @@ class Cluster:
         minipar("cluster", "up", "--prefix", self.prefix, *self.shape)
         return self
 
-    def run(self, *args, placement="block"):
-        return minipar("cluster", "run", "--prefix", self.prefix, "--placement", placement, "--", *args)
+    def run(self, *args, placement="block", env=None):
+        return minipar("cluster", "run", "--prefix", self.prefix, "--placement", placement, "--",
+                       *args, env=env)
 
     def __exit__(self, *exc):
         minipar("cluster", "down", "--prefix", self.prefix, check=False)
@@ -94,20 +95,25 @@ def step_times(log):
 
 
 def overlap(args):
-    # buckets of 0.5 MiB: the small model's whole gradient (3.6 MB) is under the default 25 MiB,
-    # one bucket ready only when backward ends, with nothing left to hide behind
+    # the bucket size the run chooses (perf/bucket_size.py, told the link by the cluster's
+    # profile); the run without overlap takes the same size
     model = ["--model", "small", "--steps", args.steps, "--batch-size", 16, "--eval-batches", 0,
-             "--quiet", "--dp", 2, "--bucket-mb", 0.5]
+             "--quiet", "--dp", 2]
     times = {"overlap": [], "no overlap": []}
     with Cluster(2, 1, args.inter_gbps) as c:
         for _ in range(args.repeats):
-            for name, extra in (("overlap", []), ("no overlap", ["--no-overlap"])):
-                log = os.path.join(tempfile.mkdtemp(), "log.json")
-                c.run("train", *model, *extra, "--log-json", log)
-                times[name] += step_times(log)
+            log = os.path.join(tempfile.mkdtemp(), "log.json")
+            c.run("train", *model, "--log-json", log)
+            times["overlap"] += step_times(log)
+            with open(log) as f:
+                size = json.loads(f.readline())["header"]["bucket_mb"]
+            log = os.path.join(tempfile.mkdtemp(), "log.json")
+            c.run("train", *model, "--no-overlap", "--bucket-mb", size, "--log-json", log)
+            times["no overlap"] += step_times(log)
     a, b = statistics.median(times["overlap"]), statistics.median(times["no overlap"])
     print(f"\n## data parallelism across the link, 2 nodes x 1 rank, {args.inter_gbps:g} Gbit/s, "
-          f"small model, 0.5 MiB buckets, {args.repeats} interleaved repeats of {args.steps} steps")
+          f"small model, {size:g} MiB buckets (the run's choice), {args.repeats} interleaved "
+          f"repeats of {args.steps} steps")
     print(f"step time: overlap {a * 1e3:.1f} ms, no overlap {b * 1e3:.1f} ms, "
           f"ratio {a / b:.3f} (goal <= 0.9)")
 
@@ -118,11 +124,13 @@ LAYOUTS = [dict(dp=4), dict(dp=4, overlap=False), dict(dp=4, zero=1), dict(dp=2,
 VOCAB = {"stdlib": None, "stdlib-bytes": 256}       # --data -> vocab (None: the tokenizer's 4,096)
 
 
-def layout_configs(vocab=None):
-    """The tp part's LAYOUTS as resolved 4-rank configs of the small model, batch 16."""
-    from minipar.config import TrainConfig
-    return [TrainConfig(model="small", batch_size=16, vocab_size=vocab, **kw).resolve(4)
-            for kw in LAYOUTS]
+def layout_configs(vocab=None, bucket_mb=None):
+    """The tp part's LAYOUTS as resolved 4-rank configs of the small model, batch 16 (the
+    vocabulary: ``vocab``, else the default data's); ``bucket_mb`` None: the run's choice."""
+    from minipar.config import TrainConfig, preflight
+    made = [TrainConfig(model="small", batch_size=16, vocab_size=vocab, bucket_mb=bucket_mb,
+                        **kw) for kw in LAYOUTS]
+    return [(c if vocab else preflight(c)).resolve(4) for c in made]
 
 
 def tensor_parallel(args):
@@ -143,7 +151,8 @@ def tensor_parallel(args):
         for i in range(args.repeats):
             for flags, placement in (cases if i % 2 == 0 else cases[::-1]):
                 log = os.path.join(tempfile.mkdtemp(), "log.json")
-                c.run("train", *run, *flags.split(), "--log-json", log, placement=placement)
+                c.run("train", *run, *flags.split(), "--log-json", log, placement=placement,
+                      env={"MINIPAR_PROFILE": prof})   # its bucket size: as predicted
                 measured[flags, placement] += step_times(log)
     profile = load_profile(prof)
     print(f"\n## 4 ranks on 2 nodes x 2, {args.inter_gbps:g} Gbit/s between nodes, small model, "

@@ -2,7 +2,11 @@
 ``benchmarks/cluster_links.py``'s tp part predicted from a profile calibrated on the
 cluster, beside step times measured there (no cluster needed).
 
-    python benchmarks/cluster_predictions.py PROFILE.json [--measured FILE] [--vocab 256] [--nodes-per-host 2]
+    python benchmarks/cluster_predictions.py PROFILE.json [--measured FILE] [--vocab 256]
+        [--bucket-mb 25] [--nodes-per-host 2]
+
+The recorded runs below ran with 25 MiB gradient buckets, the size every run used before
+runs chose theirs (``perf/bucket_size.py``): replay them with ``--bucket-mb 25``.
 
 ``benchmarks/recorded/cluster_2026-12-07`` holds two profiles calibrated on the cluster
 (``profile_a`` before a 4,096-token run, ``profile_b`` before a byte run) and five runs'
@@ -70,6 +74,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=None,
                     help="the runs' vocabulary (256 for cluster_links.py --data stdlib-bytes; "
                          "default the BPE tokenizer's 4,096)")
+    ap.add_argument("--bucket-mb", type=float, default=None,
+                    help="the runs' gradient bucket size (25 for runs recorded before runs chose "
+                         "it; default: what a run chooses now)")
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--nodes-per-host", type=int, default=None,
                     help="set the profile's nodes_per_host (for a profile calibrated before "
@@ -79,7 +86,7 @@ def main():
     if args.nodes_per_host:
         prof.nodes_per_host = args.nodes_per_host
     measured = read_measured(open(args.measured).read() if args.measured else RECORDED)
-    configs = layout_configs(args.vocab)
+    configs = layout_configs(args.vocab, args.bucket_mb)
     cases = [(c, "block") for c in configs] + [(configs[3], "cyclic")]
     print(f"profile {args.profile}: {prof.ranks_per_node} ranks per node, "
           f"{prof.cores_per_node} cores shared by {prof.nodes_per_host} node(s)")
