@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from minipar.config import TrainConfig
+from minipar.config import TrainConfig, preflight
 from minipar.perf.profile import load_profile, median_profile
 from minipar.perf.estimate import predict
 
@@ -88,7 +88,7 @@ def timed_rows(groups, base, steps, repeats, model, profile):
     for n, _ in groups:
         for i, row in enumerate(runs[n][0]):
             row["step_s"] = statistics.median(t for run in runs[n] for t in run[i]["step_s_all"])
-            config = TrainConfig(**row["layout"]).resolve(n)
+            config = preflight(TrainConfig(**row["layout"])).resolve(n)   # the data's vocabulary
             row["pred_step_s"] = predict(config, prof).step_s
             rows.append((n, row))
     return rows, prof
