@@ -225,8 +225,19 @@ def test_a_terminated_supervisor_leaves_no_process(tmp_path):
 
 
 def test_an_error_of_the_training_command_is_not_restarted(tmp_path):
-    """Every rank refuses the same bad flag: the job's own error, not a rank failure."""
-    code, out = launch(tmp_path, ["--np", "2"], ["--data", str(tmp_path / "missing")])
+    """Every rank refuses the same input: the job's own error, not a rank failure.  (A
+    corpus too short for the sequence is found when the ranks open it; a missing one the
+    supervisor refuses itself, before it starts anything.)"""
+    short = tmp_path / "short.txt"
+    short.write_text("abc")
+    code, out = launch(tmp_path, ["--np", "2"], ["--data", str(short)])
     assert code == 1 and "not a rank failure, so no restart" in out, out
-    assert "--data" in out and not (tmp_path / "attempt-2").exists()
+    assert "too short for --seq-len" in out and not (tmp_path / "attempt-2").exists()
+    assert_nothing_left(tmp_path)
+
+
+def test_a_missing_corpus_is_refused_before_any_attempt(tmp_path):
+    code, out = launch(tmp_path, ["--np", "2"], ["--data", str(tmp_path / "missing")])
+    assert code == 2 and "no such file or folder" in out, out
+    assert not (tmp_path / "attempt-1").exists()
     assert_nothing_left(tmp_path)
