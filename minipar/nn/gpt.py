@@ -58,6 +58,13 @@ class GPTConfig:
     rope_theta: float = 10000.0    # llama: RoPE's base
     d_ff: Optional[int] = None     # llama: SwiGLU's hidden width; None: 8/3·d to a multiple of 64
     pad_vocab_to: int = 1          # the embedding/head rows: V rounded up to a multiple of this
+    moe_experts: int = 0           # llama: routed experts of the MoE MLP (nn/moe.py); 0: dense
+    moe_top_k: int = 2             # experts per token
+    moe_every: int = 1             # every N-th block (blocks N-1, 2N-1, ...) has the MoE MLP
+    moe_shared_experts: int = 0    # experts every token goes through (DeepSeek's shared experts)
+    moe_balance: str = "aux"       # aux (Switch/GShard loss) | none
+    moe_aux_coef: float = 0.01     # the aux loss's weight in the training loss
+    moe_capacity_factor: float = 0.0   # per sequence ⌈C·k·T/E⌉ assignments per expert; 0: dropless
 
     @property
     def padded_vocab_size(self):
@@ -95,6 +102,7 @@ class GPTConfig:
             raise ValueError(f"`attention` must be naive or flash, got {self.attention!r}")
         if self.arch not in ("gpt2", "llama"):
             raise ValueError(f"`arch` must be gpt2 or llama, got {self.arch!r}")
+        self._validate_moe()
         if self.arch == "gpt2":
             for field in ("n_kv_head", "d_ff"):
                 if getattr(self, field) is not None:
@@ -113,6 +121,42 @@ class GPTConfig:
             raise ValueError(f"RoPE rotates pairs of features: the head size d_model/n_head = "
                              f"{self.d_model // self.n_head} must be even")
         return self
+
+    def is_moe_block(self, i):
+        """Block i has the MoE MLP: every ``moe_every``-th block, counting from 1."""
+        return self.moe_experts > 0 and (i + 1) % self.moe_every == 0
+
+    def _validate_moe(self):
+        """The MoE fields (``nn/moe.py``): only with llama and experts, each in its range."""
+        moe_defaults = dict(moe_top_k=2, moe_every=1, moe_shared_experts=0, moe_balance="aux",
+                            moe_aux_coef=0.01, moe_capacity_factor=0.0)
+        if self.moe_experts < 0:
+            raise ValueError(f"`moe_experts` must be >= 0 (0: dense), got {self.moe_experts}")
+        if self.moe_experts == 0:
+            changed = [f for f, v in moe_defaults.items() if getattr(self, f) != v]
+            if changed:
+                raise ValueError(f"`{changed[0]}` sets the mixture of experts; add `moe_experts` E")
+            return
+        if self.arch != "llama":
+            raise ValueError("`moe_experts` belongs to `arch` llama (its MLP is SwiGLU); "
+                             "gpt2 has no mixture of experts")
+        if not 1 <= self.moe_top_k <= self.moe_experts:
+            raise ValueError(f"`moe_top_k` must be in [1, moe_experts = {self.moe_experts}], "
+                             f"got {self.moe_top_k}")
+        if self.moe_every < 1 or self.moe_shared_experts < 0:
+            raise ValueError(f"`moe_every` must be >= 1 and `moe_shared_experts` >= 0, got "
+                             f"{self.moe_every} and {self.moe_shared_experts}")
+        if self.moe_balance == "bias":
+            raise ValueError("`moe_balance` bias (DeepSeek-V3's loss-free balancing) is not built "
+                             "yet: it needs state updated after each optimizer step and saved in "
+                             "the checkpoint; use aux or none")
+        if self.moe_balance not in ("aux", "none"):
+            raise ValueError(f"`moe_balance` must be aux or none, got {self.moe_balance!r}")
+        if not (math.isfinite(self.moe_aux_coef) and self.moe_aux_coef >= 0):
+            raise ValueError(f"`moe_aux_coef` must be a finite number >= 0, got {self.moe_aux_coef}")
+        if not (math.isfinite(self.moe_capacity_factor) and self.moe_capacity_factor >= 0):
+            raise ValueError(f"`moe_capacity_factor` must be a finite number >= 0 (0: dropless), "
+                             f"got {self.moe_capacity_factor}")
 
 
 PRESETS = {

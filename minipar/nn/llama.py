@@ -34,6 +34,11 @@ need no permutation):
     ln_f.weight                   model.norm.weight
     lm_head.weight                lm_head.weight                              (transposed)
 
+With ``moe_experts`` E > 0 the MLP of every ``moe_every``-th block is a mixture of
+experts (``nn/moe.py``): ``blocks.{i}.mlp.router.weight`` (d x E) and, for each expert j,
+``blocks.{i}.mlp.experts.{j}.gate_proj.weight`` (up_proj, down_proj alike), shared
+experts as ``blocks.{i}.mlp.shared.{s}.…``; ``loss`` adds their balancing loss.
+
 (HF's ``rms_norm_eps`` is 1e-5 here, ``rope_theta`` is ``cfg.rope_theta``.)  The model
 keeps GPT's interface — ``embed``, ``blocks``, ``head``, ``loss`` — so pipeline stages,
 recomputation, context and tensor parallelism take it as they take GPT-2.
@@ -104,15 +109,23 @@ class GroupedQueryAttention(Module):
 
 
 class LlamaBlock(Module):
-    def __init__(self, cfg, rope, rng, dropout_rng):
+    """One block; its MLP is SwiGLU, or the mixture of experts (``nn/moe.py``) in the
+    blocks ``cfg.is_moe_block(index)`` names."""
+
+    def __init__(self, cfg, rope, rng, dropout_rng, index=0):
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
         self.ln_1 = RMSNorm(cfg.d_model)
         self.attn = GroupedQueryAttention(cfg.d_model, cfg.n_head, cfg.kv_heads, rope, rng,
                                           proj_std, Dropout(cfg.dropout, dropout_rng),
                                           cfg.attention)
         self.ln_2 = RMSNorm(cfg.d_model)
-        self.mlp = SwiGLU(cfg.d_model, cfg.ffn_width, rng, proj_std,
-                          Dropout(cfg.dropout, dropout_rng))
+        if cfg.is_moe_block(index):
+            from minipar.nn.moe import MoE
+            self.mlp = MoE(cfg.d_model, cfg.ffn_width, rng, proj_std,
+                           Dropout(cfg.dropout, dropout_rng), cfg)
+        else:
+            self.mlp = SwiGLU(cfg.d_model, cfg.ffn_width, rng, proj_std,
+                              Dropout(cfg.dropout, dropout_rng))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -131,8 +144,8 @@ class Llama(GPT):
         self.wte, lm_head = self.vocabulary_layers(cfg, rng)   # Vp rows (nn/gpt.py)
         self.wpe = None
         self.drop = Dropout(cfg.dropout, self.dropout_rng)
-        self.blocks = [LlamaBlock(cfg, self.rope, rng, self.dropout_rng)
-                       for _ in range(cfg.n_layer)]
+        self.blocks = [LlamaBlock(cfg, self.rope, rng, self.dropout_rng, i)
+                       for i in range(cfg.n_layer)]
         self.ln_f = RMSNorm(cfg.d_model)
         self.lm_head = lm_head     # after the blocks: parameters in the order they are used
         if materialize:
@@ -144,3 +157,20 @@ class Llama(GPT):
         if n > self.config.seq_len:
             raise ValueError(f"sequence of {n} tokens is longer than seq_len {self.config.seq_len}")
         return self.drop(self.wte(ids))
+
+    def loss(self, logits, targets):
+        """Mean cross-entropy; with MoE blocks, while gradients are recorded (training),
+        plus each MoE layer's balancing loss of this forward (``nn/moe.py``), so the
+        training loss (and the logged loss) is the total.  Evaluation (no gradients)
+        gives the cross-entropy alone."""
+        loss = ops.cross_entropy(logits, targets)
+        from minipar.nn.moe import MoE
+        for block in self.blocks:
+            mlp = getattr(block, "mlp", None)
+            if isinstance(mlp, MoE) and mlp.aux_loss is not None:
+                aux, mlp.aux_loss = mlp.aux_loss, None
+                if not aux.requires_grad:
+                    raise RuntimeError("the MoE balancing loss was computed without a graph "
+                                       "(a recomputed or ZeRO-3 block): its gradient would be lost")
+                loss = ops.add(loss, aux)
+        return loss

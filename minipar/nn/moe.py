@@ -1,0 +1,144 @@
+"""A mixture-of-experts MLP for the llama block: a router sends each token to k of E
+SwiGLU experts; S shared experts see every token.
+
+    p = softmax(x W_router)                    (T, E), in float32 at least; W_router: d x E, no bias
+    e_1..e_k = the k largest p[t]              top-k, per token
+    w_j = p[t, e_j] / Σ_j' p[t, e_j']          the k weights renormalised to 1 (Mixtral)
+    moe(x)[t] = Σ_j w_j · expert_{e_j}(x[t]) + Σ_s shared_s(x[t])       (DeepSeek's shared)
+
+Dispatch in one process: for each expert, gather the rows of the tokens assigned to it,
+run the expert on them, and put its output rows back in (token, choice) order; the
+combine is Σ_j w_j · out[t, j].  Gather and combine are the autograd's ``getitem`` and
+``concat`` (their backward scatter-adds), so the router gets its gradient through w.
+Every expert runs every step, on zero rows if none came: each parameter gets a gradient
+(zeros), as data parallelism's hooks expect.
+
+Capacity (``capacity_factor`` C > 0; C = 0 is dropless).  Per sequence each expert takes
+at most ⌈C·k·T/E⌉ assignments.  Which are dropped is fixed: assignments are taken in the
+order (choice j, position t) — every first choice before any second choice, then by
+position in the sequence — and an expert takes them until it is full.  A dropped
+assignment contributes nothing: its weight is not renormalised away over the kept ones.
+
+Balancing (``balance`` "aux": the Switch/GShard auxiliary loss), per sequence of T tokens:
+
+    f_i = (assignments of the sequence's k·T that chose expert i) / (k·T)    Σ_i f_i = 1
+    P_i = (1/T) Σ_t p[t, i]
+    aux = coef · E · Σ_i f_i · P_i        (1·coef when routing is uniform)
+
+f_i counts the router's choices before any capacity drop and carries no gradient; P_i
+does.  The layer's aux loss is the mean of aux over the sequences of the batch, so no
+statistic crosses sequences: a batch split over ranks or micro-batches gives what the
+whole batch gives.  ``Llama.loss`` adds it to the training loss.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minipar.autograd import ops
+from minipar.autograd.function import is_grad_enabled
+from minipar.autograd.tensor import Tensor
+from minipar.backend import xp
+from minipar.nn.layers import Linear
+from minipar.nn.module import Module
+
+
+def route(probs, top_k):
+    """The k experts of each token, (..., k): the largest probabilities first (ties to the
+    lower expert index: a stable sort)."""
+    order = xp.argsort(-probs, axis=-1, kind="stable") if xp is np else xp.argsort(-probs, axis=-1)
+    return order[..., :top_k]
+
+
+def capacity(capacity_factor, top_k, seq_len, n_experts):
+    """Assignments one expert takes per sequence: ⌈C·k·T/E⌉, or None (dropless, C = 0)."""
+    if capacity_factor == 0:
+        return None
+    return math.ceil(capacity_factor * top_k * seq_len / n_experts)
+
+
+def kept_assignments(chosen, n_experts, cap):
+    """(B, T, k) booleans: which assignments ``chosen`` (B, T, k) of expert ids survive a
+    capacity of ``cap`` per expert per sequence.  Each expert takes its assignments in
+    the order (choice j, position t) until it holds ``cap``."""
+    b, t, k = chosen.shape
+    if cap is None:
+        return xp.ones(chosen.shape, dtype=bool)
+    in_order = chosen.transpose(0, 2, 1).reshape(b, k * t)          # j-major, then t
+    one_hot = in_order[..., None] == xp.arange(n_experts)           # (B, k·T, E)
+    rank = xp.cumsum(one_hot, axis=1)                               # 1-based within the expert
+    keep = (one_hot & (rank <= cap)).any(axis=-1)                   # (B, k·T)
+    return keep.reshape(b, k, t).transpose(0, 2, 1)
+
+
+def balance_loss(probs, chosen, n_experts):
+    """Per sequence E·Σ_i f_i·P_i, averaged over the sequences: probs (B, T, E) a Tensor,
+    chosen (B, T, k) an array (the docstring of this module has f and P)."""
+    b, t, k = chosen.shape
+    counts = (chosen[..., None] == xp.arange(n_experts)).sum(axis=(1, 2))      # (B, E)
+    f = (counts / (k * t)).astype(probs.dtype)
+    mean_p = ops.mean(probs, axis=1)                                             # (B, E)
+    per_sequence = ops.sum(ops.mul(mean_p, Tensor(f)), axis=-1)                  # (B,)
+    return ops.mul(ops.mean(per_sequence), float(n_experts))
+
+
+class MoE(Module):
+    """The MoE MLP: a router, ``n_experts`` routed SwiGLU experts and ``n_shared`` shared
+    ones, each of hidden width ``width``.  ``aux_loss`` holds the last training forward's
+    balancing loss (coef included; None with ``balance`` "none"), which ``Llama.loss``
+    takes."""
+
+    def __init__(self, d_model, width, rng, proj_std, dropout, cfg):
+        from minipar.nn.llama import SwiGLU
+        self.n_experts, self.top_k = cfg.moe_experts, cfg.moe_top_k
+        self.balance, self.aux_coef = cfg.moe_balance, cfg.moe_aux_coef
+        self.capacity_factor = cfg.moe_capacity_factor
+        self.router = Linear(d_model, self.n_experts, rng, bias=False)
+        self.experts = [SwiGLU(d_model, width, rng, proj_std, dropout)
+                        for _ in range(self.n_experts)]
+        self.shared = [SwiGLU(d_model, width, rng, proj_std, dropout)
+                       for _ in range(cfg.moe_shared_experts)]
+        self.aux_loss = None
+
+    def router_probs(self, x):
+        """softmax over the experts, in float32 at least."""
+        logits = self.router(x)
+        if logits.dtype.itemsize < 4:
+            logits = ops.cast(logits, np.float32)
+        return ops.softmax(logits, axis=-1)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        k, n = self.top_k, b * t
+        probs = self.router_probs(x)                                   # (B, T, E)
+        chosen = route(probs.data, k)                                  # (B, T, k)
+        keep = kept_assignments(chosen, self.n_experts,
+                                capacity(self.capacity_factor, k, t, self.n_experts))
+        rows = xp.arange(n)[:, None].repeat(k, axis=1)                 # (N, k): the token
+        flat_chosen = chosen.reshape(n, k)
+        top = ops.getitem(ops.reshape(probs, (n, self.n_experts)), (rows, flat_chosen))
+        weights = ops.div(top, ops.sum(top, axis=-1, keepdims=True))   # (N, k), Σ_j = 1
+        if weights.dtype != x.dtype:
+            weights = ops.cast(weights, x.dtype)
+
+        tokens = ops.reshape(x, (n, d))
+        outputs, where = [], xp.full(n * k, -1, dtype=np.int64)       # (token, j) -> row
+        placed = 0
+        flat_keep = keep.reshape(n * k)
+        assignment_expert = flat_chosen.reshape(n * k)
+        for e, expert in enumerate(self.experts):
+            slots = xp.nonzero((assignment_expert == e) & flat_keep)[0]   # token·k + j
+            outputs.append(expert(ops.getitem(tokens, slots // k)))
+            where[slots] = placed + xp.arange(len(slots))
+            placed += len(slots)
+        outputs.append(Tensor(xp.zeros((1, d), dtype=x.dtype)))       # the dropped slots' row
+        where[where < 0] = placed
+        per_slot = ops.reshape(ops.getitem(ops.concat(outputs, axis=0), where), (n, k, d))
+        out = ops.sum(ops.mul(per_slot, ops.reshape(weights, (n, k, 1))), axis=1)
+        for expert in self.shared:
+            out = ops.add(out, expert(tokens))
+        self.aux_loss = None
+        if self.balance == "aux" and is_grad_enabled():
+            self.aux_loss = ops.mul(balance_loss(probs, chosen, self.n_experts), self.aux_coef)
+        return ops.reshape(out, (b, t, d))
