@@ -25,7 +25,7 @@ from cupy import _counts   # the fake's counters; a real CuPy has none
 from minipar import backend
 from minipar.comm import collectives
 from minipar.train import TrainConfig, setup
-import minipar.train.loop as loop
+import minipar.train.steps as train_steps   # train_step calls its forward_backward
 
 
 def main():
@@ -86,7 +86,7 @@ def main():
                 spans[name]["collectives"] = dict(sorted(Counter(calls[first:]).items()))
         return call
 
-    loop.forward_backward = counted("forward_backward", loop.forward_backward)
+    train_steps.forward_backward = counted("forward_backward", train_steps.forward_backward)
     run.optimizer.step = counted("optimizer", run.optimizer.step)
     steps = []
     for step in range(args.steps):
