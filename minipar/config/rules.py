@@ -63,10 +63,6 @@ def check_across(config, world_size):
     if cfg.moe_experts and (tp > 1 or cp > 1 or c.pipelined):
         raise ConfigError("`moe_experts` with `tp`, `cp` or `pp` > 1 is not built yet: the mixture "
                           "of experts runs with data parallelism only (`dp`, `zero` 0-2)")
-    if cfg.moe_experts and (c.zero == 3 or c.recompute == "full"):
-        raise ConfigError("`moe_experts` with `zero` 3 or `recompute` full is not built yet: the "
-                          "balancing loss is built inside the block, outside the graph those "
-                          "re-run or regather, so its gradient would be lost")
     if c.zero == 3 and cfg.tie_weights:
         raise ConfigError("`zero` 3 with `tie_weights` is not supported: ZeRO-3 gathers and frees "
                           "the model unit by unit, and the tied weight would belong to two units "

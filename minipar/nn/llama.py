@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import math
 
-from minipar.autograd import ops
+from minipar.autograd import Tensor, ops
+from minipar.autograd.function import is_grad_enabled
 from minipar.nn.attention import AttentionCore
 from minipar.nn.gpt import GPT
 from minipar.nn.init import drawer, init_specs, initialise
@@ -160,17 +161,29 @@ class Llama(GPT):
 
     def loss(self, logits, targets):
         """Mean cross-entropy; with MoE blocks, while gradients are recorded (training),
-        plus each MoE layer's balancing loss of this forward (``nn/moe.py``), so the
-        training loss (and the logged loss) is the total.  Evaluation (no gradients)
-        gives the cross-entropy alone."""
+        plus the value of each MoE layer's balancing loss of this forward, so the training
+        loss (and the logged loss) is the total; the balancing loss's gradient enters at
+        its layer (``nn/moe.py``, ``AttachAux``), from the gradient this loss receives.
+        Evaluation (no gradients) gives the cross-entropy alone."""
+        from minipar.nn.moe import MoE, RecordLossSeed
         loss = ops.cross_entropy(logits, targets)
-        from minipar.nn.moe import MoE
-        for block in self.blocks:
-            mlp = getattr(block, "mlp", None)
-            if isinstance(mlp, MoE) and mlp.aux_loss is not None:
-                aux, mlp.aux_loss = mlp.aux_loss, None
-                if not aux.requires_grad:
-                    raise RuntimeError("the MoE balancing loss was computed without a graph "
-                                       "(a recomputed or ZeRO-3 block): its gradient would be lost")
-                loss = ops.add(loss, aux)
-        return loss
+        layers = [m for m in self.modules() if isinstance(m, MoE)]
+        aux = [m.aux_loss for m in layers if m.aux_loss is not None]
+        for m in layers:
+            m.aux_loss, m.seed.value = None, None     # this loss's backward sets the seed
+        if not aux or not is_grad_enabled():
+            return loss
+        total_aux = aux[0]
+        for value in aux[1:]:
+            total_aux = total_aux + value
+        loss = ops.add(loss, Tensor(total_aux.astype(loss.dtype)))
+        return RecordLossSeed.apply(loss, [m.seed for m in layers])
+
+    def modules(self):
+        """This model and every module inside it (through wrappers too)."""
+        stack, found = [self], []
+        while stack:
+            module = stack.pop()
+            found.append(module)
+            stack.extend(child for _, child in module.children())
+        return found

@@ -28,7 +28,17 @@ Balancing (``balance`` "aux": the Switch/GShard auxiliary loss), per sequence of
 f_i counts the router's choices before any capacity drop and carries no gradient; P_i
 does.  The layer's aux loss is the mean of aux over the sequences of the batch, so no
 statistic crosses sequences: a batch split over ranks or micro-batches gives what the
-whole batch gives.  ``Llama.loss`` adds it to the training loss.
+whole batch gives.
+
+How the aux loss joins the training loss L = cross-entropy + Σ_layers aux.  Its value
+is added to the loss as a number (the log shows the total); its gradient enters at the
+layer itself: the layer's output passes through ``AttachAux``, an identity in forward
+whose backward also hands aux the gradient dL_seed/dL that the loss received
+(``RecordLossSeed`` keeps it: 1, or fp16's loss scale, or 1/micro-batches — whatever
+the training loop seeds backward with; the loss's node runs first in backward, before
+any block's).  So the aux gradient lives inside the block's own graph: a block
+recomputed in backward (``--recompute full``) or run as a ZeRO-3 unit carries it like
+any other gradient (Megatron's MoEAuxLossAutoScaler, with the scale read from the loss).
 """
 from __future__ import annotations
 
@@ -37,7 +47,7 @@ import math
 import numpy as np
 
 from minipar.autograd import ops
-from minipar.autograd.function import is_grad_enabled
+from minipar.autograd.function import Function, is_grad_enabled
 from minipar.autograd.tensor import Tensor
 from minipar.backend import xp
 from minipar.nn.layers import Linear
@@ -83,11 +93,48 @@ def balance_loss(probs, chosen, n_experts):
     return ops.mul(ops.mean(per_sequence), float(n_experts))
 
 
+class LossSeed:
+    """The gradient the training loss received in the latest backward (dL_seed/dL)."""
+    value = None
+
+
+class RecordLossSeed(Function):
+    """loss -> loss; backward keeps the incoming gradient in each of ``seeds``."""
+
+    @staticmethod
+    def forward(ctx, loss, seeds):
+        ctx.seeds = seeds
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        for seed in ctx.seeds:
+            seed.value = g
+        return g, None
+
+
+class AttachAux(Function):
+    """out -> out; backward: g to out, and the loss's seed to the aux loss (a scalar)."""
+
+    @staticmethod
+    def forward(ctx, out, aux, seed):
+        ctx.seed, ctx.aux_dtype = seed, aux.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.seed.value is None:
+            raise RuntimeError("the MoE balancing loss has no gradient to take: the training "
+                               "loss was not made by Llama.loss")
+        return g, xp.asarray(ctx.seed.value, dtype=ctx.aux_dtype).reshape(()), None
+
+
 class MoE(Module):
     """The MoE MLP: a router, ``n_experts`` routed SwiGLU experts and ``n_shared`` shared
-    ones, each of hidden width ``width``.  ``aux_loss`` holds the last training forward's
-    balancing loss (coef included; None with ``balance`` "none"), which ``Llama.loss``
-    takes."""
+    ones, each of hidden width ``width``.  ``aux_loss`` holds the value (an array) of the
+    last forward's balancing loss (coef included; None with ``balance`` "none"), which
+    ``Llama.loss`` adds to a training loss; ``seed`` the loss's
+    gradient, which ``AttachAux`` hands to it in backward."""
 
     def __init__(self, d_model, width, rng, proj_std, dropout, cfg):
         from minipar.nn.llama import SwiGLU
@@ -99,7 +146,7 @@ class MoE(Module):
                         for _ in range(self.n_experts)]
         self.shared = [SwiGLU(d_model, width, rng, proj_std, dropout)
                        for _ in range(cfg.moe_shared_experts)]
-        self.aux_loss = None
+        self.aux_loss, self.seed = None, LossSeed()
 
     def router_probs(self, x):
         """softmax over the experts, in float32 at least."""
@@ -139,6 +186,9 @@ class MoE(Module):
         for expert in self.shared:
             out = ops.add(out, expert(tokens))
         self.aux_loss = None
-        if self.balance == "aux" and is_grad_enabled():
-            self.aux_loss = ops.mul(balance_loss(probs, chosen, self.n_experts), self.aux_coef)
+        if self.balance == "aux":
+            aux = ops.mul(balance_loss(probs, chosen, self.n_experts), self.aux_coef)
+            self.aux_loss = aux.data
+            if is_grad_enabled():
+                out = AttachAux.apply(out, aux, self.seed)
         return ops.reshape(out, (b, t, d))
