@@ -15,7 +15,8 @@ so a pipeline can place them on different stages.
 
 ``GPTConfig`` describes both blocks minipar trains: ``arch="gpt2"`` (this file) and
 ``arch="llama"`` (``nn/llama.py``: RMSNorm, rotary positions, SwiGLU, grouped-query
-attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``).  ``make_model(cfg)``
+attention; its fields ``n_kv_head``, ``rope_theta``, ``d_ff``, and ``moe_*``: a mixture
+of experts in place of SwiGLU, ``nn/moe.py``).  ``make_model(cfg)``
 (``nn/architectures.py``) builds whichever ``cfg.arch`` names; the llama model keeps
 this class's interface.
 
