@@ -133,8 +133,8 @@ class MoE(Module):
     """The MoE MLP: a router, ``n_experts`` routed SwiGLU experts and ``n_shared`` shared
     ones, each of hidden width ``width``.  ``aux_loss`` holds the value (an array) of the
     last forward's balancing loss (coef included; None with ``balance`` "none"), which
-    ``Llama.loss`` adds to a training loss; ``seed`` the loss's
-    gradient, which ``AttachAux`` hands to it in backward."""
+    ``Llama.loss`` adds to a training loss; ``seed`` the gradient that loss received,
+    which ``AttachAux`` hands to the balancing loss in backward."""
 
     def __init__(self, d_model, width, rng, proj_std, dropout, cfg):
         from minipar.nn.llama import SwiGLU
