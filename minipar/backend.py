@@ -76,6 +76,33 @@ def cupy_available() -> bool:
         return False
 
 
+def device_count() -> int:
+    """The GPUs this process may use: CuPy numbers the ones ``CUDA_VISIBLE_DEVICES`` leaves
+    visible 0..n-1 and counts only those.  0 on NumPy."""
+    if _name != "cupy":
+        return 0
+    return int(_module.cuda.runtime.getDeviceCount())
+
+
+def use_device(index: int) -> None:
+    """Make visible GPU ``index`` this process's current device: every array, kernel and
+    stream made afterwards lives there.  Call it before the first device allocation (the
+    first one creates a CUDA context on whichever device is current, GPU 0 by default)."""
+    if _name == "cupy":
+        _module.cuda.Device(index).use()
+
+
+def device_bus_id(index: int):
+    """GPU ``index``'s PCI bus id (``0000:01:00.0``): which physical card it is, whatever
+    its number in this process; None where CuPy cannot tell."""
+    if _name != "cupy":
+        return None
+    try:
+        return str(_module.cuda.Device(index).pci_bus_id)
+    except Exception:
+        return None
+
+
 def is_device_array(a) -> bool:
     return type(a).__module__.startswith("cupy")
 

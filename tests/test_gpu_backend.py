@@ -43,7 +43,8 @@ def test_train_cli_on_cupy_matches_numpy(tmp_path):
     flags = ["-m", "minipar", "train", "--model", "tiny", "--steps", "3", "--precision", "fp64",
              "--quiet", "--eval-batches", "0", "--batch-size", "8"]
     run_mpi(1, flags + ["--backend", "numpy", "--log-json", tmp_path / "cpu.json"])
-    run_mpi(2, flags + ["--backend", "cupy", "--dp", "2", "--log-json", tmp_path / "gpu.json"])
+    # --share-gpus: two ranks on a one-GPU machine share it (more GPUs: one each)
+    run_mpi(2, flags + ["--backend", "cupy", "--share-gpus", "--dp", "2", "--log-json", tmp_path / "gpu.json"])
     cpu = [r["loss"] for r in step_records(tmp_path / "cpu.json")]
     gpu = [r["loss"] for r in step_records(tmp_path / "gpu.json")]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-10)
@@ -54,7 +55,8 @@ def test_pipelined_train_and_evaluation_on_cupy_match_numpy(tmp_path):
     from the last stage, on device arrays."""
     flags = ["-m", "minipar", "train", "--model", "tiny", "--steps", "2", "--precision", "fp64",
              "--quiet", "--eval-batches", "1", "--batch-size", "8", "--pp", "2", "--microbatches", "2"]
-    runs = {b: run_mpi(2, flags + ["--backend", b]).stdout for b in ("numpy", "cupy")}
+    backends = {"numpy": ["--backend", "numpy"], "cupy": ["--backend", "cupy", "--share-gpus"]}
+    runs = {b: run_mpi(2, flags + given).stdout for b, given in backends.items()}
     val = {b: [line for line in out.splitlines() if line.startswith("val loss")] for b, out in runs.items()}
     assert len(val["cupy"]) == 1
     np.testing.assert_allclose(float(val["cupy"][0].split()[2]), float(val["numpy"][0].split()[2]), rtol=1e-10)

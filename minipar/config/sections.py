@@ -229,6 +229,9 @@ class Numerics:
                              "flash (tiled, online softmax)", choices=("naive", "flash"))
     backend: Optional[str] = setting(None, "array library (default: $MINIPAR_BACKEND or numpy)",
                                      choices=("numpy", "cupy"))
+    share_gpus: bool = setting(False, "cupy: let several ranks of a node use one GPU (each rank "
+                               "takes GPU local rank %% GPUs; without this flag a node with more "
+                               "ranks than GPUs is refused)")
 
     def check(self):
         """The numerics' own fields, alone and with each other."""

@@ -22,6 +22,8 @@ def header_lines(m):
              f"  {m.tokens_per_step:,} tokens/step | backend {h.get('backend', '?')}, "
              f"{h.get('precision', '?')}",
              f"  threads: {h['threads']}"]
+    if h.get("gpus"):
+        lines.append(f"  GPUs: {gpu_map(h['gpus'])}")
     if h.get("bucket_mb") is not None:
         lines.append(f"  gradient buckets: {h['bucket_mb']:g} MiB ({h.get('bucket_source', 'given')})")
     if m.bytes_per_token != 1.0:
@@ -30,6 +32,37 @@ def header_lines(m):
     note = "" if m.peak_tflops else " (no --peak-tflops given)"
     lines.append(f"  MFU against {m.mfu_basis}{note}")
     return lines
+
+
+# up to this many ranks the GPU map names each rank; beyond, one range per node
+GPU_MAP_EACH_RANK = 8
+
+
+def _runs(numbers):
+    """[0, 1, 2, 3, 0, 1] -> "0-3,0-1": consecutive runs as ranges."""
+    parts, start = [], 0
+    for i in range(1, len(numbers) + 1):
+        if i == len(numbers) or numbers[i] != numbers[i - 1] + 1:
+            a, b = numbers[start], numbers[i - 1]
+            parts.append(f"{a}" if a == b else f"{a}-{b}")
+            start = i
+    return ",".join(parts)
+
+
+def gpu_map(gpus):
+    """Where each rank computes (``gpus``: the header's list of ``process.devices``
+    placements): ``rank 0 -> node-a GPU 0 (0000:01:00.0), rank 1 -> ...``, or for many
+    ranks ``node-a ranks 0-7 -> GPUs 0-7; node-b ranks 8-15 -> GPUs 0-7``."""
+    from minipar.process.devices import Placement, node_label
+    placements = [Placement(**g) for g in gpus]
+    if len(placements) <= GPU_MAP_EACH_RANK:
+        return ", ".join(f"rank {p.rank} -> {node_label(placements, p.node)} GPU {p.device}"
+                         + (f" ({p.bus_id})" if p.bus_id else "") for p in placements)
+    nodes = {}
+    for p in placements:
+        nodes.setdefault(p.node, []).append(p)
+    return "; ".join(f"{node_label(placements, node)} ranks {_runs([p.rank for p in ranks])} -> "
+                     f"GPUs {_runs([p.device for p in ranks])}" for node, ranks in nodes.items())
 
 
 def summary_lines(m, f):

@@ -3,6 +3,7 @@
 The data path of one run, file by file (see ``docs/architecture.md``):
 
     config/         TrainConfig, frozen; ``prepare``: checked, probed, resolved once
+    process/devices this rank's GPU on cupy: its rank among its node's ranks % the GPUs
     parallel/grid   ProcessGrid(dp, tp, pp) from the config
     nn/gpt          the plain GPT, as placeholders (weights drawn later by name)
     parallel/parallelize
@@ -24,9 +25,13 @@ from minipar import backend, checkpoint
 from minipar.config import ConfigError, TrainConfig, prepare
 
 
-def _world_size():
+def _world():
     from mpi4py import MPI
-    return MPI.COMM_WORLD.Get_size()
+    return MPI.COMM_WORLD
+
+
+def _world_size():
+    return _world().Get_size()
 
 
 def load_resume(config, model, tokenizer=None):
@@ -83,8 +88,15 @@ def setup(config: TrainConfig, prepared=False):
     from minipar.train.loop import TrainingRun
     from minipar.train.saving import load_state
     from minipar.train.fits import check_fits
+    from minipar.process.devices import choose_device
     if not prepared:
         config = prepare(config, _world_size())   # checks, preflight's probes, resolve
+    # collective on cupy (the node split, one gather): this rank's GPU, chosen before the
+    # free memory is read and anything is made on a device
+    try:
+        devices = choose_device(_world(), share=config.share_gpus)
+    except ValueError as err:        # a node with more ranks than GPUs: every rank alike
+        raise ConfigError(str(err)) from None
     fit = check_fits(config)        # before anything is allocated: the memory model's peak
     from minipar.observe.procmem import ProcessMemory
     process_memory = ProcessMemory()       # the construction phase starts here
@@ -123,6 +135,7 @@ def setup(config: TrainConfig, prepared=False):
     run = TrainingRun(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
     run.memory_fit = fit
     run.bucket_source = bucket_source
+    run.devices = devices
     return run
 
 

@@ -34,6 +34,7 @@ class TrainingRun:
         self.n_params = n_params        # of the whole (plain) model
         self.memory_fit = None          # (PeakEstimate, limit, where) of train/fits.py
         self.bucket_source = "given"    # or "chosen by the performance model" (train.setup)
+        self.devices = None             # every rank's GPU on cupy (process/devices.py; train.setup)
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
@@ -174,6 +175,8 @@ class TrainingRun:
                       bytes_per_token=self.dataset.bytes_per_token)
         if c.zero < 3 and grid.dp_cp_comm.size > 1:    # buckets exist: say their size
             header.update(bucket_mb=c.bucket_mb, bucket_source=self.bucket_source)
+        if self.devices:                               # rank -> host, GPU, bus id
+            header.update(gpus=[vars(p) for p in self.devices])
         if self.memory_fit is not None:                # what the memory model predicted
             peak, limit, _ = self.memory_fit
             header.update(predicted_peak_bytes=peak.total, mem_limit_bytes=limit)

@@ -16,7 +16,13 @@ and synchronisations, launches, GEMMs, silent upcasts of half arrays.  cuBLAS's 
 ``gemmStridedBatchedEx`` are modelled on raw pointers (``cupy_backends/cuda/libs/cublas.py``);
 CuPy 14.2's batched ``matmul`` of bfloat16 operands fails here as it does there.
 
-Not modelled: a device (``a.data.ptr`` is a host address; MPI reads "device" arrays only when
+Devices: ``MINIPAR_FAKE_CUPY_DEVICES=N`` (default 1) pretends to have N GPUs, of which
+``CUDA_VISIBLE_DEVICES`` leaves some visible, numbered 0..n-1 as CUDA numbers them
+(``runtime.getDeviceCount``, ``Device(i).use()``, ``Device(i).pci_bus_id``: a fake bus id of
+the physical card).  Every array records the device that was current when it was made
+(``a.device``, ``a.data.device_id``), and ``cupy._made_on`` counts the arrays made per device.
+
+Not modelled: device memory (``a.data.ptr`` is a host address; MPI reads "device" arrays only when
 ``MINIPAR_CUDA_AWARE=1`` stands in for CUDA-aware MPI), streams and asynchrony (``synchronize``
 is only counted: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
 memory-pool numbers (live bytes of fake arrays and their peak since ``free_all_blocks``),
@@ -25,6 +31,7 @@ where they differ from NumPy's, NumPy functions CuPy lacks (all of NumPy is forw
 lists are taken where CuPy wants arrays), CuPy's random streams (NumPy's Philox: values differ
 from NumPy's default, as on a GPU), DLPack, torch interop.
 """
+import collections
 import os
 import sys
 import types
@@ -82,7 +89,7 @@ def _function(f, host_ok=False, owner=None):
 
 class ndarray:
     """An array "on the device": a NumPy array underneath, never handed out implicitly."""
-    __slots__ = ("_a", "_base", "__weakref__")
+    __slots__ = ("_a", "_base", "_device", "__weakref__")
     __hash__ = None
 
     @classmethod
@@ -94,13 +101,15 @@ class ndarray:
         while isinstance(owner, _HOST) and isinstance(owner.base, _HOST):
             owner = owner.base
         w._a, w._base = a, cls._of(owner) if isinstance(owner, _HOST) else None  # a view: its owner
+        w._device = _current_device if w._base is None else w._base._device
         if w._base is None:
             _pool._alloc(w, a.nbytes)
+            _made_on[_current_device] += 1
         _live[id(a)] = w
         return w
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_a", "_base", "ctypes", "itemset", "tostring", "resize"):
+        if name.startswith("__") or name in ("_a", "_base", "_device", "ctypes", "itemset", "tostring", "resize"):
             raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
         attr = getattr(self._a, name)
         if not callable(attr):
@@ -108,7 +117,8 @@ class ndarray:
         return _function(attr, host_ok=name in ("take", "put"), owner=self)
 
     base = property(lambda self: self._base)
-    data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data, device_id=0))
+    data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data, device_id=self._device))
+    device = property(lambda self: cuda.Device(self._device))
     shape = property(lambda self: self._a.shape, lambda self, v: setattr(self._a, "shape", v))
     # CuPy's flags hold these three and nothing else (no ``writeable``: device arrays always are)
     flags = property(lambda self: types.SimpleNamespace(
@@ -287,16 +297,75 @@ def _module(name, **members):
     return mod
 
 
+def _visible_devices():
+    """The physical cards this process sees, in CUDA's order: ``MINIPAR_FAKE_CUPY_DEVICES``
+    of them, filtered and reordered by ``CUDA_VISIBLE_DEVICES`` where it is set."""
+    cards = range(int(os.environ.get("MINIPAR_FAKE_CUPY_DEVICES", "1")))
+    chosen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if chosen is None:
+        return list(cards)
+    visible = []
+    for item in chosen.split(","):      # as CUDA: the list stops at the first invalid entry
+        if not item.strip().isdigit() or int(item) not in cards or int(item) in visible:
+            break
+        visible.append(int(item))
+    return visible
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+class Device:
+    """A visible GPU by its number 0..n-1 (None: the current one)."""
+
+    def __init__(self, device=None):
+        self.id = _current_device if device is None else int(device)
+        if not 0 <= self.id < len(_VISIBLE):
+            raise CUDARuntimeError("cudaErrorInvalidDevice: invalid device ordinal")
+
+    def use(self):
+        global _current_device
+        _current_device = self.id
+
+    def synchronize(self):
+        _counts.synchronize()
+
+    @property
+    def pci_bus_id(self):
+        return f"0000:{_VISIBLE[self.id] + 1:02x}:00.0"   # fake: card k on bus k + 1
+
+    def __enter__(self):
+        self._previous = _current_device
+        self.use()
+        return self
+
+    def __exit__(self, *exc):
+        Device(self._previous).use()
+
+    __eq__ = lambda self, other: isinstance(other, Device) and other.id == self.id  # noqa: E731
+    __hash__ = lambda self: hash(self.id)  # noqa: E731
+    __repr__ = lambda self: f"<CUDA Device {self.id}>"  # noqa: E731
+
+
+def _set_device(index):
+    Device(index).use()
+
+
+_VISIBLE = _visible_devices()
+_current_device = 0
+_made_on = collections.Counter()   # fake-only: arrays made per device
 _pool = MemoryPool()
 get_default_memory_pool = lambda: _pool  # noqa: E731
 _Stream = type("Stream", (), {"synchronize": lambda self: _counts.synchronize()})  # nothing queued
 _PROPS = {"name": b"fake-cupy (NumPy + minipar CPU emulator)", "major": 9, "minor": 0,
           "sharedMemPerBlockOptin": 227 * 1024}  # as an H100/H200
-cuda = _module("cuda", Stream=_Stream, get_current_stream=lambda: _Stream(),
-               Device=type("Device", (), {"__init__": lambda self, device=None: None,
-                                          "synchronize": lambda self: _counts.synchronize()}),
+cuda = _module("cuda", Stream=_Stream, get_current_stream=lambda: _Stream(), Device=Device,
+               get_device_id=lambda: _current_device,
                driver=_module("cuda.driver", CUDADriverError=CUDADriverError),
-               runtime=_module("cuda.runtime", getDeviceCount=lambda: 1, CUDA_R_32F=0, CUDA_R_16F=2,
+               runtime=_module("cuda.runtime", getDeviceCount=lambda: len(_VISIBLE),
+                               getDevice=lambda: _current_device, setDevice=_set_device,
+                               CUDARuntimeError=CUDARuntimeError, CUDA_R_32F=0, CUDA_R_16F=2,
                                CUDA_R_16BF=14, getDeviceProperties=lambda device: dict(_PROPS)),
                device=_module("cuda.device", get_cublas_handle=lambda: 1),  # cupy_backends: cuBLAS
                memory=_module("cuda.memory", MemoryPool=MemoryPool,
