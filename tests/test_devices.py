@@ -7,12 +7,15 @@ the fake CuPy of ``tests/fake_cupy`` pretending to have N devices
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from minipar.observe.monitor_text import gpu_map
 from minipar.process.devices import Placement, check_placements, device_for
 from tests.mpirun import REPO, run_mpi
+from tests.test_cluster import WHY_NOT    # root, ip and tc: the simulated cluster can be built
 
 FAKE_CUPY = os.path.join(REPO, "tests", "fake_cupy")
 SCRIPT = "tests/scripts/device_placement.py"
@@ -117,3 +120,27 @@ def test_the_train_header_prints_the_map_of_the_visible_gpus():
     header = [line for line in out.splitlines() if line.startswith("  GPUs:")]
     assert header == [f"  GPUs: rank 0 -> {HOST} GPU 0 (0000:03:00.0), "
                       f"rank 1 -> {HOST} GPU 1 (0000:04:00.0)"], out
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+def test_each_node_of_the_simulated_cluster_numbers_its_own_gpus():
+    """Two nodes (network namespaces: MPI's shared-memory split stops at each) of two
+    ranks, two fake GPUs each: local ranks 0 and 1 of each node take GPUs 0 and 1."""
+    prefix = f"gpu{os.getpid() % 10000}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MINIPAR_COMM_CHECK="1", **on_fake_cupy(2))
+
+    def cluster(action, *args):
+        return subprocess.run([sys.executable, "-m", "minipar", "cluster", action, "--prefix", prefix,
+                               *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    up = cluster("up", "--nodes", "2", "--ranks-per-node", "2", "--inter-gbps", "1")
+    assert up.returncode == 0, up.stderr
+    try:
+        proc = cluster("run", "--", SCRIPT, "--dp", "4")
+    finally:
+        cluster("down")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = reports(proc.stdout)
+    assert {rank: r["weights"] for rank, r in got.items()} == {0: [0], 1: [1], 2: [0], 3: [1]}
+    assert got[0]["map"] == (f"rank 0 -> {HOST}#0 GPU 0 (0000:01:00.0), rank 1 -> {HOST}#0 GPU 1 "
+                             f"(0000:02:00.0), rank 2 -> {HOST}#1 GPU 0 (0000:01:00.0), "
+                             f"rank 3 -> {HOST}#1 GPU 1 (0000:02:00.0)")
