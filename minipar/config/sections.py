@@ -270,6 +270,21 @@ class Model:
     pad_vocab_to: Optional[int] = setting(None, "embedding/head rows padded to a multiple of N, "
                                           "the padding masked out of the loss (default: 64 on "
                                           "--backend cupy, 1 on numpy)", metavar="N")
+    moe_experts: int = setting(0, "llama: routed experts of the mixture-of-experts MLP "
+                               "(default %(default)s: dense)", metavar="E")
+    moe_top_k: int = setting(2, "experts per token, their weights renormalised to 1 "
+                             "(default %(default)s)", metavar="K")
+    moe_every: int = setting(1, "the MoE MLP in every N-th block (default %(default)s)",
+                             metavar="N")
+    moe_shared_experts: int = setting(0, "experts every token goes through, added to the routed "
+                                      "ones (default %(default)s)", metavar="S")
+    moe_balance: str = setting("aux", "load balancing: aux (Switch/GShard loss, per sequence) or "
+                               "none; bias is not built yet (default %(default)s)",
+                               choices=("aux", "none", "bias"))
+    moe_aux_coef: float = setting(0.01, "the balancing loss's weight (default %(default)s)")
+    moe_capacity_factor: float = setting(0.0, "per sequence an expert takes at most "
+                                         "ceil(C·k·T/E) assignments (default %(default)s: "
+                                         "dropless)", metavar="C")
 
     def gpt_config(self, attention="naive", pad_vocab_to=None):
         """The GPTConfig: the preset with this section's overrides (``pad_vocab_to``: the
@@ -281,7 +296,12 @@ class Model:
                                   tie_weights=self.tie_weights, attention=attention,
                                   vocab_size=self.vocab_size, arch=self.arch,
                                   n_kv_head=self.n_kv_head, rope_theta=self.rope_theta,
-                                  d_ff=self.d_ff, pad_vocab_to=pad)
+                                  d_ff=self.d_ff, pad_vocab_to=pad,
+                                  moe_experts=self.moe_experts, moe_top_k=self.moe_top_k,
+                                  moe_every=self.moe_every,
+                                  moe_shared_experts=self.moe_shared_experts,
+                                  moe_balance=self.moe_balance, moe_aux_coef=self.moe_aux_coef,
+                                  moe_capacity_factor=self.moe_capacity_factor)
 
     def check(self):
         """The model can be built: GPTConfig's own checks (sizes >= 1, heads dividing the
