@@ -15,6 +15,7 @@ from minipar.config import ConfigError
 from minipar.nn import GPTConfig
 from minipar.nn.moe import MoE, balance_loss, capacity, kept_assignments, route
 from minipar.nn.layers import Dropout
+from minipar.nn.llama import SwiGLU
 from minipar.observe.runlog import step_records
 from tests.cli import assert_same_run, train
 from tests.gradcheck import check_grad
@@ -28,7 +29,7 @@ def moe_layer(top_k=2, capacity_factor=0.0, shared=0, balance="aux", seed=0):
     cfg = GPTConfig(arch="llama", d_model=8, n_head=2, moe_experts=E, moe_top_k=top_k,
                     moe_shared_experts=shared, moe_balance=balance, moe_aux_coef=0.5,
                     moe_capacity_factor=capacity_factor)
-    layer = MoE(D, WIDTH, None, 0.02, Dropout(0.0, None), cfg)
+    layer = MoE(D, lambda: SwiGLU(D, WIDTH, None, 0.02, Dropout(0.0, None)), None, cfg)
     rng = np.random.default_rng(seed)
     for _, p in layer.named_parameters():
         p.data = rng.normal(size=p.shape)           # large enough that routing differs by token

@@ -54,6 +54,7 @@ from minipar.nn.gpt import GPT
 from minipar.nn.init import drawer, init_specs, initialise
 from minipar.nn.layers import Dropout, Linear
 from minipar.nn.module import Module
+from minipar.nn.moe import MoE, RecordLossSeed
 from minipar.nn.norms import RMSNorm
 from minipar.nn.rope import RotaryEmbedding
 from minipar.backend import xp
@@ -120,13 +121,10 @@ class LlamaBlock(Module):
                                           proj_std, Dropout(cfg.dropout, dropout_rng),
                                           cfg.attention)
         self.ln_2 = RMSNorm(cfg.d_model)
-        if cfg.is_moe_block(index):
-            from minipar.nn.moe import MoE
-            self.mlp = MoE(cfg.d_model, cfg.ffn_width, rng, proj_std,
-                           Dropout(cfg.dropout, dropout_rng), cfg)
-        else:
-            self.mlp = SwiGLU(cfg.d_model, cfg.ffn_width, rng, proj_std,
-                              Dropout(cfg.dropout, dropout_rng))
+        def swiglu():
+            return SwiGLU(cfg.d_model, cfg.ffn_width, rng, proj_std,
+                          Dropout(cfg.dropout, dropout_rng))
+        self.mlp = MoE(cfg.d_model, swiglu, rng, cfg) if cfg.is_moe_block(index) else swiglu()
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -165,7 +163,6 @@ class Llama(GPT):
         loss (and the logged loss) is the total; the balancing loss's gradient enters at
         its layer (``nn/moe.py``, ``AttachAux``), from the gradient this loss receives.
         Evaluation (no gradients) gives the cross-entropy alone."""
-        from minipar.nn.moe import MoE, RecordLossSeed
         loss = ops.cross_entropy(logits, targets)
         layers = [m for m in self.modules() if isinstance(m, MoE)]
         aux = [m.aux_loss for m in layers if m.aux_loss is not None]

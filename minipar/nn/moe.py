@@ -130,22 +130,19 @@ class AttachAux(Function):
 
 
 class MoE(Module):
-    """The MoE MLP: a router, ``n_experts`` routed SwiGLU experts and ``n_shared`` shared
-    ones, each of hidden width ``width``.  ``aux_loss`` holds the value (an array) of the
+    """The MoE MLP: a router, ``cfg.moe_experts`` routed experts and ``cfg.moe_shared_experts``
+    shared ones, each a new ``make_expert()`` (the llama block's SwiGLU).  ``aux_loss`` holds the value (an array) of the
     last forward's balancing loss (coef included; None with ``balance`` "none"), which
     ``Llama.loss`` adds to a training loss; ``seed`` the gradient that loss received,
     which ``AttachAux`` hands to the balancing loss in backward."""
 
-    def __init__(self, d_model, width, rng, proj_std, dropout, cfg):
-        from minipar.nn.llama import SwiGLU
+    def __init__(self, d_model, make_expert, rng, cfg):
         self.n_experts, self.top_k = cfg.moe_experts, cfg.moe_top_k
         self.balance, self.aux_coef = cfg.moe_balance, cfg.moe_aux_coef
         self.capacity_factor = cfg.moe_capacity_factor
         self.router = Linear(d_model, self.n_experts, rng, bias=False)
-        self.experts = [SwiGLU(d_model, width, rng, proj_std, dropout)
-                        for _ in range(self.n_experts)]
-        self.shared = [SwiGLU(d_model, width, rng, proj_std, dropout)
-                       for _ in range(cfg.moe_shared_experts)]
+        self.experts = [make_expert() for _ in range(self.n_experts)]
+        self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
         self.aux_loss, self.seed = None, LossSeed()
 
     def router_probs(self, x):
