@@ -153,6 +153,9 @@ class GPTConfig:
                              "the checkpoint; use aux or none")
         if self.moe_balance not in ("aux", "none"):
             raise ValueError(f"`moe_balance` must be aux or none, got {self.moe_balance!r}")
+        if self.moe_balance == "none" and self.moe_aux_coef != moe_defaults["moe_aux_coef"]:
+            raise ValueError("`moe_aux_coef` weighs the aux balancing loss; `moe_balance` none "
+                             "has none: drop one")
         if not (math.isfinite(self.moe_aux_coef) and self.moe_aux_coef >= 0):
             raise ValueError(f"`moe_aux_coef` must be a finite number >= 0, got {self.moe_aux_coef}")
         if not (math.isfinite(self.moe_capacity_factor) and self.moe_capacity_factor >= 0):
