@@ -141,13 +141,24 @@ def bfloat16():
     except ImportError as err:
         raise RuntimeError("bf16 needs the ml_dtypes package (pip install ml_dtypes)") from err
     dtype = numpy.dtype(ml_dtypes.bfloat16)
-    if _name == "cupy":
-        try:
-            _module.zeros(1, dtype=dtype)
-        except Exception as err:
-            raise RuntimeError("this CuPy has no bfloat16 support (CuPy >= 14 with ml_dtypes "
-                               "and NumPy >= 2.1.2 has); use --precision fp16 or fp32") from err
+    if _name == "cupy" and not (_major(_module.__version__) >= 14 and
+                                tuple(map(_major, numpy.__version__.split(".")[:3])) >= (2, 1, 2)):
+        # asked of the versions, not by allocating: a test allocation would make a CUDA
+        # context on GPU 0 of every rank before its own device is chosen
+        raise RuntimeError(f"CuPy {_module.__version__} with NumPy {numpy.__version__} has no "
+                           "bfloat16 (CuPy >= 14 with ml_dtypes and NumPy >= 2.1.2 has); use "
+                           "--precision fp16 or fp32")
     return dtype
+
+
+def _major(version):
+    """The leading integer of a version string ("14.0.0rc1" -> 14; none -> 0)."""
+    digits = ""
+    for ch in str(version):
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits or 0)
 
 
 _PRECISIONS = {"fp64": numpy.float64, "fp32": numpy.float32, "fp16": numpy.float16}

@@ -42,7 +42,7 @@ import numpy
 from cupy import _counters
 from cupy._counters import counts as _counts  # fake-only: syncs, launches, GEMMs, upcasts
 
-__version__ = "0.0.0+fake"
+__version__ = "14.0.0+fake"   # what it imitates: CuPy 14 takes ml_dtypes' bfloat16
 _HOST = numpy.ndarray
 _live = weakref.WeakValueDictionary()  # id(NumPy array) -> the cupy.ndarray wrapping it
 
