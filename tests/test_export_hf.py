@@ -117,3 +117,11 @@ def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, ar
         missed = np.abs(theirs - other).max() / np.abs(mine).max()
         print(f"with RoPE base 10000 instead of 500: {missed:.2e}")
         assert missed > 20 * max(relative, 1e-6), (missed, relative)
+
+
+def test_a_mixture_of_experts_is_refused_in_one_line():
+    """No Mixtral mapping is written yet: a MoE checkpoint must not export as a dense llama."""
+    from minipar.export.hf import mapping
+    with pytest.raises(ValueError, match="mixture of experts"):
+        mapping({"arch": "llama", "moe_experts": 4})
+    assert mapping({"arch": "llama", "moe_experts": 0})      # a dense llama still maps

@@ -91,6 +91,9 @@ ARCHITECTURES = {"gpt2": (gpt2_name, gpt2_config), "llama": (llama_name, llama_c
 def mapping(model):
     """(name -> (HF name, transpose?), model config -> config.json) for this model's arch."""
     arch = model.get("arch", "gpt2")
+    if model.get("moe_experts"):
+        raise ValueError("no Hugging Face mapping for a mixture of experts yet (Mixtral's "
+                         "block_sparse_moe.gate and experts.{j}.w1/w3/w2 are not written)")
     if arch not in ARCHITECTURES:
         raise ValueError(f"no Hugging Face mapping for arch {arch!r} (have: {', '.join(ARCHITECTURES)})")
     return ARCHITECTURES[arch]
