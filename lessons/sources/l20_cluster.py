@@ -276,8 +276,9 @@ else:
 Lesson 05 found that overlapping the gradients' all-reduce with backward barely paid on one machine:
 over shared memory the "transfer" is the ranks' own copying, so moving it into backward moves work,
 it does not hide it. Across a network card, bytes in flight cost no core. Two nodes of one rank each,
-with buckets of 0.5 MiB: the small model's whole gradient (3.6 MB) fits in one default 25 MiB bucket,
-which is ready only when backward ends — nothing left to hide behind. On this machine, quiet, the
+with buckets of 0.5 MiB: the small model's whole gradient (3.6 MB) fits in one 25 MiB bucket (PyTorch
+DDP's default size), which is ready only when backward ends — nothing left to hide behind. (A `train`
+run given no `--bucket-mb` asks the performance model for the size; on this cluster it picks 2 MiB.) On this machine, quiet, the
 overlapped step took 0.84 of the other (`benchmarks/cluster_links.py`); on a busy machine it varies.
 ''', r'''
 if CLUSTER:
