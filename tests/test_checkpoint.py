@@ -111,3 +111,21 @@ def test_non_finite_weights_are_found_in_blocks(tmp_path):
     a[7] = np.inf
     checkpoint.save(None, tmp_path, 1, {}, [("param", "b", a.shape, ((0,), a.shape), a)])
     assert checkpoint.open_checkpoint(tmp_path).nonfinite(block=3) == "b"
+
+
+def test_a_checkpoint_from_before_a_model_field_existed_stands_for_its_default():
+    """A checkpoint written before the mixture-of-experts fields existed records none of
+    them: it holds the dense model their defaults build, and resumes on a dense run only."""
+    import dataclasses
+    from minipar.checkpoint import check_compatible
+    from minipar.nn import GPTConfig
+    dense = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, d_model=32, n_head=2, arch="llama")
+    defaults = {f.name: f.default for f in dataclasses.fields(dense)
+                if f.default is not dataclasses.MISSING}
+    before = {k: v for k, v in dense.to_dict().items() if not k.startswith("moe_")}
+    check_compatible({"model": before}, dense.to_dict(), defaults)
+    moe = dataclasses.replace(dense, moe_experts=4)
+    with pytest.raises(ValueError, match="moe_experts: checkpoint 0 vs run 4"):
+        check_compatible({"model": before}, moe.to_dict(), defaults)
+    with pytest.raises(ValueError, match="moe_experts"):
+        check_compatible({"model": before}, dense.to_dict() | {"moe_experts": 4})   # no defaults

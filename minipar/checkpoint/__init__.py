@@ -91,10 +91,13 @@ def _vocab_rows(model_config):
     return None if vocab is None or multiple is None else -(-vocab // multiple) * multiple
 
 
-def check_compatible(meta, model_config: dict):
+def check_compatible(meta, model_config: dict, defaults=None):
     """Refuse a checkpoint made for another model configuration.  The vocabulary's padding
-    multiple may differ (CuPy pads to 64, NumPy to 1) where the rows it gives agree."""
-    saved = meta.get("model", {})
+    multiple may differ (CuPy pads to 64, NumPy to 1) where the rows it gives agree.  A
+    field the checkpoint does not record (it was written before the field existed) stands
+    for the model that field's value in ``defaults`` builds: a dense model predates the
+    mixture-of-experts fields, and their defaults build it."""
+    saved = dict(defaults or {}, **meta.get("model", {}))
     diff = {k: (saved.get(k), v) for k, v in model_config.items()
             if k not in ("attention", "pad_vocab_to") and saved.get(k) != v}
     rows = [_vocab_rows(c) for c in (saved, model_config)]

@@ -21,6 +21,8 @@ same update as the single-process run.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from minipar import backend, checkpoint
 from minipar.config import ConfigError, TrainConfig, prepare
 
@@ -46,7 +48,9 @@ def load_resume(config, model, tokenizer=None):
         ckpt = checkpoint.open_checkpoint(config.resume)
         meta = ckpt.meta
         check_same_tokenizer(meta, tokenizer)
-        checkpoint.check_compatible(meta, model.config.to_dict())
+        defaults = {f.name: f.default for f in dataclasses.fields(model.config)
+                    if f.default is not dataclasses.MISSING}
+        checkpoint.check_compatible(meta, model.config.to_dict(), defaults)
         if meta.get("precision", config.precision) != config.precision:
             raise ValueError(f"it was written by a {meta['precision']} run; this run is "
                              f"{config.precision} (pass --precision {meta['precision']})")
