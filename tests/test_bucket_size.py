@@ -9,7 +9,8 @@ import os
 from minipar import checkpoint
 
 from minipar.config import TrainConfig
-from minipar.perf.bucket_size import CANDIDATES_MB, LARGEST_MB, TIE
+from minipar.parallel.buckets import DEFAULT_BUCKET_MB
+from minipar.perf.bucket_size import CANDIDATES_MB, TIE
 from minipar.perf.estimate import choose_bucket_mb, predict
 from minipar.perf.profile import load_profile
 from tests.cli import train
@@ -28,14 +29,14 @@ def test_across_a_slow_link_the_model_cuts_the_gradient_into_small_buckets():
     prof = load_profile(CLUSTER)
     chosen, steps = choose_bucket_mb(small_dp2(), prof, ranks_per_node=1)
     assert chosen <= 1.0, (chosen, steps)
-    assert steps[chosen] < 0.9 * steps[LARGEST_MB], steps
+    assert steps[chosen] < 0.9 * steps[DEFAULT_BUCKET_MB], steps
 
 
 def test_on_one_node_nothing_is_gained_and_the_largest_is_kept():
     """Two ranks filling one node's cores: nothing overlaps, every bucket costs its α,
     so the fewest buckets win (what the run used before the model chose)."""
     chosen, steps = choose_bucket_mb(small_dp2(), load_profile("cpu"), ranks_per_node=2)
-    assert chosen == LARGEST_MB, steps
+    assert chosen == DEFAULT_BUCKET_MB, steps
 
 
 def test_the_choice_is_the_fastest_prediction_and_the_largest_of_the_ties():

@@ -31,7 +31,6 @@ from __future__ import annotations
 from minipar.parallel.buckets import DEFAULT_BUCKET_MB
 
 CANDIDATES_MB = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, DEFAULT_BUCKET_MB)
-LARGEST_MB = CANDIDATES_MB[-1]    # the bound the memory model uses before a run chooses
 TIE = 0.005                       # step times this close count as equal
 
 

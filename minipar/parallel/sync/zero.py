@@ -56,11 +56,11 @@ class Shard:
 class ZeroSync(GradSync):
     """ZeRO stage 1 or 2 over ``comm`` (the data-parallel group)."""
 
-    stage_sharding_weights = False
+    shards_weights = False     # ZeRO-3 (a subclass) keeps only its range of the weights too
 
     def __init__(self, module, comm, table=None, stage=1, bucket_bytes=DEFAULT_BUCKET_MB * 2**20,
                  half_dtype=None, buckets=None, initial_piece=None):
-        if stage not in (1, 2) and not self.stage_sharding_weights:
+        if stage not in (1, 2) and not self.shards_weights:
             raise ValueError(f"ZeroSync is ZeRO stage 1 or 2 (stage 3 is Zero3Sync), got {stage}")
         super().__init__(module, comm, table)
         self.stage = stage
@@ -187,7 +187,7 @@ class ZeroSync(GradSync):
                 lo = min(max(start, off), off + math.prod(shape))
                 hi = max(lo, min(stop, off + math.prod(shape)))
                 out[self.names[id(p)]] = SlotRange(i, lo - off, hi - off, lo - start,
-                                                   weights_sharded=self.stage_sharding_weights)
+                                                   weights_sharded=self.shards_weights)
         return out
 
     def to_named(self, arrays):

@@ -72,7 +72,7 @@ def model_units(model):
 
 
 class Zero3Sync(ZeroSync):
-    stage_sharding_weights = True
+    shards_weights = True
 
     def __init__(self, model, comm, table=None, half_dtype=None, initial_piece=None):
         """``initial_piece(name)``: the values of a parameter that is still a placeholder
