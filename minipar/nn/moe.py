@@ -134,7 +134,8 @@ class MoE(Module):
     shared ones, each a new ``make_expert()`` (the llama block's SwiGLU).  ``aux_loss`` holds the value (an array) of the
     last forward's balancing loss (coef included; None with ``balance`` "none"), which
     ``Llama.loss`` adds to a training loss; ``seed`` the gradient that loss received,
-    which ``AttachAux`` hands to the balancing loss in backward."""
+    which ``AttachAux`` hands to the balancing loss in backward; ``load`` what the
+    last forward routed (``record_load``)."""
 
     def __init__(self, d_model, make_expert, rng, cfg):
         self.n_experts, self.top_k = cfg.moe_experts, cfg.moe_top_k
@@ -144,6 +145,14 @@ class MoE(Module):
         self.experts = [make_expert() for _ in range(self.n_experts)]
         self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
         self.aux_loss, self.seed = None, LossSeed()
+        self.load = None
+
+    def record_load(self, chosen, keep):
+        """``self.load``: what the last forward routed — ``received`` (E,) the assignments
+        each expert took after any capacity drop, ``dropped`` the assignments dropped.
+        Counted on this rank's tokens only; a log adds them over the ranks."""
+        received = xp.bincount(chosen[keep].reshape(-1), minlength=self.n_experts)
+        self.load = dict(received=received, dropped=int(keep.size - keep.sum()))
 
     def router_probs(self, x):
         """softmax over the experts, in float32 at least."""
@@ -159,6 +168,7 @@ class MoE(Module):
         chosen = route(probs.data, k)                                  # (B, T, k)
         keep = kept_assignments(chosen, self.n_experts,
                                 capacity(self.capacity_factor, k, t, self.n_experts))
+        self.record_load(chosen, keep)
         rows = xp.arange(n)[:, None].repeat(k, axis=1)                 # (N, k): the token
         flat_chosen = chosen.reshape(n, k)
         top = ops.getitem(ops.reshape(probs, (n, self.n_experts)), (rows, flat_chosen))
