@@ -18,6 +18,21 @@ The GELU is GPT-2's tanh form (``gelu_new``), LayerNorm's ε is 1e-5.  A tied he
 Llama (``LlamaForCausalLM``).  The names map one to one (``nn/llama.py`` lists them);
 every matrix is transposed, since HF's ``nn.Linear`` keeps (out, in).  minipar's RoPE
 uses HF's rotate_half layout, so q_proj and k_proj need no permutation of their rows.
+
+Mixtral (``MixtralForCausalLM``): a llama whose every MLP is a mixture of experts
+(``nn/moe.py``), in the Hub's key layout (which transformers 4.x reads as it is and 5.x
+converts to its fused experts on load):
+
+    blocks.i.mlp.router                  model.layers.i.block_sparse_moe.gate       (transposed)
+    blocks.i.mlp.experts.j.gate_proj     model.layers.i.block_sparse_moe.experts.j.w1  (transposed)
+    blocks.i.mlp.experts.j.up_proj       model.layers.i.block_sparse_moe.experts.j.w3  (transposed)
+    blocks.i.mlp.experts.j.down_proj     model.layers.i.block_sparse_moe.experts.j.w2  (transposed)
+
+Mixtral's router is minipar's: softmax over the E experts (in float32), top-k, the k
+weights divided by their sum.  It has no shared experts, no dense block between MoE ones,
+no router bias and no capacity (every assignment is computed), so a model with
+``moe_shared_experts``, ``moe_every`` > 1, ``moe_balance`` bias or a capacity factor has
+no Mixtral equivalent and is refused.
 """
 from __future__ import annotations
 
@@ -85,15 +100,64 @@ def llama_config(model, dtype="float32"):
     }
 
 
-ARCHITECTURES = {"gpt2": (gpt2_name, gpt2_config), "llama": (llama_name, llama_config)}
+MIXTRAL_RENAMES = ((".mlp.router.", ".block_sparse_moe.gate."),
+                   (".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2."),
+                   (".mlp.experts.", ".block_sparse_moe.experts."))
+
+
+def mixtral_name(name):
+    """minipar name -> (HF name, transpose?): llama's, with the MoE MLP renamed."""
+    hf_name, transpose = llama_name(name)
+    if ".mlp." not in hf_name:
+        return hf_name, transpose
+    for old, new in MIXTRAL_RENAMES:
+        hf_name = hf_name.replace(old, new)
+    return hf_name, True
+
+
+def mixtral_config(model, dtype="float32"):
+    """config.json of a ``MixtralForCausalLM``: llama's fields and the experts'."""
+    from minipar.nn.gpt import GPTConfig
+    cfg = GPTConfig(**model)
+    config = llama_config(model, dtype)
+    for dense_only in ("mlp_bias", "attention_bias"):
+        del config[dense_only]
+    config.update({
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "num_local_experts": cfg.moe_experts, "num_experts_per_tok": cfg.moe_top_k,
+        "router_aux_loss_coef": cfg.moe_aux_coef if cfg.moe_balance == "aux" else 0.0,
+        "output_router_logits": False, "router_jitter_noise": 0.0, "sliding_window": None,
+    })
+    return config
+
+
+ARCHITECTURES = {"gpt2": (gpt2_name, gpt2_config), "llama": (llama_name, llama_config),
+                 "mixtral": (mixtral_name, mixtral_config)}
+
+
+def mixtral_refusal(model):
+    """Why this MoE model has no Mixtral equivalent (one line), or None."""
+    if model.get("moe_shared_experts", 0) > 0:
+        return f"--moe-shared-experts {model['moe_shared_experts']} (Mixtral has no shared experts)"
+    if model.get("moe_every", 1) > 1:
+        return (f"--moe-every {model['moe_every']} (every Mixtral block is MoE, none dense)")
+    if model.get("moe_balance", "aux") == "bias":
+        return "--moe-balance bias (Mixtral's router has no selection bias)"
+    if model.get("moe_capacity_factor", 0.0) > 0:
+        return (f"--moe-capacity-factor {model['moe_capacity_factor']} (Mixtral drops no "
+                "assignment: it has no capacity)")
+    return None
 
 
 def mapping(model):
-    """(name -> (HF name, transpose?), model config -> config.json) for this model's arch."""
+    """(name -> (HF name, transpose?), model config -> config.json) for this model's arch;
+    a llama with experts is Mixtral."""
     arch = model.get("arch", "gpt2")
     if model.get("moe_experts"):
-        raise ValueError("no Hugging Face mapping for a mixture of experts yet (Mixtral's "
-                         "block_sparse_moe.gate and experts.{j}.w1/w3/w2 are not written)")
+        refusal = mixtral_refusal(model)
+        if refusal is not None:
+            raise ValueError(f"cannot export as Mixtral: {refusal}")
+        arch = "mixtral"
     if arch not in ARCHITECTURES:
         raise ValueError(f"no Hugging Face mapping for arch {arch!r} (have: {', '.join(ARCHITECTURES)})")
     return ARCHITECTURES[arch]
