@@ -6,7 +6,7 @@ how much of a save ``--save-async`` hides behind training.
             [--no-gathered]
 
     OMP_NUM_THREADS=1 python benchmarks/checkpoint_save.py --no-gathered --repeats 3
-                                          (issue 32's async figure: one process, one
+                                          (the async figure: one process, one
                                           compute thread, a core free for the writer)
 
 One run is set up as ``train`` sets it up (dp = ranks / (tp·pp)); after a warm-up step it
@@ -23,7 +23,7 @@ each repeat against a step timed just before it, and their median):
                 optimizer step waits for the bytes to be written), then fsyncs while
                 steps go on; the window ends with the step whose boundary committed
                 the checkpoint.  exposed = window - steps·step (step: the median of 3
-                just before); hidden = 1 - exposed / sharded (issue 32's goal: >= 80%).
+                just before); hidden = 1 - exposed / sharded (goal: >= 80%).
                 The first step of the window is printed too: its optimizer step is
                 the one that waits for the write
 

@@ -42,7 +42,7 @@ CANDIDATES = {
     "bpe 2048 small lr 5e-3": ("bpe:2048", []),
     "bpe 4096 small d192 lr 5e-3": ("bpe:4096", ["--d-model", "192", "--n-head", "6"]),
     "bpe 4096 small batch 16 lr 5e-3": ("bpe:4096", ["--batch-size", "16"]),
-    "bpe 4096 llama-small lr 5e-3": ("bpe:4096", ["--model", "llama-small"]),   # issue 34
+    "bpe 4096 llama-small lr 5e-3": ("bpe:4096", ["--model", "llama-small"]),
 }
 
 

@@ -4,16 +4,16 @@
 #   tests       the CUDA compile checks (nvcc, if present) and the kernels vs the float64
 #               reference (tests/test_flash_gpu.py, tests/test_fused_gpu.py, CuPy backend);
 #   attention   flash kernels vs naive CuPy vs PyTorch flash SDPA, fp16, d = 64 and 128, N = 1k..8k
-#               (issue 36: forward >= 0.9x, backward >= 0.8x of SDPA's), then grouped-query
+#               (targets: forward >= 0.9x, backward >= 0.8x of SDPA's), then grouped-query
 #               attention (4 query heads per KV head, causal) against SDPA with enable_gqa;
 #   fused       the fused elementwise ops: CUDA kernels vs CuPy array code vs PyTorch;
 #   step        a GPT training step, minipar on CuPy vs PyTorch on CUDA (step_time.py);
-#   throughput  issue 36: `minipar train --backend cupy` tokens/s on the GPT-2-small shape in
+#   throughput  `minipar train --backend cupy` tokens/s on the GPT-2-small shape in
 #               fp32, fp16 and bf16 against PyTorch eager with autocast on the same model, in
 #               the same run, with the ratios (benchmarks/train_throughput.py).
-# SECTIONS picks them (default: issue36 = attention + throughput, issue 36's must-shows, under
+# SECTIONS picks them (default: targets = attention + throughput, the two with targets, under
 # ten minutes on one H200; `all` for every section):
-#   bash benchmarks/gpu_checks.sh                       # issue 36's measurements
+#   bash benchmarks/gpu_checks.sh                       # attention + throughput
 #   SECTIONS=all bash benchmarks/gpu_checks.sh          # everything
 #   SECTIONS="tests step" QUICK=1 bash benchmarks/gpu_checks.sh
 # QUICK=1: N = 1k, 4k only, fewer steps, and no nvcc compile checks (they run wherever nvcc is).
@@ -86,7 +86,7 @@ section_throughput() {
   # first 5 left out; minipar with its flash kernels, PyTorch with its flash SDPA
   local args="${THROUGHPUT_ARGS:---steps $((STEPS + 10)) --warmup 5}"
   # shellcheck disable=SC2086
-  run "issue 36: train tokens/s, fp32 / fp16 / bf16, minipar vs PyTorch autocast" \
+  run "train tokens/s, fp32 / fp16 / bf16, minipar vs PyTorch autocast" \
       train_throughput.txt "${T_THROUGHPUT:-540}" python benchmarks/train_throughput.py \
       --timeout "${T_RUN:-150}" --json "$OUT_DIR/train_throughput.json" $args
 }
@@ -98,14 +98,14 @@ python -c "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0" \
   python -c "import torch; print('torch', torch.__version__)" 2>/dev/null || echo "torch: not installed"; } \
     >"$OUT_DIR/environment.txt" 2>&1
 
-SECTIONS="${SECTIONS:-issue36}"
-SECTIONS="${SECTIONS//issue36/attention throughput}"     # issue 36's must-shows
+SECTIONS="${SECTIONS:-targets}"
+SECTIONS="${SECTIONS//targets/attention throughput}"     # the measurements with targets
 SECTIONS="${SECTIONS//all/tests attention fused step throughput}"
 for section in $SECTIONS; do
   if declare -F "section_$section" >/dev/null; then
     "section_$section"
   else
-    echo "gpu_checks: no section '$section' (tests, attention, fused, step, throughput, issue36, all)"
+    echo "gpu_checks: no section '$section' (tests, attention, fused, step, throughput, targets, all)"
     status=2
   fi
 done

@@ -23,7 +23,7 @@ and per rank, the largest over ranks of:
                  so the model's corpus term is 0 here) + this rank's model state and
                  weight-decay mask + activations + communication buffers + NumPy's workspace
                  (or, if larger, the construction's one full tensor)
-    ratio        peak RSS / need (issue 32's goal: <= 1.15; reported within 10% of RSS)
+    ratio        peak RSS / need (goal: <= 1.15; reported within 10% of RSS)
 
 ``--root`` runs another checkout's code (e.g. the main branch, for the "before" table;
 code older than ``MINIPAR_KEEP_PEAK_RSS`` shows its last phase's peak as "peak RSS");

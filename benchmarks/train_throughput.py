@@ -1,5 +1,5 @@
 """Training tokens/s on one GPU by precision: ``minipar train --backend cupy`` against
-PyTorch eager with autocast on the same model, in the same run (issue 36's must-show).
+PyTorch eager with autocast on the same model, in the same run.
 
     python benchmarks/train_throughput.py                      # GPT-2-small shape, 30 steps
     python benchmarks/train_throughput.py --precisions fp32,fp16 --steps 20 --attention naive
@@ -15,8 +15,8 @@ For each precision in ``--precisions`` (fp32, fp16, bf16) and each framework:
   ``clip_grad_norm_(1.0)`` and ``AdamW`` (foreach), as minipar's trainer steps; each step
   ends with ``loss.item()``.  Median seconds per step after ``--warmup`` steps.
 
-Printed: one row per (framework, precision) with tokens/s, then the ratios the issue
-asks for — each precision against fp32 in the same framework (target: fp16 and bf16
+Printed: one row per (framework, precision) with tokens/s, then the ratios with
+targets — each precision against fp32 in the same framework (target: fp16 and bf16
 ≥ 1.8×) and minipar against PyTorch at each precision (target ≥ 0.9×).  The targets are
 printed beside the measured ratios, not asserted.  ``--frameworks minipar`` runs minipar
 alone (no PyTorch needed): the CPU dry run in CI does that on the fake CuPy
@@ -96,7 +96,7 @@ def torch_tokens_per_s(args, precision):
 
 
 def ratio_lines(rates, precisions, frameworks):
-    """The issue's ratios: each half precision against fp32, minipar against PyTorch."""
+    """The ratios with targets: each half precision against fp32, minipar against PyTorch."""
     lines = []
     for fw in frameworks:
         for p in precisions:

@@ -1,7 +1,7 @@
 """Every command besides train's own table (tests/test_bad_inputs.py) answers a bad input —
 a number out of range, a nonsensical count, a missing or corrupt file, an output path it
 cannot write — with one line and exit 2, before any work; and train refuses a run the
-memory model says cannot fit (issue 39)."""
+memory model says cannot fit."""
 import json
 import os
 import re

@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_checks.sh``'s throughput section (issue 36), dry-run on the CPU with the fake CuPy
+"""``benchmarks/gpu_checks.sh``'s throughput section, dry-run on the CPU with the fake CuPy
 (its attention section, at full sizes, would take the CPU emulator many minutes).
 
 The section a lent GPU runs — ``benchmarks/train_throughput.py`` launching ``minipar train

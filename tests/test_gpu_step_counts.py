@@ -1,5 +1,5 @@
-"""What a mixed-precision training step would cost on a GPU, counted on the fake CuPy
-(issue 36): device->host waits, CuPy's upcasting batched half ``matmul``, silent upcasts.
+"""What a mixed-precision training step would cost on a GPU, counted on the fake CuPy:
+device->host waits, CuPy's upcasting batched half ``matmul``, silent upcasts.
 
 The trainer's step runs in a subprocess with ``tests/fake_cupy`` first on PYTHONPATH
 (``tests/scripts/count_gpu_step.py``), whose counters see every array operation.  A GPU
@@ -9,9 +9,8 @@ Budgets held here, per optimizer step, for fp16 and bf16:
 - a step reads the device once: the overflow flag, ||g||² and the loss for the log
   together, at the end of ``Optimizer.step`` (unscale, overflow check agreed by all ranks,
   global norm, clip, AdamW, publish); the trainer then waits once more for the queue to
-  drain, to time the step — 2 syncs in all.  Before issue 36 the optimizer read once per
-  parameter for the flag and once per parameter for the norm; before this change the
-  forward and backward read the loss on its own (3 syncs a step);
+  drain, to time the step — 2 syncs in all (reading the flag and the norm per parameter
+  would cost two syncs per parameter, and reading the loss on its own a third a step);
 - the optimizer's unscale, overflow check and squares are one kernel launch over the
   master gradients' one buffer (``fused_cuda.unscale_check_norm``), not passes per
   parameter: that kernel is the only fused kernel left registered here;

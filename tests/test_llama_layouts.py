@@ -1,7 +1,7 @@
 """The llama decoder (n_head 4, n_kv_head 2) under the layouts, against one process, in
 fp64: losses and final weights to 1e-9 relative (each array to its largest entry).
 A fast subset (~45 s on 2 cores); tests/scripts/llama_parity.py runs the whole matrix
-of issue 34 (dp and ZeRO 1/2/3, tp, pp under every schedule, cp, recompute, compositions).
+(dp and ZeRO 1/2/3, tp, pp under every schedule, cp, recompute, compositions).
 Also: key/value heads copied over tp ranks cut and join back; refusals."""
 import numpy as np
 import pytest

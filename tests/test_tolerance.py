@@ -19,7 +19,7 @@ def ordered_sums(terms, dtype):
 
 
 def nearly_cancelling(rows=5000, n=24, seed=0):
-    """Rows of n terms of size ~1 whose sum is ~0.01 (the shape of issue 38's element)."""
+    """Rows of n terms of size ~1 whose sum is ~0.01 (the shape of the element Haswell's BLAS failed)."""
     t = np.random.default_rng(seed).standard_normal((rows, n))
     t[:, -1] -= t.sum(axis=1) - 0.01
     return t

@@ -12,7 +12,7 @@ Higham, *Accuracy and Stability of Numerical Algorithms*, §4.2), so two orders 
 The bound is relative to the *terms*, not to the result.  A sum that nearly cancels (0.01
 from terms of size ~1) keeps an error of a few ulps of the terms, which is a large relative
 error of the result: an element-wise ``rtol`` judges that rounding against the wrong scale
-and fails on a machine whose BLAS blocks differently (issue 38: 6.7e-5 relative on one
+and fails on a machine whose BLAS blocks differently (seen: 6.7e-5 relative on one
 element of 5,040 under OpenBLAS's Haswell kernels).
 
 Many roundings composed.  Where Σ|t_i| is not at hand (a whole model's gradients, a loss
@@ -20,7 +20,7 @@ curve, a kernel against a float64 reference), the comparison is normwise:
 
         max |a − b| ≤ rtol · max(max |b|, floor)                   (assert_close_normwise)
 
-with rtol ~1e-5 in float32, ~2e-3 in float16 (DESIGN.md's parity targets).  Both checks can
+with rtol ~1e-5 in float32, ~2e-3 in float16 (every parity test's targets).  Both checks can
 fail: a dropped or doubled term moves a result by a whole term, far beyond either bound.
 
 See a different rounding before CI does: ``OPENBLAS_CORETYPE=Haswell python -m pytest``

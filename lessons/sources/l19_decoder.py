@@ -134,7 +134,7 @@ per token), and under context parallelism the blocks that travel around the ring
 
 The tempting implementation repeats each KV head $G$ times and calls ordinary attention. That allocates
 $G\times$ the K/V it needs — and a ring that repeats before sending moves $G\times$ the bytes (torchtitan
-issue 1283). Reading in place is a matter of shapes: view q as $(B, H_{kv}, G, N, d)$ and k, v as
+issue #1283). Reading in place is a matter of shapes: view q as $(B, H_{kv}, G, N, d)$ and k, v as
 $(B, H_{kv}, 1, N, d)$; broadcasting does the rest, and in backward the gradient of a KV head is the sum
 over its group.
 
@@ -160,7 +160,7 @@ ax.set_title("KV cache per token, 32 layers, 64 heads of 128, bf16"); plt.show()
 The cell after it checks `my_rope` against minipar's `apply_rope` in this process; the one after runs
 `19_yours.py` on 2 ranks (6 query heads on 2 KV heads), which compares every rank's output with minipar's
 one-process llama attention on the same data and counts the bytes each rank received: the K/V of $H_{kv}$
-heads, $G$ times less than repeated heads would move (torchtitan issue 1283's bug).
+heads, $G$ times less than repeated heads would move (the bug of torchtitan issue #1283).
 ''', r'''%exercise cp_attention
 %%writefile {MINE}/cp_attention.py
 """Your RoPE and grouped-query attention on a context-parallel rank (lesson 19):

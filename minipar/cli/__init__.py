@@ -14,8 +14,8 @@
     mpiexec -n N python -m minipar bench comm [...]
     python -m minipar bench attention [...]
 
-Every flag of the contract in DESIGN.md is parsed; one whose feature is not built
-yet is refused with a message, never silently ignored.
+Every flag is parsed; one whose feature is not built yet is refused with a message,
+never silently ignored.
 """
 from __future__ import annotations
 

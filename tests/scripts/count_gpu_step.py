@@ -1,4 +1,4 @@
-"""Count what the trainer's steps would cost on a GPU, on the fake CuPy (issue 36).
+"""Count what the trainer's steps would cost on a GPU, on the fake CuPy.
 
     PYTHONPATH=tests/fake_cupy:. python tests/scripts/count_gpu_step.py fp16 [--steps 3]
     PYTHONPATH=tests/fake_cupy:. mpiexec -n 4 python tests/scripts/count_gpu_step.py fp16 --tp 2
@@ -11,9 +11,9 @@ overflow check, norm, clip, AdamW, publish) and ``step`` (the whole ``Run.step``
 for the log included).  Each span also lists its collectives over more than one rank,
 "name/ranks/elements" -> calls (a staged device array costs a sync per message, so they
 show in ``syncs`` too).  Prints one JSON object per rank: {"rank", "precision",
-"min_upcast_size", "steps": [{span: summary}]}.  Only APIs that main had before issue 36
-are used (but ``--fused-kernels optimizer``), so the same script measures the code before
-and after.
+"min_upcast_size", "steps": [{span: summary}]}.  Only long-standing APIs are used (but
+``--fused-kernels optimizer``), so the same script measures the trainer before and after a
+change.
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""The must-show parity matrix of issue 34: the llama decoder (n_head 4, n_kv_head 2)
+"""The whole parity matrix of the llama decoder (n_head 4, n_kv_head 2)
 trained 5 steps in fp64 under each layout against the single process.
 
     PYTHONPATH=$PWD python tests/scripts/llama_parity.py [ROW ...]

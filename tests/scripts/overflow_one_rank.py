@@ -1,4 +1,4 @@
-"""The trainer's fp16 step when ONE rank's gradient overflows (issue 36), under mpiexec -n 4.
+"""The trainer's fp16 step when ONE rank's gradient overflows, under mpiexec -n 4.
 
     mpiexec -n 4 python tests/scripts/overflow_one_rank.py
 
