@@ -15,7 +15,14 @@ exchange activations).  Each rank belongs to one group of each kind:
 - ``dp_cp_comm``: same (pp, tp) — gradient all-reduce / ZeRO: a cp rank's gradient is
   its positions' share, so gradients are averaged over dp × cp as one group (with
   cp = 1 it is ``dp_comm``);
-- ``pp_comm``: same (dp, cp, tp) — activations between stages (rank i = stage i).
+- ``pp_comm``: same (dp, cp, tp) — activations between stages (rank i = stage i);
+- ``ep_comm`` and ``edp_comm``, cut from ``dp_cp_comm`` (expert parallelism, as
+  Megatron carves it from the data-parallel ranks): the member j of ``dp_cp_comm``
+  is member j mod ep of the ep group j div ep, which holds one copy of every expert
+  (E/ep each) and exchanges tokens by all-to-all; ``edp_comm`` joins the ranks
+  holding the same experts (member j div ep of group j mod ep), over which their
+  gradients are reduced.  With ep = 1, ``ep_comm`` is one rank and ``edp_comm`` is
+  ``dp_cp_comm``.
 
 The grid is an explicit object passed around, never a global, so a test can build
 several.  ``check_grid_sizes`` validates before any communicator is created.
@@ -25,15 +32,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def check_grid_sizes(world_size, dp, tp, pp, cp=1):
-    """Raise ValueError (saying what to change) unless world_size == dp·cp·tp·pp."""
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp)):
+def check_grid_sizes(world_size, dp, tp, pp, cp=1, ep=1):
+    """Raise ValueError (saying what to change) unless world_size == dp·cp·tp·pp and ep
+    divides dp·cp."""
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
     n = dp * cp * tp * pp
     if n != world_size:
         raise ValueError(f"world size {world_size} != dp·cp·tp·pp = {dp}·{cp}·{tp}·{pp} = {n}; "
                          f"launch mpiexec -n {n} or change `dp`/`cp`/`tp`/`pp`")
+    if (dp * cp) % ep:
+        raise ValueError(f"`ep` {ep} must divide the data-parallel ranks dp·cp = {dp}·{cp}, "
+                         f"from which the expert-parallel groups are carved")
 
 
 @dataclass(frozen=True)
@@ -54,11 +65,11 @@ def rank_of(coords: Coordinates, dp, tp, pp, cp=1) -> int:
 
 
 class ProcessGrid:
-    def __init__(self, comm, dp=1, tp=1, pp=1, cp=1):
+    def __init__(self, comm, dp=1, tp=1, pp=1, cp=1, ep=1):
         """``comm``: a minipar.comm.Communicator spanning the dp·cp·tp·pp ranks."""
-        check_grid_sizes(comm.size, dp, tp, pp, cp)
+        check_grid_sizes(comm.size, dp, tp, pp, cp, ep)
         self.world = comm
-        self.dp, self.tp, self.pp, self.cp = dp, tp, pp, cp
+        self.dp, self.tp, self.pp, self.cp, self.ep = dp, tp, pp, cp, ep
         self.rank = comm.rank
         self.coords = coordinates(comm.rank, dp, tp, pp, cp)
         c = self.coords
@@ -69,6 +80,10 @@ class ProcessGrid:
         self.dp_cp_comm = (self.dp_comm if cp == 1 else
                            comm.split(color=c.pp * tp + c.tp, key=c.dp * cp + c.cp))
         self.pp_comm = comm.split(color=(c.dp * cp + c.cp) * tp + c.tp, key=c.pp)
+        j = self.dp_cp_comm.rank
+        self.ep_comm = self.dp_cp_comm.split(color=j // ep, key=j % ep)
+        self.edp_comm = (self.dp_cp_comm if ep == 1 else
+                         self.dp_cp_comm.split(color=j % ep, key=j // ep))
 
     @property
     def is_last_stage(self):

@@ -4,6 +4,8 @@ visible order, each step a wrapper or a layer swap over the model before it:
     1. tensor parallelism   TensorParallelGPT: column/row/vocab-parallel layers sliced
                             from the plain model (+ sequence parallelism)
     1b. context parallelism this rank's positions; attention cores become ring attention
+    1c. expert parallelism  this rank's experts of each MoE block, the others dropped;
+                            tokens reach them by all-to-all (``experts.py``)
     2. recomputation        Recompute(block) or Recompute(attn.core)
     3. pipeline stages      RankStages (this rank's chunks) and the PipelineEngine
     3b. construction        a model of placeholders (``GPT(cfg, seed, materialize=False)``)
@@ -12,7 +14,8 @@ visible order, each step a wrapper or a layer swap over the model before it:
                             synchroniser writes it straight into its flat buffers (DDP,
                             ZeRO-1/2) or, under ZeRO-3, only its range into its shard
     4. the synchroniser     DDPSync | ZeroSync (ZeRO-1/2) | Zero3Sync, with the masters
-                            of mixed precision; ZeRO-3 also wraps the model (Zero3Model)
+                            of mixed precision; ZeRO-3 also wraps the model (Zero3Model);
+                            under expert parallelism two of them (ExpertSplitSync)
 
 Where each parameter ends up is one table, ``Parallelized.placements`` (``placement.py``):
 the tp cuts and pipeline stages are made first (``tp_placements``: construction cuts
@@ -75,24 +78,40 @@ def _piece_drawer(specs, seed, table, checkpoint=None):
 
 def make_sync(module, config, grid, table, model=None, initial_piece=None):
     """The synchroniser for ``config.zero`` over the data-parallel group (dp × cp);
-    ``table``: the placements made so far (tp, stage)."""
+    ``table``: the placements made so far (tp, stage).  Under expert parallelism, one
+    for the dense weights and one for the experts (``sync/experts.py``)."""
+    from minipar.parallel.sync import ExpertSplitSync
+    if getattr(config, "ep", 1) > 1:
+        from minipar.parallel.experts import is_expert_weight
+        from minipar.parallel.sync.experts import ParameterSubset
+        dense = _sync_of_form(ParameterSubset(module, lambda n: not is_expert_weight(n)),
+                              config, grid.dp_cp_comm, table, None, initial_piece)
+        experts = _sync_of_form(ParameterSubset(module, is_expert_weight), config,
+                                grid.edp_comm, table, None, initial_piece,
+                                mean_over=grid.dp_cp_comm.size)
+        return ExpertSplitSync(module, grid.dp_cp_comm, table, dense, experts)
+    return _sync_of_form(module, config, grid.dp_cp_comm, table, model, initial_piece)
+
+
+def _sync_of_form(module, config, comm, table, model, initial_piece, mean_over=None):
+    """DDPSync, ZeroSync or Zero3Sync, as ``config.zero`` says, over ``comm``."""
     from minipar.parallel.sync import DDPSync, Zero3Sync, ZeroSync
     half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
     from minipar.parallel.buckets import bucket_bytes as bucket_bytes_of
     bucket_bytes = bucket_bytes_of(config)
     if config.zero == 0:
         hook = _compression_hook(config)
-        sync = DDPSync(module, grid.dp_cp_comm, table, bucket_bytes=bucket_bytes,
+        sync = DDPSync(module, comm, table, bucket_bytes=bucket_bytes,
                        algorithm=config.comm_algorithm, overlap=config.overlap, half_dtype=half,
-                       comm_hook=hook, initial_piece=initial_piece)
+                       comm_hook=hook, initial_piece=initial_piece, mean_over=mean_over)
         if hook is not None:
             hook.bind(sync)          # it needs the buckets' parameters (names, shapes)
         return sync
     if config.zero == 3:
-        return Zero3Sync(model if model is not None else module, grid.dp_cp_comm, table,
+        return Zero3Sync(model if model is not None else module, comm, table,
                          half_dtype=half, initial_piece=initial_piece)
-    return ZeroSync(module, grid.dp_cp_comm, table, stage=config.zero, bucket_bytes=bucket_bytes,
-                    half_dtype=half, initial_piece=initial_piece)
+    return ZeroSync(module, comm, table, stage=config.zero, bucket_bytes=bucket_bytes,
+                    half_dtype=half, initial_piece=initial_piece, mean_over=mean_over)
 
 
 def parallelize(model, config, grid, checkpoint=None):
@@ -112,8 +131,12 @@ def parallelize(model, config, grid, checkpoint=None):
     positions = None
     if getattr(config, "cp", 1) > 1:                                # 1b. context parallel
         from minipar.parallel.context import apply_context_parallel
-        apply_context_parallel(model, grid.cp_comm, config.cp_split == "zigzag")
+        apply_context_parallel(model, grid.cp_comm, config.cp_split == "zigzag",
+                               config.cp_kind, config.cp_ulysses)
         positions = model.token_positions
+    if getattr(config, "ep", 1) > 1:                                # 1c. expert parallel
+        from minipar.parallel.experts import apply_expert_parallel
+        apply_expert_parallel(model, grid.ep_comm)
     if config.recompute != "none":                                  # 2. recomputation
         from minipar.recompute import apply_recompute
         apply_recompute(model, config.recompute)

@@ -6,6 +6,8 @@ Every layout's data-parallel part is one of
                 to agree on, the same object over one rank)
     ZeroSync    ZeRO-1 / ZeRO-2: reduce-scatter into shards, each rank updates its shard
     Zero3Sync   ZeRO-3: the parameters are sharded too, gathered per unit
+    ExpertSplitSync  expert parallelism: one of the above for the dense weights (over dp·cp)
+                and one for the experts (over the ranks holding the same experts)
 
 and all of them are a ``GradSync`` (``base.py``), the one contract the optimizer step,
 the checkpoint and the log see:
@@ -33,6 +35,7 @@ from minipar.parallel.sync.hooks import allreduce_hook
 from minipar.parallel.sync.ddp import DDPSync
 from minipar.parallel.sync.zero import ZeroSync
 from minipar.parallel.sync.zero3 import Zero3Sync
+from minipar.parallel.sync.experts import ExpertSplitSync
 
 __all__ = ["GradSync", "SyncStats", "Slot", "broadcast_parameters", "allreduce_hook", "DDPSync",
-           "ZeroSync", "Zero3Sync"]
+           "ZeroSync", "Zero3Sync", "ExpertSplitSync"]

@@ -50,10 +50,13 @@ class GradSync(abc.ABC):
     norm_comms = ()          # every replica holds every gradient: nothing to sum over dp
     comm_hook = None         # DDP's hook on a full bucket (compression replaces it)
 
-    def __init__(self, module, comm, table=None):
+    def __init__(self, module, comm, table=None, mean_over=None):
         """``table``: {name: Placement} with the cuts made before this synchroniser (tp,
-        pipeline stage); None: every parameter whole on this rank."""
+        pipeline stage); None: every parameter whole on this rank.  ``mean_over``: the
+        ranks whose mean gradient the step wants, ``comm.size`` unless another group's
+        ranks contribute to these gradients too (expert parallelism: ``sync/experts.py``)."""
         self.module, self.comm = module, comm
+        self.mean_over = mean_over or comm.size
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.names = {id(p): n for n, p in named}       # id(param) -> global name
         self.params = [p for _, p in named]

@@ -41,10 +41,11 @@ from minipar.nn.init import is_placeholder
 
 class DDPSync(GradSync):
     def __init__(self, module, comm, table=None, bucket_bytes=DEFAULT_BUCKET_MB * 2**20, algorithm="auto",
-                 overlap=True, half_dtype=None, comm_hook=None, initial_piece=None):
+                 overlap=True, half_dtype=None, comm_hook=None, initial_piece=None,
+                 mean_over=None):
         """``initial_piece(name)``: the values of parameters that are still placeholders
         (``nn/init.py``), drawn straight into the flat buffers."""
-        super().__init__(module, comm, table)
+        super().__init__(module, comm, table, mean_over)
         self.overlap, self.half_dtype = overlap, half_dtype
         if not any(is_placeholder(p.data) for p in self.params):
             broadcast_parameters(self.params, comm)   # drawn by name: equal already
@@ -105,6 +106,9 @@ class DDPSync(GradSync):
         """Wait for (or, without overlap, run) every bucket's hook; write back the
         averaged gradients; returns the slots, gradients in the masters' dtype."""
         self._average()
+        if self.mean_over != self.comm.size:    # the hook's mean over comm, made over mean_over
+            for flat in self.flat.grad_flats:
+                flat *= self.comm.size / self.mean_over
         for slot, g in zip(self.slots, self.flat.master_grads()):
             slot.grad = g
         return self.slots

@@ -59,10 +59,10 @@ class ZeroSync(GradSync):
     shards_weights = False     # ZeRO-3 (a subclass) keeps only its range of the weights too
 
     def __init__(self, module, comm, table=None, stage=1, bucket_bytes=DEFAULT_BUCKET_MB * 2**20,
-                 half_dtype=None, buckets=None, initial_piece=None):
+                 half_dtype=None, buckets=None, initial_piece=None, mean_over=None):
         if stage not in (1, 2) and not self.shards_weights:
             raise ValueError(f"ZeroSync is ZeRO stage 1 or 2 (stage 3 is Zero3Sync), got {stage}")
-        super().__init__(module, comm, table)
+        super().__init__(module, comm, table, mean_over)
         self.stage = stage
         self.norm_comms = (comm,)
         self.value_of = value_source(self.names, initial_piece)
@@ -124,7 +124,7 @@ class ZeroSync(GradSync):
         flat = self._grad_buffer(i)
         for p in bucket.params:       # the full gradients are not kept (stage 2's saving)
             p.grad = None
-        flat *= 1.0 / self.comm.size
+        flat *= 1.0 / self.mean_over
         state.ready = 0
         out = xp.empty(bucket.shard_size, dtype=flat.dtype)
         if asynchronous:
