@@ -11,38 +11,9 @@ all ranks.  The peak is ``peak_tflops`` per rank when given; otherwise this
 machine's measured float32 GEMM rate, timed once at start on every rank at the
 same moment (so ranks sharing cores each measure their share) - the log says which.
 
-The log (``log_path``, written by rank 0) has one JSON object per line:
-
-* first ``{"header": {...}}``: the caller's header (layout, params, tokens_per_step,
-  batch_size, backend, precision, ...) plus ``world_size``, ``threads`` (the BLAS
-  thread budget, minipar/process/threads.py), ``flops_per_step``, ``mfu_basis``,
-  ``peak_flops_per_rank`` (list), ``mem_budget_bytes_per_rank`` (list),
-  ``total_steps``, ``start_step``, ``time`` (UNIX seconds);
-* then one object per step:
-  ``step``, ``loss`` (mean over the global batch, nats/token), ``lr``, ``grad_norm``,
-  ``loss_scale`` and ``skipped`` (fp16/bf16 only), ``model_state_bytes``;
-  ``step_time_s`` (the slowest rank's), ``tokens_per_s``, ``samples_per_s`` (from it);
-  ``comm_time_s``, ``comm_share`` (exposed communication, mean over ranks, and its
-  share of the step), ``pipeline_wait_s`` (pipeline runs only, mean over ranks);
-  ``peak_mem_bytes`` (max over ranks), ``peak_mem_bytes_per_rank`` (list) - the
-  tracked arrays of the step; ``peak_rss_bytes`` and ``peak_rss_bytes_per_rank``: the
-  process's own peak resident memory during the step (``procmem.py``);
-  ``mfu`` and ``mfu_basis``; and ``per_rank``, a dict of lists with one value per
-  rank: ``step_time_s``, ``compute_s``, ``comm_time_s``, ``pipeline_wait_s``,
-  ``optimizer_s``, ``compute_share``, ``comm_share``, ``peak_mem_bytes``,
-  ``peak_rss_bytes`` (the process's peak resident memory during the step),
-  ``mem_share`` (of the device's memory on GPU, of the process's RAM budget on CPU:
-  the cgroup limit, else total RAM, divided by the ranks on the node) and, on GPU
-  with ``nvidia-ml-py``, ``device_util`` (NVML's busy share of the last interval);
-  plus any ``extra`` keys the caller adds;
-* last ``{"final": {...}}``: ``steps``, ``train_loss`` (last), ``train_loss_last10``,
-  ``val_loss`` (null if evaluation was skipped), ``val_bits_per_byte``, ``wall_s``,
-  ``tokens_per_s``, ``mfu``, ``mfu_basis``, ``comm_share``,
-  ``peak_mem_bytes_per_rank``, ``peak_rss_bytes_per_rank`` (the process's peak over the
-  whole run), ``mem_share_per_rank``, ``skipped_steps``, and ``process_memory``:
-  ``{"peak_rss_bytes_per_rank", "phases": {"construction" | "steps" | "save": {"rss", and on
-  CuPy "pool", "device": [per rank]}}, "exact", "floor_bytes_per_rank",
-  "predicted_bytes_per_rank"}`` (``procmem.py``).
+The log (``log_path``, written by rank 0) has one JSON object per line: a ``header``, one
+record per step (with ``per_rank``: each rank's own numbers), a ``final`` summary.  Every key
+and unit is described in one place, ``docs/log-format.md``; ``runlog.py`` reads it.
 
 Loss is in nats per token.  Bits per byte compare runs whatever their tokens:
 bits/byte = nats/token / ln 2 / (bytes per token), with the header's ``bytes_per_token``

@@ -1,5 +1,5 @@
-"""Reading the JSON log a run writes (``train --log-json``; the format is described in
-``minipar/observe/monitor.py``, which writes it): the header, the step records, the events of an
+"""Reading the JSON log a run writes (``train --log-json``, written by ``monitor.py``; every
+key is described in ``docs/log-format.md``): the header, the step records, the events of an
 elastic launch, the final summary."""
 from __future__ import annotations
 
