@@ -55,6 +55,9 @@ def check_across(config, world_size):
         if cp > 1:
             from minipar.parallel.context import check_context_parallel
             check_context_parallel(cfg.seq_len, cp)
+            if c.cp_kind == "ulysses":
+                from minipar.parallel.context import check_ulysses
+                check_ulysses(cfg.n_head, cfg.kv_heads, cp, c.cp_ulysses or cp, tp)
         if c.pipelined:
             from minipar.parallel.pipeline.stage import check_partition
             check_partition(cfg.n_layer, pp, c.chunks)

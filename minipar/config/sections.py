@@ -112,6 +112,14 @@ class Layout:
                       planned=True)
     cp_split: str = setting("zigzag", "how the sequence is cut: zigzag balances the causal "
                             "mask's work (default %(default)s)", choices=("zigzag", "contiguous"))
+    cp_kind: str = setting("ring", "context parallelism's kind: ring (K/V blocks passed round the "
+                           "cp ranks) or ulysses (an all-to-all turns positions into heads around "
+                           "attention; see --cp-ulysses) (default %(default)s)",
+                           choices=("ring", "ulysses"), planned=True)
+    cp_ulysses: Optional[int] = setting(None, "with --cp-kind ulysses: the Ulysses degree U, "
+                                        "dividing cp (default cp); below cp, Ulysses runs in "
+                                        "groups of U ranks and the ring across the cp/U groups",
+                                        planned=True)
     tp: int = setting(1, "tensor-parallel size", planned=True)
     sequence_parallel: bool = setting(False, "with --tp: also split the sequence between the "
                                       "tensor-parallel ranks outside attention and the MLP "
@@ -155,9 +163,11 @@ class Layout:
     def check(self):
         """The layout's own fields, alone and with each other."""
         _whole_numbers(self, Layout)
-        _at_least(self, 1, "dp", "cp", "tp", "pp", "chunks", "microbatches", "grad_accum")
+        _at_least(self, 1, "dp", "cp", "cp_ulysses", "tp", "pp", "chunks", "microbatches",
+                  "grad_accum")
         _finite_positive(self, "bucket_mb")
-        _one_of(self, Layout, "zero", "recompute", "schedule", "cp_split", "grad_compression")
+        _one_of(self, Layout, "zero", "recompute", "schedule", "cp_split", "cp_kind",
+                "grad_compression")
         from minipar.comm.algorithms import _algorithm as all_reduce_algorithm
         try:
             all_reduce_algorithm(self.comm_algorithm)
@@ -167,6 +177,7 @@ class Layout:
             raise ConfigError("`sequence_parallel` needs `tp` T with T >= 2")
         if self.cp == 1 and self.cp_split != _default(Layout, "cp_split"):
             raise ConfigError("`cp_split` belongs to context parallelism; set `cp` C or leave it out")
+        self._check_context_kind()
         if self.schedule is not None and not self.pipelined:
             raise ConfigError("`schedule` belongs to pipeline parallelism; set `pp` P or leave it out")
         if self.zero > 0 and (self.comm_algorithm != "auto" or not self.overlap):
@@ -180,6 +191,15 @@ class Layout:
         if self.pipelined:
             self._check_pipeline()
         self._check_compression()
+
+    def _check_context_kind(self):
+        if self.cp == 1 and self.cp_kind != _default(Layout, "cp_kind"):
+            raise ConfigError("`cp_kind` belongs to context parallelism; set `cp` C or leave it out")
+        if self.cp_ulysses is not None and self.cp_kind != "ulysses":
+            raise ConfigError("`cp_ulysses` is the Ulysses degree: it needs `cp_kind` ulysses")
+        if self.cp_ulysses is not None and self.cp % self.cp_ulysses:
+            raise ConfigError(f"`cp_ulysses` {self.cp_ulysses} must divide `cp` {self.cp} (Ulysses "
+                              f"in groups of cp_ulysses ranks, the ring across the groups)")
 
     def _check_pipeline(self):
         pp, chunks = self.pp, self.chunks

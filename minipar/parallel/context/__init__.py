@@ -16,9 +16,17 @@ split (``split.py``) cuts the sequence into 2C chunks and gives rank r chunks r 
 The loss of a rank is the mean over its positions, so the gradients of the global-batch
 loss are the mean over dp × cp of the ranks' gradients: data and context parallelism
 synchronise as one group (``grid.dp_cp_comm``).
+
+The second family, **Ulysses** (``ulysses.py``), moves the layout instead of the keys:
+an all-to-all turns "my positions, all heads" into "all positions, my heads" around
+attention; its degree is capped by the heads.  The hybrid runs Ulysses inside groups
+of U ranks and the ring across the cp/U groups (``--cp-kind ulysses --cp-ulysses U``).
 """
 from minipar.parallel.context.split import chunks_of, check_context_parallel, positions_of
 from minipar.parallel.context.ring import RingAttention, RingAttentionCore, apply_context_parallel
+from minipar.parallel.context.ulysses import (UlyssesAttentionCore, check_ulysses, ulysses_groups,
+                                              ulysses_positions)
 
 __all__ = ["chunks_of", "positions_of", "check_context_parallel", "RingAttention",
-           "RingAttentionCore", "apply_context_parallel"]
+           "RingAttentionCore", "apply_context_parallel", "UlyssesAttentionCore", "check_ulysses",
+           "ulysses_groups", "ulysses_positions"]

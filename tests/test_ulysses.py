@@ -1,0 +1,122 @@
+"""Ulysses context parallelism (and the hybrid: Ulysses inside groups of U, the ring across).
+
+Training runs in fp64 against the single process: losses, final weights and Adam moments
+to 1e-9 (relative to each array's largest entry, as tests/test_context_parallel.py) for
+ulysses cp2 and cp4 and the hybrid cp4 U=2, with naive and flash attention, gpt2 (4
+heads) and llama (4 query heads, 2 key/value heads: cp4 repeats each twice), and ulysses
+cp2 with tp2 and with pp2.  At op level (tests/scripts/ulysses_attention.py, every U
+dividing cp, Hkv in H, 2, 1): outputs and dQ, dK, dV to 1e-12 of one process, and the
+bytes the transport counted for one attention layer equal to ``ulysses.py``'s formula.
+A Ulysses degree the heads cannot take is refused in one line before any message.
+"""
+import re
+
+import pytest
+
+from minipar.config import ConfigError, TrainConfig
+from minipar.parallel.context import positions_of, ulysses_positions
+from tests.cli import train
+from tests.mpirun import run_mpi
+from tests.test_context_parallel import assert_close_run
+
+GPT2 = ["--model", "tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4", "--seq-len", "16"]
+LLAMA = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "16", "--n-head", "4",
+         "--n-kv-head", "2", "--seq-len", "16"]
+MODELS = {"gpt2": GPT2, "llama": LLAMA}
+ULYSSES_CP2 = (2, ["--cp", "2", "--cp-kind", "ulysses"])
+ULYSSES_CP4 = (4, ["--cp", "4", "--cp-kind", "ulysses"])
+HYBRID = (4, ["--cp", "4", "--cp-kind", "ulysses", "--cp-ulysses", "2"])
+WITH_TP = (4, ["--cp", "2", "--cp-kind", "ulysses", "--tp", "2"])
+WITH_PP = (4, ["--cp", "2", "--cp-kind", "ulysses", "--pp", "2", "--microbatches", "2"])
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The single-process run of each (model, attention), trained once when first asked."""
+    runs = {}
+
+    def run(model, attention):
+        if (model, attention) not in runs:
+            runs[model, attention] = train(tmp_path_factory.mktemp(f"{model}_{attention}"), "single",
+                                           1, "--attention", attention, model=MODELS[model], batch=8)
+        return runs[model, attention]
+    return run
+
+
+def _cases():
+    """Every (model, attention, layout) of the issue; a representative few run by default."""
+    default = {("gpt2", "naive", "ulysses cp4"), ("llama", "flash", "hybrid cp4 U=2"),
+               ("gpt2", "naive", "ulysses cp2 tp2")}
+    layouts = {"ulysses cp2": ULYSSES_CP2, "ulysses cp4": ULYSSES_CP4, "hybrid cp4 U=2": HYBRID}
+    cases = [(m, a, name, layout) for m in MODELS for a in ("naive", "flash")
+             for name, layout in layouts.items()]
+    cases += [(m, "naive", f"ulysses cp2 {axis}", layout) for m in MODELS
+              for axis, layout in (("tp2", WITH_TP), ("pp2", WITH_PP))]
+    return [pytest.param(*case, id=f"{case[0]} {case[1]} {case[2]}",
+                         marks=() if case[:3] in default else pytest.mark.slow) for case in cases]
+
+
+@pytest.mark.parametrize("model,attention,name,layout", _cases())
+def test_parity_with_single_process(tmp_path, single, model, attention, name, layout):
+    n, flags = layout
+    run = train(tmp_path, "run", n, *flags, "--attention", attention, model=MODELS[model], batch=8,
+                timeout=240)
+    assert_close_run(run, single(model, attention))
+
+
+@pytest.mark.parametrize("cp", [pytest.param(2, marks=pytest.mark.slow), 4])
+def test_attention_and_bytes_against_one_process(cp):
+    """Every (U | cp, Hkv, naive|flash) within 1e-12 of one process on every rank, and the
+    counted bytes of one attention layer, forward and backward, equal to the formula."""
+    output = run_mpi(cp, ["tests/scripts/ulysses_attention.py"], timeout=240).stdout
+    degrees = [u for u in range(1, cp + 1) if cp % u == 0]
+    parity = re.findall(r"^parity cp=\d+ U=(\d+) Hkv=(\d+) kind=(\w+) max_rel=(\S+)$", output, re.M)
+    assert len(parity) == len(degrees) * 3 * 2, output
+    assert all(float(error) <= 1e-12 for *_, error in parity), output
+    sent = re.findall(r"^bytes cp=\d+ U=(\d+) Hkv=(\d+) kind=\w+ counted=(\d+) formula=(\d+)$",
+                      output, re.M)
+    assert len(sent) == len(parity) and all(c == f for *_, c, f in sent), output
+    by_case = {(int(u), int(h)): int(c) for u, h, c, _ in sent}
+    # Ulysses' bytes fall as 1/C where the ring's stay ~6·B·Hkv·S·d: with all heads
+    # travelling (Hkv = H = 8) pure Ulysses sends less than the ring; with one KV head
+    # the ring moves H times fewer numbers and wins.
+    assert by_case[cp, 8] < by_case[1, 8] and by_case[cp, 1] > by_case[1, 1], by_case
+
+
+def test_positions_cover_the_sequence_and_match_the_ring_where_the_ring_runs():
+    for cp, ulysses in ((2, 2), (4, 4), (4, 2), (4, 1), (8, 2)):
+        for zigzag in (True, False):
+            held = [ulysses_positions(r, cp, ulysses, 48, zigzag) for r in range(cp)]
+            assert sorted(x for h in held for x in h) == list(range(48))
+            ring = cp // ulysses
+            for group in range(ring):      # a Ulysses group holds one ring rank's positions
+                union = sorted(x for h in held[group * ulysses:(group + 1) * ulysses] for x in h)
+                assert union == sorted(positions_of(group, ring, 48, zigzag))
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(cp=4, cp_kind="ulysses", n_head=6, d_model=24), "6 query heads cannot be split over a "
+     "Ulysses degree of 4"),
+    (dict(cp=4, cp_kind="ulysses", cp_ulysses=4, tp=2, n_head=4, d_model=16),
+     "2 query heads per tensor-parallel rank cannot be split over a Ulysses degree of 4"),
+    (dict(cp=4, cp_kind="ulysses", cp_ulysses=3), "`cp_ulysses` 3 must divide `cp` 4"),
+    (dict(cp=2, cp_ulysses=2), "`cp_ulysses` is the Ulysses degree: it needs `cp_kind` ulysses"),
+    (dict(cp_kind="ulysses"), "`cp_kind` belongs to context parallelism"),
+    (dict(model="llama-tiny", cp=4, cp_kind="ulysses", n_head=12, n_kv_head=6, d_model=48),
+     "6 key/value heads and a Ulysses degree of 4: one must divide the other"),
+])
+def test_bad_ulysses_layouts_are_refused(fields, message):
+    config = TrainConfig(**{"model": "tiny", **fields})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.resolve(world_size=config.world_size)
+
+
+def test_refused_in_one_line_before_any_message():
+    """mpiexec -n 4 with 2 heads and cp 4: exit 2, one line on stderr per rank, nothing
+    else — the rule runs before the ranks talk."""
+    proc = run_mpi(4, ["-m", "minipar", "train", "--model", "tiny", "--n-head", "2", "--cp", "4",
+                       "--cp-kind", "ulysses", "--steps", "1"], timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    want = "minipar train: 2 query heads cannot be split over a Ulysses degree of 4"
+    assert lines and all(line.startswith(want) for line in lines), proc.stderr
