@@ -129,13 +129,64 @@ class AttachAux(Function):
         return g, xp.asarray(ctx.seed.value, dtype=ctx.aux_dtype).reshape(()), None
 
 
+class StepLoad:
+    """What one MoE layer routed in one training step, summed over the step's forwards
+    on this rank's tokens (its micro-batches):
+
+        received (E,)   assignments each expert took, after any capacity drop
+        dropped         assignments the capacity dropped
+        aux_sum         Σ aux · sequences: the balancing loss weighted by the sequences it
+                        averaged (0 without the aux loss)
+        sequences       the sequences routed
+
+    Only a forward that records a graph counts, so each micro-batch counts once: a block
+    recomputed in backward runs twice, its first forward without a graph; evaluation
+    records none.  ``reset`` starts a step (``train_step``)."""
+
+    def __init__(self, n_experts):
+        self.n_experts = n_experts
+        self.reset()
+
+    def reset(self):
+        self.received = xp.zeros(self.n_experts, dtype=np.int64)
+        self.dropped, self.aux_sum, self.sequences = 0, 0.0, 0
+
+    def count(self, received, dropped, sequences):
+        if is_grad_enabled():
+            self.received = self.received + received
+            self.dropped += dropped
+            self.sequences += sequences
+
+    def count_aux(self, aux, sequences):
+        if is_grad_enabled():
+            self.aux_sum = self.aux_sum + aux * sequences
+
+
+def moe_layers(module):
+    """[(name, MoE)] of the MoE layers ``module`` holds, in order, each named as its
+    parameters are (``blocks.3.mlp``), whatever wraps it and whichever pipeline stage
+    holds it."""
+    found = {}
+
+    def walk(m):
+        if isinstance(m, MoE):
+            found[id(m.router.weight)] = m
+        for _, child in m.children():
+            walk(child)
+    walk(module)
+    suffix = ".router.weight"
+    return [(name[:-len(suffix)], found[id(p)]) for name, p in module.named_parameters()
+            if id(p) in found and name.endswith(suffix)]
+
+
 class MoE(Module):
     """The MoE MLP: a router, ``cfg.moe_experts`` routed experts and ``cfg.moe_shared_experts``
     shared ones, each a new ``make_expert()`` (the llama block's SwiGLU).  ``aux_loss`` holds the value (an array) of the
     last forward's balancing loss (coef included; None with ``balance`` "none"), which
     ``Llama.loss`` adds to a training loss; ``seed`` the gradient that loss received,
     which ``AttachAux`` hands to the balancing loss in backward; ``load`` what the
-    last forward routed (``record_load``)."""
+    last forward routed (``record_load``), ``step_load`` what the step's forwards did
+    (``StepLoad``)."""
 
     def __init__(self, d_model, make_expert, rng, cfg):
         self.n_experts, self.top_k = cfg.moe_experts, cfg.moe_top_k
@@ -145,7 +196,7 @@ class MoE(Module):
         self.experts = [make_expert() for _ in range(self.n_experts)]
         self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
         self.aux_loss, self.seed = None, LossSeed()
-        self.load = None
+        self.load, self.step_load = None, StepLoad(self.n_experts)
 
     def record_load(self, chosen, keep):
         """``self.load``: what the last forward routed — ``received`` (E,) the assignments
@@ -153,6 +204,7 @@ class MoE(Module):
         Counted on this rank's tokens only; a log adds them over the ranks."""
         received = xp.bincount(chosen[keep].reshape(-1), minlength=self.n_experts)
         self.load = dict(received=received, dropped=int(keep.size - keep.sum()))
+        self.step_load.count(received, self.load["dropped"], chosen.shape[0])
 
     def router_probs(self, x):
         """softmax over the experts, in float32 at least."""
@@ -196,6 +248,7 @@ class MoE(Module):
         if self.balance == "aux":
             aux = ops.mul(balance_loss(probs, chosen, self.n_experts), self.aux_coef)
             self.aux_loss = aux.data
+            self.step_load.count_aux(aux.data, b)
             if is_grad_enabled():
                 out = AttachAux.apply(out, aux, self.seed)
         return ops.reshape(out, (b, t, d))

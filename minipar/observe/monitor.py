@@ -60,7 +60,7 @@ class RunMonitor:
 
     def __init__(self, world_comm, *, rank=0, world_size=1, header, flops_per_step,
                  peak_tflops=None, log_path=None, progress=True, total_steps=None,
-                 start_step=0, out=None):
+                 start_step=0, out=None, expert_load=None):
         self.mpi = getattr(world_comm, "mpi", world_comm)   # minipar Communicator or mpi4py
         self.rank, self.world_size = rank, world_size
         self.header = dict(header)
@@ -71,6 +71,7 @@ class RunMonitor:
         self.log_path, self.progress = log_path, progress
         self.total_steps, self.start_step = total_steps, start_step
         self.out = out or sys.stdout
+        self.expert_load = expert_load      # an ExpertLoadLog (expert_load.py), or None
         self.records, self.log, self.bar = [], None, None
         self.process = None         # per-phase process peaks, once gathered
         self.nvml = _nvml_handle()
@@ -144,10 +145,15 @@ class RunMonitor:
         if self.nvml is not None:
             import pynvml
             mine["device_util"] = pynvml.nvmlDeviceGetUtilizationRates(self.nvml).gpu / 100
-        rows = self._gather([mine.get(k) if mine.get(k) is not None else math.nan for k in MINE])
+        values = [mine.get(k) if mine.get(k) is not None else math.nan for k in MINE]
+        if self.expert_load is not None:
+            values += self.expert_load.vector()
+        rows = self._gather(values)
         if self.rank != 0:
             return None
-        record = self._record(step, shared, rows, wait is not None)
+        record = self._record(step, shared, rows[:, :len(MINE)], wait is not None)
+        if self.expert_load is not None:
+            record["experts"] = self.expert_load.fields(rows[:, len(MINE):])
         record.update(extra or {})
         self.records.append(record)
         if self.log:

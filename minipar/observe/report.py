@@ -13,6 +13,9 @@ with matplotlib's file-only Agg backend, one PNG per question a run answers:
     memory.png        how full?  peak memory of every rank (tracked arrays, and the
                       process's peak RSS around them), runs side by side
     loss_scale.png    fp16 only: the dynamic loss scale, skipped steps marked
+    expert_load_K.png a mixture of experts only: are the experts used evenly?  per MoE
+                      layer, max/mean of the tokens its experts received in each step
+                      (1: even; E: all on one expert), the dropped share in the legend
 
 A log merged by ``minipar launch`` also holds ``{"event": ...}`` records (a failure, a
 hang, a scale-up): the loss and throughput plots mark each one with a dotted line at the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import math
 import os
 
 from minipar.cli_checks import OneLineParser, output_dir
@@ -132,6 +136,25 @@ def plot_loss_scale(plt, runs, path):
     plt.close(fig)
 
 
+def plot_expert_load(plt, run, path):
+    """Max/mean expert load per MoE layer over the steps of one run."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (block, points) in enumerate(sorted(run.expert_load().items())):
+        steps = [p[0] for p in points]
+        ratio = [math.nan if p[1] is None else p[1] for p in points]
+        dropped = sum(p[2] for p in points) / len(points)
+        ax.plot(steps, ratio, color=COLORS[i % len(COLORS)],
+                label=f"block {block}" + (f" (dropped {dropped:.1%})" if dropped else ""))
+    ax.axhline(1.0, color="#888888", ls=":", lw=1)
+    ax.set(xlabel="step", ylabel="max / mean tokens per expert",
+           title=f"{run.label}: expert load per MoE layer")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # (key, column title, how to show it) — the exact value goes into data-value
 COLUMNS = (("steps", "steps", "{:d}"), ("train_loss", "train loss (last)", "{:.4f}"),
            ("train_loss_last10", "train loss (last 10)", "{:.4f}"),
@@ -213,6 +236,11 @@ def main(argv=None):
     if any(r.get("loss_scale") for run in runs for r in run.steps):
         plot_loss_scale(plt, runs, os.path.join(args.out, "loss_scale.png"))
         figures.append(("loss_scale.png", "fp16 loss scale and skipped steps"))
+    for i, run in enumerate(runs):
+        if run.expert_load():
+            name = f"expert_load_{i + 1}.png"
+            plot_expert_load(plt, run, os.path.join(args.out, name))
+            figures.append((name, f"{run.label}: expert load (max/mean) per MoE layer"))
     write_html(runs, figures, os.path.join(args.out, "index.html"))
     print(f"wrote {os.path.join(args.out, 'index.html')} and {len(figures)} figures")
     return 0

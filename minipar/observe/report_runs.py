@@ -2,7 +2,8 @@
 
 A LoggedRun holds the log's header, step records, events (a merged ``launch`` log's failures and
 restarts) and final figures, and answers the report's questions of one run: the table row
-(``summary``), each rank's time split, the peak memory per rank, the loss in bits per byte.
+(``summary``), each rank's time split, the peak memory per rank, the loss in bits per byte,
+a mixture of experts' load per layer.
 ``read_runs`` turns the command line's logs into Runs or one clear line.
 """
 from __future__ import annotations
@@ -78,6 +79,16 @@ class LoggedRun:
         per = [r.get("peak_mem_bytes_per_rank") or [r["peak_mem_bytes"]]
                for r in self.steps if r.get("peak_mem_bytes_per_rank") or r.get("peak_mem_bytes")]
         return [max(col) for col in zip(*per)] if per else []
+
+    def expert_load(self):
+        """{block: [(step, max/mean load, dropped share)]} of a mixture-of-experts run's
+        MoE layers (the step records' ``experts``, ``expert_load.py``), or {} if dense."""
+        out = {}
+        for r in self.steps:
+            for layer in r.get("experts") or ():
+                out.setdefault(layer["block"], []).append(
+                    (r["step"], layer["load_max_mean"], layer["dropped_share"]))
+        return out
 
     def time_split(self):
         """{key: [mean seconds per rank]} over the steps after the first; a log without

@@ -166,6 +166,7 @@ class TrainingRun:
             _beat(self.heartbeat, self.grid.rank, step)
 
     def _monitor(self):
+        from minipar.observe.expert_load import ExpertLoadLog
         from minipar.observe.monitor import RunMonitor
         c, grid = self.config, self.grid
         tokens = c.batch_size * self.cfg.seq_len
@@ -183,7 +184,9 @@ class TrainingRun:
         return RunMonitor(grid.world, rank=grid.rank, world_size=grid.world.size, header=header,
                           flops_per_step=self.parallel.module.flops_per_token() * tokens,
                           peak_tflops=c.peak_tflops, log_path=c.log_json, progress=not c.quiet,
-                          total_steps=c.steps, start_step=self.start)
+                          total_steps=c.steps, start_step=self.start,
+                          expert_load=ExpertLoadLog.of(self.parallel.module, self.cfg,
+                                                       grid.coords.tp == 0 or c.sequence_parallel))
 
     def _interrupted(self, interrupt):
         """Did Ctrl-C reach any rank?  OR-ed over the world once per step, so all agree."""

@@ -25,6 +25,7 @@ from minipar import backend
 from minipar.autograd import no_grad
 from minipar.comm import all_reduce
 from minipar.data import shard_rows
+from minipar.nn.moe import moe_layers
 
 
 def _no_phase(name):
@@ -60,6 +61,9 @@ def train_step(parallel, optimizer, x, y, grad_accum=1, grad_clip=None, weight=1
     (a background checkpoint save must have copied the state)."""
     phase = phase or _no_phase
     engine, t0 = parallel.engine, time.perf_counter()
+    experts = moe_layers(parallel.module)
+    for _, moe in experts:                 # the expert load counts this step's forwards
+        moe.step_load.reset()
     unread = None     # the loss, left on the device to ride the optimizer step's one read
     if engine is not None:
         local = pipeline_forward_backward(engine, optimizer, x, y)
