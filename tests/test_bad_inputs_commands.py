@@ -139,14 +139,14 @@ def test_bad_input_is_one_line_and_exit_2(inputs, argv, message, capsys):
     assert not os.path.exists(inputs["fresh"])              # nothing written before refusing
 
 
-# The four rows of the issue, through the real command line (a fresh process each)
+# Four representative refusals through the real command line (a fresh process each)
 def minipar(*args, timeout=120):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "minipar", *map(str, args)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
-ISSUE_ROWS = [
+COMMAND_LINE_ROWS = [
     (["train", "--data", "stdlib-bytes", "--model", "tiny", "--seq-len", "100000"], "it would fit with --attention flash"),
     (["train", *TINY, *RUN, "--log-json", "/proc/nope/x.json"], "--log-json /proc/nope/x.json: its folder"),
     (["report", "missing.json", "--out", "{tmp}/out"], "LOG missing.json: no such file"),
@@ -154,8 +154,8 @@ ISSUE_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("argv,message", ISSUE_ROWS, ids=_ids(ISSUE_ROWS))
-def test_issue_rows_are_one_line(tmp_path, argv, message):
+@pytest.mark.parametrize("argv,message", COMMAND_LINE_ROWS, ids=_ids(COMMAND_LINE_ROWS))
+def test_command_line_refusals_are_one_line(tmp_path, argv, message):
     proc = minipar(*[a.format(tmp=tmp_path) for a in argv])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in one_line(proc.stderr, argv[0])
