@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from minipar.config.error import ConfigError
 from minipar.config.probes import preflight
 from minipar.config.rules import resolve
+from minipar.config.outer import Outer
 from minipar.config.sections import PLANNED, SECTIONS, Layout, Model, Numerics, Output, Run
 
 
 @dataclass(frozen=True)
-class TrainConfig(Output, Run, Model, Numerics, Layout):
-    """The five sections as one frozen config; its fields in the order layout, numerics,
-    model, run, output (a dataclass lists its bases' fields from the last base on)."""
+class TrainConfig(Outer, Output, Run, Model, Numerics, Layout):
+    """The sections as one frozen config; its fields in the order layout, numerics,
+    model, run, output, outer (a dataclass lists its bases' fields from the last base on)."""
 
     @classmethod
     def from_namespace(cls, ns):
@@ -45,7 +46,7 @@ class TrainConfig(Output, Run, Model, Numerics, Layout):
 
     def check(self):
         """Each section's own checks (pure, no world size); ``resolve`` runs them first."""
-        for section in SECTIONS:
+        for section in SECTIONS + (Outer,):
             section.check(self)
 
     def resolve(self, world_size):
@@ -105,4 +106,4 @@ def prepare(config, world_size, choose_layout=None):
 
 
 __all__ = ["TrainConfig", "ConfigError", "prepare", "preflight", "resolve", "PLANNED",
-           "Layout", "Numerics", "Model", "Run", "Output"]
+           "Layout", "Numerics", "Model", "Run", "Output", "Outer"]

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from minipar.config.outer import Outer
 from minipar.config.sections import SECTIONS, value_type
+
+FLAG_SECTIONS = SECTIONS + (Outer,)    # the sections whose fields are flags, in --help's order
 
 
 def flag_name(field_name):
@@ -41,7 +44,7 @@ def _add_flag(group, f, override):
 def add_field_flags(parser, names):
     """The flags of the fields ``names`` only, for a command that takes a few of train's
     settings (``minipar plan``: the model, the batch, the precision)."""
-    by_name = {f.name: f for section in SECTIONS for f in fields(section)}
+    by_name = {f.name: f for section in FLAG_SECTIONS for f in fields(section)}
     for name in names:
         _add_flag(parser, by_name[name], {})
 
@@ -52,7 +55,7 @@ def add_config_flags(parser, overrides=None):
     a command whose defaults differ (``profile --steps``).  Returns {section name: group}."""
     overrides = overrides or {}
     groups = {}
-    for section in SECTIONS:
+    for section in FLAG_SECTIONS:
         group = groups[section.__name__.lower()] = parser.add_argument_group(section.__name__.lower())
         for f in fields(section):
             if f.metadata["flag"]:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from minipar.backend import backend_name
 from minipar.config.error import ConfigError
+from minipar.config.outer import check_outer_layout
 from minipar.config.sections import (DEFAULT_SCHEDULE, EVAL_BATCHES, INITIAL_LOSS_SCALE,
                                      default_microbatches)
 
@@ -88,6 +89,7 @@ def check_across(config, world_size):
     if c.pipelined and c.batch_size % (dp * m):
         raise ConfigError(f"`batch_size` {c.batch_size} must be divisible by "
                           f"dp·microbatches = {dp}·{m}")
+    check_outer_layout(c, dp, cfg.n_layer)
     if c.balance and dp == 1:
         raise ConfigError("`balance` shares the batch between data-parallel replicas; with dp 1 "
                           "there is nothing to balance")

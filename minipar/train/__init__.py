@@ -123,6 +123,11 @@ def setup(config: TrainConfig, prepared=False):
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
     grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
+    groups = None
+    if config.outer == "diloco":      # DiLoCo: everything below is built inside a group
+        from minipar.parallel.outer import carve_groups
+        groups = carve_groups(grid, config.diloco_groups)
+        grid = groups.inner
     from minipar.process import setup_process
     # collective: threads from MPI's count of the ranks sharing this node; freed blocks kept
     setup_process(grid.world)
@@ -137,6 +142,9 @@ def setup(config: TrainConfig, prepared=False):
         resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
     run = TrainingRun(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
+    if groups is not None:
+        from minipar.parallel.outer import DiLoCo
+        run.outer = DiLoCo(parallel.sync, groups, config, cfg.n_layer)
     run.memory_fit = fit
     run.bucket_source = bucket_source
     run.devices = devices

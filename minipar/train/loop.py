@@ -38,7 +38,9 @@ class TrainingRun:
         self.parallel, self.optimizer, self.start = parallel, optimizer, start
         self.losses, self.val_loss = [], None
         self.end = min(config.steps, config.stop_at) if config.stop_at is not None else config.steps
-        self.balancer = Balancer(grid, config.batch_size, config.grad_accum, config.balance)
+        self.outer = None               # DiLoCo's outer loop (parallel/outer; train.setup)
+        self.balancer = Balancer(grid, config.batch_size // self.groups, config.grad_accum,
+                                 config.balance)
         self.heartbeat = os.environ.get("MINIPAR_HEARTBEAT_DIR")   # set by `minipar launch`
         self.process_memory = process_memory or ProcessMemory()   # peaks per phase (procmem)
         self.saver = Saver(self)        # sharded checkpoints, maybe in the background
@@ -51,11 +53,25 @@ class TrainingRun:
     def model(self):
         return self.parallel.model
 
+    @property
+    def groups(self):
+        """DiLoCo's groups G (1 without DiLoCo): each trains on 1/G of the global batch."""
+        return self.config.diloco_groups if self.config.outer == "diloco" else 1
+
+    def group_rows(self, x):
+        """This DiLoCo group's rows of the global batch: group g of G takes the g-th of G
+        equal blocks (everything without DiLoCo)."""
+        if self.groups == 1:
+            return x
+        rows, g = x.shape[0] // self.groups, self.outer.groups.group
+        return x[g * rows:(g + 1) * rows]
+
     def step(self, step):
         """One optimizer step; returns (global loss, timings of this rank)."""
         c, grid, engine, opt = self.config, self.grid, self.parallel.engine, self.optimizer
         opt.lr = lr_at(step, c.lr, self.warmup, c.steps)
         x, y = self.dataset.batch(c.seed, step, c.batch_size)
+        x, y = self.group_rows(x), self.group_rows(y)               # DiLoCo: this group's
         x, y = self.balancer.my_rows(x), self.balancer.my_rows(y)   # this replica's share
         x, y = self.parallel.local_tokens(x), self.parallel.local_tokens(y)   # cp: my positions
         for hook in self.hooks.before_step:
@@ -93,6 +109,8 @@ class TrainingRun:
         if c.balance:
             shared["batch_shares"] = list(self.balancer.shares)
         shared.update(opt.sync.stats().comm)   # the comm hook's bytes, this step
+        if self.outer is not None:             # DiLoCo: the outer step, when due
+            shared.update(self.outer.after_step(step, loss))
         self.balancer.record(step, t_opt - t0)
         return shared, mine
 

@@ -1,0 +1,105 @@
+"""DiLoCo (``--outer diloco``): the outer step against NumPy's Algorithm 1, one group as
+the plain run, two groups independent of the layout inside them, the log's outer fields,
+and the refusals.  All in fp64: the exact cases agree to 1e-9 or better."""
+import numpy as np
+import pytest
+
+from minipar.config import ConfigError, TrainConfig
+from minipar.observe.runlog import step_records
+from tests.mpirun import run_mpi
+
+MODEL = ["--model", "tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16",
+         "--precision", "fp64", "--batch-size", "8", "--quiet", "--eval-batches", "1"]
+DILOCO = ["--outer", "diloco", "--diloco-groups", "2", "--inner-steps", "3"]
+
+
+def run(tmp_path, name, n, *flags, steps=7):
+    log = tmp_path / f"{name}.json"
+    proc = run_mpi(n, ["-m", "minipar", "train", *MODEL, "--steps", str(steps),
+                       "--log-json", log, *flags], timeout=240)
+    return step_records(log), proc.stdout
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("plain"), "plain", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def one_rank_per_group(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("diloco"), "g2", 2, *DILOCO)
+
+
+def test_outer_step_is_algorithm_1_in_numpy():
+    """H = 5, lr 0.7, Nesterov 0.9, given the groups' weights: replicated and sharded
+    inner layouts, and the streaming form (2 fragments, tau 1, alpha 0.5)."""
+    proc = run_mpi(4, ["tests/scripts/diloco_outer.py"], timeout=120)
+    assert proc.stdout.count("max |minipar - numpy| = 0") == 3, proc.stdout
+
+
+@pytest.mark.parametrize("inner_steps", [1, 3])
+def test_one_group_at_outer_lr_1_without_momentum_is_the_plain_run(tmp_path, plain_run,
+                                                                   inner_steps):
+    plain = plain_run
+    one, _ = run(tmp_path, f"one{inner_steps}", 1, "--outer", "diloco", "--diloco-groups", "1",
+                 "--inner-steps", str(inner_steps), "--outer-lr", "1", "--outer-momentum", "0")
+    np.testing.assert_allclose([r["loss"] for r in one], [r["loss"] for r in plain],
+                               rtol=0, atol=1e-9)
+    assert [r["outer_step"] for r in one] == [(s + 1) % inner_steps == 0 or s == 6
+                                             for s in range(7)]
+
+
+def _compare(base, other):
+    np.testing.assert_allclose([r["loss"] for r in other], [r["loss"] for r in base],
+                               rtol=0, atol=1e-9)
+    outer = [r for r in base if r["outer_step"]]
+    np.testing.assert_allclose([r["loss_global"] for r in other if r["outer_step"]],
+                               [r["loss_global"] for r in outer], rtol=0, atol=1e-9)
+
+
+def test_two_groups_dp2_inside_equal_one_rank_per_group(tmp_path, one_rank_per_group):
+    base, _ = one_rank_per_group
+    dp2, _ = run(tmp_path, "g2dp2", 4, *DILOCO)
+    _compare(base, dp2)
+    # the groups differ between outer steps (each on its own rows), and the log says so
+    assert any(r["outer_step"] and r["group_loss"] != r["loss_global"] for r in base)
+    assert [r["outer_step"] for r in base] == [False, False, True, False, False, True, True]
+    # the first outer step: each of the 2 ranks sends its weights' bytes once (a ring
+    # all-reduce over 2 ranks sends one half and receives the other, twice)
+    assert base[2]["outer_bytes"] == 2 * base[2]["model_state_bytes"]["params"]
+    assert "outer_bytes" not in base[0]         # nothing crossed between groups
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [["--tp", "2"], ["--zero", "1"]], ids=["tp2", "zero1"])
+def test_two_groups_other_layouts_inside(tmp_path, one_rank_per_group, layout):
+    base, _ = one_rank_per_group
+    other, _ = run(tmp_path, "other", 4, *DILOCO, *layout)
+    _compare(base, other)
+
+
+@pytest.mark.parametrize("fields,world,message", [
+    (dict(inner_steps=0), 2, "`inner_steps` must be >= 1"),
+    (dict(diloco_groups=3), 4, "`diloco_groups` 3 must divide the data-parallel size dp = 4"),
+    (dict(diloco_fragments=3, inner_steps=6, n_layer=2), 2, "`diloco_fragments` 3 is more than the model's 2 layers"),
+    (dict(balance=True), 2, "`outer` diloco with `balance` is not supported"),
+])
+def test_bad_diloco_settings_are_refused(fields, world, message):
+    config = TrainConfig(model="tiny", outer="diloco", **fields)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        config.resolve(world_size=world)
+
+
+def test_diloco_settings_need_outer_diloco():
+    with pytest.raises(ConfigError, match="`inner_steps` belongs to DiLoCo; add `outer` diloco"):
+        TrainConfig(model="tiny", inner_steps=10).resolve(world_size=2)
+
+
+def test_refused_in_one_line_before_any_message(tmp_path):
+    """Under mpiexec every rank stops at the check, before the first collective: one
+    line, exit 2."""
+    proc = run_mpi(2, ["-m", "minipar", "train", *MODEL, "--steps", "2", "--outer", "diloco",
+                       "--diloco-groups", "2", "--inner-steps", "0"], timeout=120, check=False)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if "inner-steps" in ln or "inner_steps" in ln]
+    assert lines and "must be >= 1" in lines[0], proc.stderr
