@@ -67,6 +67,8 @@ def check_across(config, world_size):
     if cfg.moe_experts and (tp > 1 or cp > 1 or c.pipelined):
         raise ConfigError("`moe_experts` with `tp`, `cp` or `pp` > 1 is not built yet: the mixture "
                           "of experts runs with data parallelism only (`dp`, `zero` 0-2)")
+    if c.ep > 1:
+        _check_expert_parallel(c, cfg, dp * cp)
     if c.zero == 3 and cfg.tie_weights:
         raise ConfigError("`zero` 3 with `tie_weights` is not supported: ZeRO-3 gathers and frees "
                           "the model unit by unit, and the tied weight would belong to two units "
@@ -96,6 +98,25 @@ def check_across(config, world_size):
     if c.batch_size % (dp * c.grad_accum):
         raise ConfigError(f"`batch_size` {c.batch_size} must be divisible by "
                           f"dp·grad-accum = {dp}·{c.grad_accum}")
+
+
+def _check_expert_parallel(c, cfg, data_ranks):
+    """ep > 1: experts to split, ep dividing them and the data-parallel ranks; the
+    compositions not built yet refused by name."""
+    if not cfg.moe_experts:
+        raise ConfigError(f"`ep` {c.ep} splits the experts of a mixture of experts; set "
+                          "`moe_experts` E (with `arch` llama) or leave `ep` out")
+    if cfg.moe_experts % c.ep:
+        raise ConfigError(f"`moe_experts` {cfg.moe_experts} must be divisible by `ep` {c.ep}: "
+                          f"each expert-parallel rank holds E/ep experts")
+    if data_ranks % c.ep:
+        raise ConfigError(f"`ep` {c.ep} must divide the data-parallel ranks dp·cp = {data_ranks}, "
+                          "from which the expert-parallel groups are carved")
+    if c.zero == 3:
+        raise ConfigError("`ep` with `zero` 3 is not built yet: ZeRO-3's units would mix the "
+                          "experts' group with the dense weights'; use `zero` 0, 1 or 2")
+    if c.grad_compression != "none":
+        raise ConfigError("`ep` with `grad_compression` is not built yet; leave one out")
 
 
 def check_resumed_step(config, step):

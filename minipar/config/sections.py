@@ -130,6 +130,8 @@ class Layout:
                                       "needs --pp or --chunks)", choices=SCHEDULES, planned=True)
     microbatches: Optional[int] = setting(None, "micro-batches per step in the pipeline "
                                           "(default 2·pp)", planned=True)
+    ep: int = setting(1, "expert-parallel size: the experts of every MoE block split over ep "
+                      "of the data-parallel ranks, tokens sent to them by all-to-all")
     zero: int = setting(0, "ZeRO stage: shard the optimizer state (1), and the gradients (2), "
                         "and the weights (3) over the data-parallel ranks", choices=(0, 1, 2, 3),
                         planned=True)
@@ -163,7 +165,7 @@ class Layout:
     def check(self):
         """The layout's own fields, alone and with each other."""
         _whole_numbers(self, Layout)
-        _at_least(self, 1, "dp", "cp", "cp_ulysses", "tp", "pp", "chunks", "microbatches",
+        _at_least(self, 1, "dp", "cp", "cp_ulysses", "tp", "pp", "ep", "chunks", "microbatches",
                   "grad_accum")
         _finite_positive(self, "bucket_mb")
         _one_of(self, Layout, "zero", "recompute", "schedule", "cp_split", "cp_kind",

@@ -1,0 +1,90 @@
+"""Expert parallelism (``--ep``, parallel/experts.py): the dispatch against the one-process
+layer (output, gradients, bytes), training runs against one process in fp64 (losses,
+weights and Adam state to 1e-9, the checkpoint holding every expert once), a resume under
+another ep, and the refusals."""
+import numpy as np
+import pytest
+
+from minipar.cli import build_parser
+from minipar.cli.run_config import config_from_flags
+from minipar.cli_checks import as_flags
+from minipar.config import ConfigError
+from minipar.observe.runlog import step_records
+from tests.cli import assert_same_run, train
+from tests.mpirun import run_mpi
+from tests.test_moe import MODEL
+
+
+def test_dispatch_gives_the_one_process_layer_and_sends_the_formulas_bytes():
+    """4 ranks, ep 1, 2 and 4, dropless and capacity 1: each rank's output and input and
+    router gradients equal the full layer's on its tokens, each expert's gradient the sum
+    over its ep group, and the bytes sent the docstring's formula."""
+    proc = run_mpi(4, ["tests/scripts/expert_dispatch.py"], timeout=240)
+    assert "expert dispatch OK" in proc.stdout
+
+
+LAYOUTS = [  # (ranks, flags): every one against the single process
+    (4, ["--ep", "2", "--zero", "1", "--moe-capacity-factor", "1.0"]),
+    pytest.param(2, ["--ep", "2"], marks=pytest.mark.slow),
+    pytest.param(4, ["--ep", "4"], marks=pytest.mark.slow),
+    pytest.param(4, ["--ep", "4", "--zero", "2", "--moe-capacity-factor", "1.0",
+                     "--moe-balance", "none"], marks=pytest.mark.slow),
+    pytest.param(2, ["--ep", "2", "--zero", "2", "--recompute", "full"], marks=pytest.mark.slow),
+    pytest.param(2, ["--ep", "2", "--grad-accum", "2"], marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("ranks,flags", LAYOUTS, ids=[" ".join(p.values[1] if hasattr(p, "values")
+                                                               else p[1]) for p in LAYOUTS])
+def test_expert_parallel_runs_reproduce_one_process(tmp_path, ranks, flags):
+    """fp64, 5 steps, 4 experts top-2: the losses, the final weights of every expert (read
+    from the checkpoint each owner wrote) and Adam's state equal the single process's."""
+    moe = [v for f, v in zip(flags[::2], flags[1::2]) if f.startswith("--moe") for v in (f, v)]
+    single = train(tmp_path, "single", 1, *moe, model=MODEL, batch=8)
+    run = train(tmp_path, "ep", ranks, *flags, model=MODEL, batch=8, timeout=300)
+    assert_same_run(run, single, rtol=1e-9)
+
+
+def test_a_checkpoint_of_ep4_resumes_under_ep2_and_one_process(tmp_path):
+    common = ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--eval-batches", "0",
+              "--data", "stdlib-bytes", "--precision", "fp64", "--batch-size", "8", "--steps", "6"]
+
+    def losses(ranks, name, *flags):
+        run_mpi(ranks, [*common, "--log-json", tmp_path / f"{name}.json", *flags], timeout=240)
+        return [r["loss"] for r in step_records(tmp_path / f"{name}.json")]
+    straight = losses(1, "straight")
+    first = losses(4, "first", "--ep", "4", "--stop-at", "3", "--save", tmp_path / "ck")
+    for ranks, flags in ((2, ["--ep", "2"]), (1, [])):
+        rest = losses(ranks, f"rest{ranks}", "--resume", tmp_path / "ck", *flags)
+        np.testing.assert_allclose(first + rest, straight, rtol=1e-12, atol=0,
+                                   err_msg=f"resumed on {ranks} ranks {flags}")
+
+
+EXPERTS = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
+REFUSALS = [  # (world size, flags, what the one line must say)
+    (2, ["--ep", "2"], "--ep 2 splits the experts of a mixture of experts; set --moe-experts E"),
+    (2, ["--moe-experts", "3", "--moe-top-k", "1", "--ep", "2"],
+     "--moe-experts 3 must be divisible by --ep 2"),
+    (2, ["--moe-experts", "4", "--ep", "4"], "--ep 4 must divide the data-parallel ranks dp·cp = 2"),
+    (2, ["--moe-experts", "4", "--ep", "2", "--zero", "3"], "--ep with --zero 3 is not built yet"),
+    (2, ["--moe-experts", "4", "--ep", "2", "--grad-compression", "fp16"],
+     "--ep with --grad-compression is not built yet"),
+    (1, ["--moe-experts", "4", "--ep", "0"], "--ep must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("size,flags,message", REFUSALS, ids=[f"{n} {' '.join(f)}" for n, f, _ in REFUSALS])
+def test_expert_parallel_refusals_come_from_the_config_checks(size, flags, message):
+    args = build_parser().parse_args(["train", *EXPERTS, *flags])
+    with pytest.raises(ConfigError) as refused:
+        config_from_flags(args, rank_and_size=(0, size))
+    assert message in as_flags(refused.value)
+
+
+def test_an_expert_parallel_refusal_is_one_line_before_any_message():
+    proc = run_mpi(2, ["-m", "minipar", "train", *EXPERTS, "--steps", "1", "--moe-experts", "3",
+                       "--moe-top-k", "1", "--ep", "2"], check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "must be divisible by --ep 2" in lines[0], proc.stderr
+    assert not proc.stdout.strip()
