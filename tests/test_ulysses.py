@@ -120,3 +120,42 @@ def test_refused_in_one_line_before_any_message():
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     want = "minipar train: 2 query heads cannot be split over a Ulysses degree of 4"
     assert lines and all(line.startswith(want) for line in lines), proc.stderr
+
+
+LONG = dict(model="tiny", n_layer=2, d_model=64, n_head=4, seq_len=2048, batch_size=4,
+            data="stdlib-bytes")
+
+
+def test_plan_searches_the_ring_ulysses_and_the_hybrid_where_the_sequence_is_long():
+    from minipar.perf.plan import context_layouts, describe, plan
+    long, short = TrainConfig(**LONG).model_config(), TrainConfig(model="tiny").model_config()
+    assert list(context_layouts(4, short)) == [dict(cp=1, cp_kind="ring", cp_ulysses=None)]
+    assert [(c["cp"], c["cp_kind"], c["cp_ulysses"]) for c in context_layouts(4, long)] == [
+        (1, "ring", None), (2, "ring", None), (2, "ulysses", None), (4, "ring", None),
+        (4, "ulysses", 2), (4, "ulysses", None)]
+    ranked = plan(TrainConfig(**LONG), 4, "cpu", nodes=2).ranked
+    kinds = {(p.config.cp, p.config.cp_kind, p.config.cp_ulysses) for p in ranked}
+    assert {(4, "ring", None), (4, "ulysses", None), (4, "ulysses", 2)} <= kinds
+    hybrid = next(p.config for p in ranked if p.config.cp_ulysses == 2)
+    assert "--cp 4 --cp-kind ulysses --cp-ulysses 2" in describe(hybrid)
+
+
+def test_ulysses_is_priced_as_two_all_to_alls_each_way():
+    """With links only (no comm cost constants): forward = backward = the q,k,v swap and
+    the output's, each (U-1)·α + (U-1)/U·bytes/B; the ring's hops are not there (R = 1)."""
+    import copy
+    from minipar.perf.compute import layer_shape
+    from minipar.perf.context import comm_seconds_per_layer
+    from minipar.perf.profile import load_profile
+    prof = copy.deepcopy(load_profile("cpu"))
+    prof.cost_params, prof.collectives = {}, {}
+    prof.links = {"intra": {"alpha": 1e-5, "bw": 1e9}, "inter": {"alpha": 1e-4, "bw": 1e8}}
+    config = TrainConfig(**LONG, cp=4, cp_kind="ulysses").resolve(4)
+    x = layer_shape(config.model_config(), 4, dtype="fp32")
+    n, d, e = 2048 // 4, 16, 4
+    swap = lambda nbytes: 3 * 1e-5 + 3 / 4 * nbytes / 1e9   # noqa: E731  (4 ranks on one node)
+    want = swap((4 + 2 * 4) * 4 * n * d * e) + swap(4 * 4 * n * d * e)
+    forward, backward = comm_seconds_per_layer(prof, x, config, ranks_per_node=4)
+    assert forward == pytest.approx(want) and backward == pytest.approx(want)
+    across = comm_seconds_per_layer(prof, x, config, ranks_per_node=2)[0]
+    assert across > forward                                 # the group spans two nodes

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
+from minipar.perf import context as pctx
 from minipar.perf import host
 from minipar.parallel.buckets import bucket_bytes
 from minipar.perf.bucket_size import CANDIDATES_MB, fastest_bucket_mb
@@ -98,7 +99,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     """Prediction for a resolved ``config``.  ``korthikanti``: count activations with
     Korthikanti et al.'s formula (Megatron's kernels) instead of minipar's own
     (default: for spec-sheet profiles)."""
-    if config.bucket_mb is None and config.zero < 3 and config.dp > 1:   # as train chooses
+    if config.bucket_mb is None and config.zero < 3 and config.dp * config.cp > 1:   # as train does
         config = dataclasses.replace(config, bucket_mb=choose_bucket_mb(config, prof,
                                                                          ranks_per_node)[0])
     cfg = config.model_config()
@@ -107,21 +108,28 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     b, M = micro_rows(config)
     tp, pp, v, dp = config.tp, config.pp, config.chunks, config.dp
     x = layer_shape(cfg, b, tp, config.sequence_parallel, dtype, config.attention)
+    cp, whole = config.cp, x         # a cp rank holds S/cp tokens of each sequence (context.py)
+    sync = dp * cp                   # the ranks that average gradients (grid.dp_cp_comm)
+    if cp > 1:
+        x = pctx.local_shape(whole, cp)
     # the model's own pass over the sum of its ops (calibrate_model.py), and ranks sharing
     # cores, all runnable all step: each gets C/R of one (host.py)
     scale = prof.efficiency.get("model_compute_scale", 1.0)
     slow = host.compute_slowdown(prof, rpn, config.world_size)
-    lt = layer_time(prof, x, config.recompute)
+    lt = layer_time(prof, x, config.recompute) if cp == 1 else pctx.layer_time(prof, whole, config)
     lt = type(lt)(*(scale * slow * t for t in dataclasses.astuple(lt)))
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
-    act_bytes = b * cfg.seq_len * cfg.d_model * e
+    act_bytes = b * (cfg.seq_len // cp) * cfg.d_model * e
     gaps = (lt.forward / 2, lt.backward / 2)      # compute before each tp collective
     tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel, gaps)
     if cfg.arch == "llama":
         tp_b += pcomm.kv_copies_seconds(prof, tp, cfg.kv_heads, cfg.d_model * x.kv_columns * e, rpn)
+    if cp > 1:                       # the ring's hops, Ulysses' all-to-alls: critical path too
+        cp_f, cp_b = pctx.comm_seconds_per_layer(prof, whole, config, rpn, scale * slow)
+        tp_f, tp_b = tp_f + cp_f, tp_b + cp_b
     redo_tp = tp_f if config.recompute == "full" else 0.0
-    (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len, rpn,
+    (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len // cp, rpn,
                                                    config.sequence_parallel, gaps)
     hf, hb, ef, eb = (scale * slow * t for t in (*head_time(prof, x), *embed_time(prof, x)))
     # one micro-batch's own work on the mean stage, collectives excluded (host.py)
@@ -139,20 +147,22 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     # data-parallel synchronisation over this rank's gradients
     gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
     buckets = [n * gbytes for n, _ in pmem.rank_buckets(
-        cfg, bucket_bytes(config), config.precision, dp, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
-    units = [n * gbytes for n, _ in pmem.rank_units(cfg, dp, tp=tp)] if config.zero == 3 else []
+        cfg, bucket_bytes(config), config.precision, sync, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
+    units = [n * gbytes for n, _ in pmem.rank_units(cfg, sync, tp=tp)] if config.zero == 3 else []
     backward_all = M * (t_b + t_w) if pp == 1 else (t_b + t_w)
-    exposed_dp = pcomm.dp_exposed_seconds(prof, config.zero, dp, buckets, units, backward_all,
+    exposed_dp = pcomm.dp_exposed_seconds(prof, config.zero, sync, buckets, units, backward_all,
                                           M * t_f, config.overlap, tp, rpn,
                                           accum=M if pp == 1 else 1)
     params_here = pmem.numel(cfg, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)
     master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
-    opt = slow * prof.optimizer_seconds(params_here / (dp if config.zero else 1), master)
+    opt = slow * prof.optimizer_seconds(params_here / (sync if config.zero else 1), master)
     overhead = slow * prof.efficiency.get("step_overhead_s", 0.0)
     agree = small_all_reduces_seconds(prof, config, rpn)
     path = span + exposed_dp + opt + overhead + agree
-    sent = host.sent_bytes(config, per_rank_layers, act_bytes,
+    sent = host.sent_bytes(dataclasses.replace(config, dp=sync), per_rank_layers, act_bytes,
                            sum(units) if config.zero == 3 else sum(buckets))
+    if cp > 1:
+        sent += M * per_rank_layers * pctx.sent_bytes_per_layer(whole, config)
     # the bound counts each rank's work at a core's rate: undo the sharing slowdown above
     shared = host.shared_core_bound(prof, rpn, config.world_size,
                                     (M * work + opt + overhead) / slow, sent)
@@ -179,7 +189,7 @@ def small_all_reduces_seconds(prof, config, rpn):
     (``parallel/step.py``), and the loss summed over the pipeline and over data
     parallelism (``train/steps.global_loss``).  Across a node boundary each is a round
     trip on the slow link, ~1 ms on the simulated cluster."""
-    dp, tp, pp, world = config.dp, config.tp, config.pp, config.world_size
+    dp, tp, pp, world = config.dp * config.cp, config.tp, config.pp, config.world_size
     groups = [(world, 1), (pp, dp * tp), (dp, tp)]
     return sum(pcomm.collective_seconds(prof, "all_reduce", p, 4096, pcomm.placement(p, stride, rpn))
                for p, stride in groups if p > 1)

@@ -6,8 +6,10 @@
 
 The search: tp over the divisors of N (at most the ranks of a node — tensor
 parallelism across nodes is never competitive and is skipped), pp over the divisors
-of N/tp, dp what is left; then chunks, schedule, micro-batches, ZeRO stage, sequence
-parallelism, recomputation and gradient accumulation.  Each candidate is a
+of N/tp, cp over the divisors of N/(tp·pp) with each of its kinds (the ring, Ulysses,
+and the hybrid with every Ulysses degree U dividing cp: ``context_layouts``) where the
+sequence is long, dp what is left; then chunks, schedule, micro-batches, ZeRO stage, sequence parallelism,
+recomputation and gradient accumulation.  Each candidate is a
 TrainConfig checked by ``config.resolve`` — the same checks as ``train``, so plan
 refuses exactly what train refuses, for the same reasons (``refusals``).  The ones
 that fit in memory are ranked by predicted step time (``estimate.predict``); the
@@ -40,35 +42,60 @@ class Plan:
     mem_limit: float
 
 
+def long_sequence(cfg):
+    """Whether context parallelism is worth a search: a layer's attention FLOPs (4·b·s²·h)
+    at least its weights' (24·b·s·h²), s >= 6h.  Below, cutting the sequence saves
+    little compute and every cp layout multiplies the candidates (up to 3x per cp)."""
+    return cfg.seq_len >= 6 * cfg.d_model
+
+
+def context_layouts(ranks, cfg):
+    """{cp, cp_kind, cp_ulysses} of every context-parallel layout of at most ``ranks``
+    ranks: none (cp 1), then, for a long sequence, each cp > 1 dividing ``ranks`` whose
+    2·cp chunks cut the sequence: the ring, pure Ulysses and the hybrid of each U
+    dividing cp."""
+    yield dict(cp=1, cp_kind="ring", cp_ulysses=None)
+    if not long_sequence(cfg):
+        return
+    seq_len = cfg.seq_len
+    for cp in divisors(ranks)[1:]:
+        if seq_len % (2 * cp):
+            continue
+        yield dict(cp=cp, cp_kind="ring", cp_ulysses=None)
+        for u in divisors(cp)[1:]:
+            yield dict(cp=cp, cp_kind="ulysses", cp_ulysses=None if u == cp else u)
+
+
 def candidates(base, world, ranks_per_node=8, max_micro_rows=8):
     """TrainConfigs (unresolved) for every layout of ``world`` ranks (see the docstring)."""
     L = base.model_config().n_layer
     B = base.batch_size
     for tp in [d for d in divisors(world) if d <= max(ranks_per_node, 1)]:
         for pp in divisors(world // tp):
-            dp = world // (tp * pp)
-            if B % dp:
-                continue
-            per_replica = B // dp
-            rows = [r for r in divisors(per_replica) if r <= max_micro_rows]
-            for sp, recompute, zero in itertools.product(
-                    (False, True) if tp > 1 else (False,), ("none", "selective", "full"),
-                    (0, 1, 2, 3) if dp > 1 else (0,)):
-                common = dict(dp=dp, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
-                              zero=zero)
-                if pp == 1:
-                    for b in rows:
-                        yield replace(base, **common, grad_accum=per_replica // b,
-                                      chunks=1, schedule=None, microbatches=None)
+            for context in context_layouts(world // (tp * pp), base.model_config()):
+                dp = world // (tp * pp * context["cp"])
+                if B % dp:
                     continue
-                for b in rows:
-                    m = per_replica // b
-                    for kind in ("1f1b", "zb-h1", "interleaved", "afab"):
-                        for v in ((2, 3, 4) if kind == "interleaved" else (1,)):
-                            if (L // pp) % v if L % pp == 0 else True:
-                                continue
-                            yield replace(base, **common, chunks=v, schedule=kind,
-                                          microbatches=m, grad_accum=1)
+                per_replica = B // dp
+                rows = [r for r in divisors(per_replica) if r <= max_micro_rows]
+                for sp, recompute, zero in itertools.product(
+                        (False, True) if tp > 1 else (False,), ("none", "selective", "full"),
+                        (0, 1, 2, 3) if dp * context["cp"] > 1 else (0,)):
+                    common = dict(dp=dp, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
+                                  zero=zero, **context)
+                    if pp == 1:
+                        for b in rows:
+                            yield replace(base, **common, grad_accum=per_replica // b,
+                                          chunks=1, schedule=None, microbatches=None)
+                        continue
+                    for b in rows:
+                        m = per_replica // b
+                        for kind in ("1f1b", "zb-h1", "interleaved", "afab"):
+                            for v in ((2, 3, 4) if kind == "interleaved" else (1,)):
+                                if (L // pp) % v if L % pp == 0 else True:
+                                    continue
+                                yield replace(base, **common, chunks=v, schedule=kind,
+                                              microbatches=m, grad_accum=1)
 
 
 def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
@@ -110,6 +137,9 @@ def describe(config):
     """The layout as ``train`` flags."""
     c = config
     parts = [f"--dp {c.dp}", f"--tp {c.tp}"] + (["--sequence-parallel"] if c.sequence_parallel else [])
+    if c.cp > 1:
+        parts += [f"--cp {c.cp}"] + ([f"--cp-kind {c.cp_kind}"] if c.cp_kind != "ring" else [])
+        parts += [f"--cp-ulysses {c.cp_ulysses}"] if c.cp_ulysses else []
     if c.pipelined:
         parts += [f"--pp {c.pp}", f"--schedule {c.schedule}", f"--microbatches {c.microbatches}"]
         parts += [f"--chunks {c.chunks}"] if c.chunks > 1 else []

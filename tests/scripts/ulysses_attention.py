@@ -13,7 +13,8 @@ script fails above 1e-12).  U = 1 is the ring itself, through the same code.
 
 Bytes: rank 0 prints each case's bytes sent (the most of any rank, counted by the
 transport on the cp communicator, which the Ulysses and ring groups add to) beside the
-formula of ``ulysses.py`` as ``bytes ...``; the script fails unless they are equal.
+formula of ``ulysses.py`` (``bytes_per_rank``, which the performance model prices) as
+``bytes ...``; the script fails unless they are equal.
 """
 import sys
 
@@ -24,7 +25,7 @@ from minipar.autograd import Tensor
 from minipar.comm import Communicator, abort_on_exception
 from minipar.kernels.dense import dense_attention_backward, dense_attention_forward
 from minipar.parallel.context import UlyssesAttentionCore, ulysses_groups, ulysses_positions
-from minipar.parallel.context.ulysses import kv_repeats
+from minipar.parallel.context.ulysses import bytes_per_rank
 
 abort_on_exception()
 comm = Communicator()
@@ -46,11 +47,7 @@ def oracle(q, k, v, grad_out):
 
 def formula_bytes(ulysses, kv_heads):
     """ulysses.py's bytes per rank, forward and backward of one attention layer."""
-    ring = C // ulysses
-    travelling = kv_heads * kv_repeats(kv_heads, ulysses)
-    swaps = 4 * (H + travelling) * B * (S // C) * D * ITEM * (ulysses - 1) // ulysses
-    ring_part = (3 * ring - 2) * 2 * B * (travelling // ulysses) * (S // ring) * D * ITEM if ring > 1 else 0
-    return swaps + ring_part
+    return bytes_per_rank(B, H, kv_heads, S, D, ITEM, C, ulysses)
 
 
 def worst_over_ranks(x):

@@ -77,6 +77,17 @@ def kv_repeats(n_kv_head, ulysses):
     return ulysses // n_kv_head if n_kv_head < ulysses else 1
 
 
+def bytes_per_rank(batch, heads, kv_heads, seq_len, head_dim, itemsize, cp, ulysses):
+    """Bytes one rank sends for one attention layer, forward and backward (the module
+    docstring's formula): ``heads``, ``kv_heads`` those of one tensor-parallel rank;
+    ``ulysses`` 1 is the ring alone."""
+    ring = cp // ulysses
+    travelling = max(kv_heads, ulysses)
+    swaps = 4 * (heads + travelling) * batch * (seq_len // cp) * head_dim * itemsize
+    hops = (3 * ring - 2) * 2 * batch * (travelling // ulysses) * (seq_len // ring) * head_dim
+    return swaps * (ulysses - 1) // ulysses + (hops * itemsize if ring > 1 else 0)
+
+
 def ulysses_positions(rank, cp, ulysses, seq_len, zigzag=True):
     """The sequence positions cp rank ``rank`` holds, in their local order: piece u
     (of U) of each of its group's two ring chunks (group g = rank // U, u = rank % U)."""
