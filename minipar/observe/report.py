@@ -7,6 +7,8 @@ with matplotlib's file-only Agg backend, one PNG per question a run answers:
     loss.png          did it learn?  train loss per step, val loss at the end, runs overlaid,
                       in bits per byte (runs with different tokenizers compare)
     throughput.png    how fast?  tokens/s per step
+    loss_cost.png     what did the loss cost?  loss against wall time and against bytes
+                      sent between replicas: data parallelism and DiLoCo on one figure
     time_split_K.png  where did each rank's step go?  compute / exposed communication /
                       pipeline wait / optimizer, stacked per rank (mean over the steps
                       after the first, which pays for warm-up)
@@ -77,6 +79,32 @@ def plot_lines(plt, runs, key, ylabel, path, title):
 
 def _event_label(e):
     return f"{e.get('what', e.get('kind'))} -> {e.get('world_after', '?')} ranks"
+
+
+def plot_loss_by_cost(plt, runs, path):
+    """Loss against wall time and against bytes sent between replicas, runs overlaid:
+    data parallelism at every step, DiLoCo at its outer steps (the mean over groups)."""
+    fig, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, run in enumerate(runs):
+        points = run.loss_by_cost()
+        if not points:
+            continue
+        seconds, sent, loss = zip(*points)
+        bits = [bits_per_byte(run, v) for v in loss]
+        style = dict(color=COLORS[i % len(COLORS)], label=run.label,
+                     marker="o" if len(points) < 60 else None, ms=3)
+        by_time.plot(seconds, bits, **style)
+        by_bytes.plot([b / 2 ** 20 for b in sent], bits, **style)
+    by_time.set(xlabel="wall time, s", ylabel="loss, bits / byte", title="loss against wall time")
+    by_bytes.set(xlabel="MiB sent between replicas (DiLoCo: between groups)",
+                 ylabel="loss, bits / byte", title="loss against bytes sent")
+    by_bytes.set_xscale("log")
+    for ax in (by_time, by_bytes):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot_time_split(plt, run, path):
@@ -225,6 +253,10 @@ def main(argv=None):
     plot_lines(plt, runs, "loss", "loss, bits / byte", os.path.join(args.out, "loss.png"), "loss")
     plot_lines(plt, runs, "tokens_per_s", "tokens / s", os.path.join(args.out, "throughput.png"),
                "throughput")
+    if any(run.loss_by_cost() for run in runs):
+        plot_loss_by_cost(plt, runs, os.path.join(args.out, "loss_cost.png"))
+        figures.append(("loss_cost.png", "loss against wall time and bytes sent between "
+                                         "replicas (DiLoCo: between groups, at outer steps)"))
     for i, run in enumerate(runs):
         if run.time_split():
             name = f"time_split_{i + 1}.png"

@@ -90,6 +90,27 @@ class LoggedRun:
                     (r["step"], layer["load_max_mean"], layer["dropped_share"]))
         return out
 
+    def loss_by_cost(self):
+        """[(wall seconds, bytes sent between replicas, loss)] at the steps where every
+        replica agrees on the model: each step of data parallelism (bytes: rank 0's
+        gradient sync times the ranks — in a ring all-reduce every rank sends the same),
+        each outer step of DiLoCo (``loss_global``, the mean over groups; bytes: what
+        every rank sent across groups).  Cumulative from the first step; empty for a
+        log without those fields."""
+        points, seconds, sent = [], 0.0, 0
+        ranks = self.header.get("world_size") or len(self.steps[0].get("peak_mem_bytes_per_rank", [1]))
+        diloco = any("outer_step" in r for r in self.steps)
+        for r in self.steps:
+            seconds += r.get("step_time_s", 0.0)
+            if diloco:
+                sent += r.get("outer_bytes", 0)
+                if r.get("outer_step"):
+                    points.append((seconds, sent, r["loss_global"]))
+            elif "dp_bytes_sent" in r:
+                sent += r["dp_bytes_sent"] * ranks
+                points.append((seconds, sent, r["loss"]))
+        return points
+
     def time_split(self):
         """{key: [mean seconds per rank]} over the steps after the first; a log without
         ``per_rank`` gives one bar from its whole-run figures."""

@@ -81,6 +81,7 @@ class TrainingRun:
         if engine is not None:
             grid.pp_comm.barrier()            # a common time origin for the trace
         tp_before = grid.tp_comm.blocking_comm_s
+        dp_sent_before = grid.dp_cp_comm.bytes_sent   # the gradient sync's bytes (report)
         t0 = time.perf_counter()
         # --balance times this rank's forward and backward: the loss is read before the
         # update, so that the time is the finished computation's and not its launches'
@@ -109,6 +110,7 @@ class TrainingRun:
         if c.balance:
             shared["batch_shares"] = list(self.balancer.shares)
         shared.update(opt.sync.stats().comm)   # the comm hook's bytes, this step
+        shared["dp_bytes_sent"] = grid.dp_cp_comm.bytes_sent - dp_sent_before   # this rank's
         if self.outer is not None:             # DiLoCo: the outer step, when due
             shared.update(self.outer.after_step(step, loss))
         self.balancer.record(step, t_opt - t0)
