@@ -3,7 +3,8 @@
 A rank's share of the model is what training's own code leaves it: the plain model of
 placeholders (``make_model(cfg, materialize=False)``: every weight the right shape and
 no memory, ``nn/init.py``), cut by the tensor-parallel layer swaps
-(``to_tensor_parallel``), then reduced to the rank's pipeline stages (``RankStages``),
+(``to_tensor_parallel``), stripped of other ranks' experts (``apply_expert_parallel``),
+then reduced to the rank's pipeline stages (``RankStages``),
 with each parameter's ``Placement`` (``tp_placements``) saying what the rank holds of it.
 ``rank_parameters`` runs exactly those steps for one rank's coordinates, so whoever
 needs that rank's parameters (the memory model, ``perf/memory.py``) reads them from the
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minipar.nn import make_model
+from minipar.parallel.experts import apply_expert_parallel
 from minipar.parallel.pipeline.stage import RankStages
 from minipar.parallel.placement import tp_placements
 from minipar.parallel.tensor import to_tensor_parallel
@@ -67,18 +69,21 @@ class RankParameters:
     placements: dict  # {name: Placement} of every parameter of the model: tp cut, stage
 
 
-def rank_parameters(cfg, tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
-    """The parameters that tp rank ``tp_rank`` of ``tp`` and pipeline rank ``pp_rank`` of
-    ``pp`` (``chunks`` stages each) hold of model ``cfg``, as placeholders: the steps of
-    ``parallel.parallelize`` that cut the model (1. tensor parallelism, 3. pipeline
-    stages), with no communicator.  Raises ValueError where training would refuse the
-    layout (``check_tensor_parallel``, ``check_partition``)."""
+def rank_parameters(cfg, tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0, ep=1, ep_rank=0):
+    """The parameters that tp rank ``tp_rank`` of ``tp``, pipeline rank ``pp_rank`` of
+    ``pp`` (``chunks`` stages each) and expert-parallel rank ``ep_rank`` of ``ep`` hold
+    of model ``cfg``, as placeholders: the steps of ``parallel.parallelize`` that cut the
+    model (1. tensor parallelism, 1c. expert parallelism, 3. pipeline stages), with no
+    communicator.  Raises ValueError where training would refuse the layout
+    (``check_tensor_parallel``, ``check_partition``)."""
     model = make_model(cfg, materialize=False)
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     tp_model = tp_comm = None
     if tp > 1:
         tp_comm = PlaceOnlyComm(tp_rank, tp)
         model = tp_model = to_tensor_parallel(model, tp_comm)   # uses the placeholders up
+    if ep > 1:
+        apply_expert_parallel(model, PlaceOnlyComm(ep_rank, ep))
     module = model
     if pp > 1 or chunks > 1:
         module = RankStages(model, pp_rank, pp, chunks)

@@ -272,7 +272,7 @@ def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
     if (accumulate and config.zero < 2) or flat_grads:
         item = DTYPE_BYTES[dtype]
         grads = item * pmem.numel(cfg, tp=config.tp, tp_rank=coords[1], pp=pp,
-                                  chunks=config.chunks, pp_rank=stage)
+                                  chunks=config.chunks, pp_rank=stage, ep=config.ep)
     return live + a_bytes + grads
 
 

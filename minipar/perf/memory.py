@@ -33,14 +33,21 @@ from functools import lru_cache
 
 from minipar.backend import dtype_of
 from minipar.parallel.buckets import Bucket, bucket_bytes, make_buckets
+from minipar.parallel.experts import is_expert_weight
 from minipar.parallel.shapes import rank_parameters
 from minipar.parallel.sync.zero3 import model_units
 from minipar.perf.profile import DTYPE_BYTES
 
 
-def _where(tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0):
+def _where(tp=1, tp_rank=0, pp=1, chunks=1, pp_rank=0, ep=1, ep_rank=0):
     """A rank's coordinates as one cache key."""
-    return tp, tp_rank, pp, chunks, pp_rank
+    return tp, tp_rank, pp, chunks, pp_rank, ep, ep_rank
+
+
+def _in_part(name, part):
+    """Whether parameter ``name`` is in ``part``: None (all), "dense" or "experts" (the
+    two sets expert parallelism synchronises over different groups, ``sync/experts.py``)."""
+    return part is None or is_expert_weight(name) == (part == "experts")
 
 
 @lru_cache(maxsize=512)
@@ -48,34 +55,35 @@ def _rank(cfg, where):
     return rank_parameters(cfg, *where)
 
 
-def param_sizes(cfg, **where):
-    """[(name, numel)] of this rank's parameters, in the model's order.  ``where``: tp,
-    tp_rank, pp, chunks, pp_rank (default one rank holding the whole model)."""
-    return _param_sizes(cfg, _where(**where))
+def param_sizes(cfg, part=None, **where):
+    """[(name, numel)] of this rank's parameters (of ``part``), in the model's order.
+    ``where``: tp, tp_rank, pp, chunks, pp_rank, ep, ep_rank (default one rank holding
+    the whole model)."""
+    return _param_sizes(cfg, part, _where(**where))
 
 
 @lru_cache(maxsize=512)
-def _param_sizes(cfg, where):
+def _param_sizes(cfg, part, where):
     rank = _rank(cfg, where)
     return [(name, rank.placements[name].local_size)
-            for name, _ in rank.module.named_parameters()]
+            for name, _ in rank.module.named_parameters() if _in_part(name, part)]
 
 
-def numel(cfg, **where):
-    """Ψ: this rank's parameter count."""
-    return sum(k for _, k in param_sizes(cfg, **where))
+def numel(cfg, part=None, **where):
+    """Ψ: this rank's parameter count (of ``part``)."""
+    return sum(k for _, k in param_sizes(cfg, part, **where))
 
 
-def rank_buckets(cfg, bucket_bytes, precision, pad_to, **where):
+def rank_buckets(cfg, bucket_bytes, precision, pad_to, part=None, **where):
     """[(numel, padded)] of the buckets ``make_buckets`` groups this rank's parameters
-    into: ~``bucket_bytes`` each of ``precision`` values, padded to a multiple of
-    ``pad_to``."""
-    return _rank_buckets(cfg, bucket_bytes, precision, pad_to, _where(**where))
+    (of ``part``) into: ~``bucket_bytes`` each of ``precision`` values, padded to a
+    multiple of ``pad_to``."""
+    return _rank_buckets(cfg, bucket_bytes, precision, pad_to, part, _where(**where))
 
 
 @lru_cache(maxsize=4096)
-def _rank_buckets(cfg, bucket_bytes, precision, pad_to, where):
-    params = _rank(cfg, where).module.parameters()
+def _rank_buckets(cfg, bucket_bytes, precision, pad_to, part, where):
+    params = [p for n, p in _rank(cfg, where).module.named_parameters() if _in_part(n, part)]
     buckets = make_buckets(params, bucket_bytes, pad_to, dtype_of(precision))
     return [(b.numel, b.padded) for b in buckets]
 
@@ -89,7 +97,7 @@ def rank_units(cfg, pad_to, **where):
 
 @lru_cache(maxsize=512)
 def _rank_units(cfg, pad_to, where):
-    _, _, pp, chunks, _ = where
+    _, _, pp, chunks, *_ = where
     if pp * chunks > 1:
         raise ValueError("ZeRO-3's units are of a model without pipeline stages (pp = chunks = 1)")
     units = model_units(_rank(cfg, where).model)
@@ -97,10 +105,19 @@ def _rank_units(cfg, pad_to, where):
 
 
 def _coordinates(config, coords):
-    """``where`` of the rank at (dp, tp, pp) ``coords`` of ``config``."""
+    """``where`` of the rank at (dp, tp, pp) ``coords`` of ``config`` (every expert-parallel
+    rank holds E/ep experts of the same shapes: the first stands for them)."""
     _, tp_rank, pp_rank = coords
     return dict(tp=config.tp, tp_rank=tp_rank, pp=config.pp, chunks=config.chunks,
-                pp_rank=pp_rank)
+                pp_rank=pp_rank, ep=getattr(config, "ep", 1))
+
+
+def synchronised_parts(config):
+    """[(part, N)]: the parameter sets a synchroniser of their own keeps, each with the
+    ranks it spans — every parameter over dp × cp, or under expert parallelism the dense
+    ones over dp × cp and the experts over the dp·cp/ep ranks holding the same ones."""
+    n, ep = data_parallel_ranks(config), getattr(config, "ep", 1)
+    return [(None, n)] if ep == 1 else [("dense", n), ("experts", n // ep)]
 
 
 def data_parallel_ranks(config):
@@ -109,20 +126,29 @@ def data_parallel_ranks(config):
     return config.dp * config.cp
 
 
-def _pad_to(config):
-    """ZeRO pads each bucket to a multiple of N so every rank's shard is equal; DDP
-    all-reduces whole buckets and pads nothing (``parallel/sync``)."""
-    return data_parallel_ranks(config) if config.zero else 1
+def _pad_to(config, n):
+    """ZeRO pads each bucket to a multiple of the N ranks it spans so every rank's shard
+    is equal; DDP all-reduces whole buckets and pads nothing (``parallel/sync``)."""
+    return n if config.zero else 1
 
 
 def model_state_bytes(cfg, config, coords=(0, 0, 0)):
     """{"params", "grads", "optimizer"} bytes on the rank at (dp, tp, pp) ``coords`` of
     a *resolved* TrainConfig — what ``Optimizer.memory_bytes()`` reports there."""
     where = _coordinates(config, coords)
+    totals = {}
+    for part, n in synchronised_parts(config):
+        for key, value in _part_state_bytes(cfg, config, where, part, n).items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _part_state_bytes(cfg, config, where, part, n):
+    """The state of one synchroniser: ``part``'s parameters over ``n`` ranks."""
     half = config.precision in ("fp16", "bf16")
     full_item = DTYPE_BYTES["fp32" if half else config.precision]   # masters, m, v
     item = DTYPE_BYTES[config.precision]                             # model weights
-    n, psi = data_parallel_ranks(config), numel(cfg, **where)
+    psi = numel(cfg, part, **where)
     if config.zero == 0:
         model = psi * item
         master = psi * full_item if half else 0
@@ -131,7 +157,8 @@ def model_state_bytes(cfg, config, coords=(0, 0, 0)):
     if config.zero == 3:
         got = rank_units(cfg, n, **where)
     else:
-        got = rank_buckets(cfg, bucket_bytes(config), config.precision, _pad_to(config), **where)
+        got = rank_buckets(cfg, bucket_bytes(config), config.precision, _pad_to(config, n),
+                           part, **where)
     padded = [p for _, p in got]
     shard = sum(padded) // n
     params = shard * item if config.zero == 3 else sum(padded) * item
@@ -154,6 +181,7 @@ def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     item = DTYPE_BYTES[config.precision]
     if config.zero == 3:
         return item * 4 * max(p for _, p in rank_units(cfg, data_parallel_ranks(config), **where))
-    got = sorted(p for _, p in rank_buckets(cfg, bucket_bytes(config), config.precision,
-                                            _pad_to(config), **where))
+    got = sorted(p for part, n in synchronised_parts(config)
+                 for _, p in rank_buckets(cfg, bucket_bytes(config), config.precision,
+                                          _pad_to(config, n), part, **where))
     return item * sum(got[-2:])
