@@ -69,12 +69,12 @@ class Outer:
                                            self.outer_mixing != _default(Outer, "outer_mixing")):
             raise ConfigError("`outer_delay` and `outer_mixing` belong to streaming DiLoCo; "
                               "set `diloco_fragments` F (F >= 2)")
-        if self.diloco_fragments > 1 and self.inner_steps % self.diloco_fragments:
-            raise ConfigError(f"`diloco_fragments` {self.diloco_fragments} must divide "
-                              f"`inner_steps` {self.inner_steps} (fragment f syncs at inner "
-                              "steps f·H/F + kH)")
+        if self.diloco_fragments > self.inner_steps:
+            raise ConfigError(f"`diloco_fragments` {self.diloco_fragments} must be at most "
+                              f"`inner_steps` {self.inner_steps}: fragment f is sent after inner "
+                              "step ⌊(f+1)·H/F⌋ of every H")
         if self.diloco_fragments > 1 and not self.outer_delay < self.inner_steps // self.diloco_fragments:
-            raise ConfigError(f"`outer_delay` {self.outer_delay} must be below H/F = "
+            raise ConfigError(f"`outer_delay` {self.outer_delay} must be below ⌊H/F⌋ = "
                               f"{self.inner_steps // self.diloco_fragments}: a fragment's result "
                               "must land before the next fragment is sent")
 
