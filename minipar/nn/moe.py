@@ -129,6 +129,24 @@ class AttachAux(Function):
         return g, xp.asarray(ctx.seed.value, dtype=ctx.aux_dtype).reshape(()), None
 
 
+def dispatch_local(moe, tokens, slot_expert, keep, k):
+    """(n·k, d): the expert output of each (token, choice) slot, zeros where the
+    assignment was dropped — every expert on this rank, each on the rows routed to it
+    (``getitem`` gathers them; its backward scatter-adds).  Expert parallelism
+    replaces it (``parallel/experts.py``)."""
+    d = tokens.shape[1]
+    outputs, where = [], xp.full(len(slot_expert), -1, dtype=np.int64)   # slot -> row
+    placed = 0
+    for e, expert in enumerate(moe.experts):
+        slots = xp.nonzero((slot_expert == e) & keep)[0]               # token·k + j
+        outputs.append(expert(ops.getitem(tokens, slots // k)))
+        where[slots] = placed + xp.arange(len(slots))
+        placed += len(slots)
+    outputs.append(Tensor(xp.zeros((1, d), dtype=tokens.dtype)))      # the dropped slots' row
+    where[where < 0] = placed
+    return ops.getitem(ops.concat(outputs, axis=0), where)
+
+
 class StepLoad:
     """What one MoE layer routed in one training step, summed over the step's forwards
     on this rank's tokens (its micro-batches):
@@ -196,6 +214,7 @@ class MoE(Module):
         self.experts = [make_expert() for _ in range(self.n_experts)]
         self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
         self.aux_loss, self.seed = None, LossSeed()
+        self.dispatch = dispatch_local
         self.load, self.step_load = None, StepLoad(self.n_experts)
 
     def record_load(self, chosen, keep):
@@ -229,18 +248,8 @@ class MoE(Module):
             weights = ops.cast(weights, x.dtype)
 
         tokens = ops.reshape(x, (n, d))
-        outputs, where = [], xp.full(n * k, -1, dtype=np.int64)       # (token, j) -> row
-        placed = 0
-        flat_keep = keep.reshape(n * k)
-        assignment_expert = flat_chosen.reshape(n * k)
-        for e, expert in enumerate(self.experts):
-            slots = xp.nonzero((assignment_expert == e) & flat_keep)[0]   # token·k + j
-            outputs.append(expert(ops.getitem(tokens, slots // k)))
-            where[slots] = placed + xp.arange(len(slots))
-            placed += len(slots)
-        outputs.append(Tensor(xp.zeros((1, d), dtype=x.dtype)))       # the dropped slots' row
-        where[where < 0] = placed
-        per_slot = ops.reshape(ops.getitem(ops.concat(outputs, axis=0), where), (n, k, d))
+        per_slot = ops.reshape(self.dispatch(self, tokens, flat_chosen.reshape(n * k),
+                                             keep.reshape(n * k), k), (n, k, d))
         out = ops.sum(ops.mul(per_slot, ops.reshape(weights, (n, k, 1))), axis=1)
         for expert in self.shared:
             out = ops.add(out, expert(tokens))
