@@ -4,7 +4,8 @@ Training runs in fp64 against the single process: losses, final weights and Adam
 to 1e-9 (relative to each array's largest entry, as tests/test_context_parallel.py) for
 ulysses cp2 and cp4 and the hybrid cp4 U=2, with naive and flash attention, gpt2 (4
 heads) and llama (4 query heads, 2 key/value heads: cp4 repeats each twice), and ulysses
-cp2 with tp2 and with pp2.  At op level (tests/scripts/ulysses_attention.py, every U
+cp2 with tp2 and with pp2 (and, slow, the hybrid with full recomputation and
+ulysses cp2 × dp2 with ZeRO-3).  At op level (tests/scripts/ulysses_attention.py, every U
 dividing cp, Hkv in H, 2, 1): outputs and dQ, dK, dV to 1e-12 of one process, and the
 bytes the transport counted for one attention layer equal to ``ulysses.py``'s formula.
 A Ulysses degree the heads cannot take is refused in one line before any message.
@@ -52,6 +53,9 @@ def _cases():
              for name, layout in layouts.items()]
     cases += [(m, "naive", f"ulysses cp2 {axis}", layout) for m in MODELS
               for axis, layout in (("tp2", WITH_TP), ("pp2", WITH_PP))]
+    cases += [("llama", "naive", "hybrid cp4 U=2 recompute full",
+               (4, HYBRID[1] + ["--recompute", "full"])),
+              ("llama", "naive", "ulysses cp2 dp2 zero3", (4, ULYSSES_CP2[1] + ["--dp", "2", "--zero", "3"]))]
     return [pytest.param(*case, id=f"{case[0]} {case[1]} {case[2]}",
                          marks=() if case[:3] in default else pytest.mark.slow) for case in cases]
 
