@@ -22,7 +22,7 @@ import numpy as np
 from minipar.checkpoint import layout
 from minipar.checkpoint.boxes import intersect, relative, size
 
-KINDS = ("param", "adam_m", "adam_v", "hook")
+KINDS = ("param", "adam_m", "adam_v", "hook", "moe_bias")
 
 
 class Checkpoint:

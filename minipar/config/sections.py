@@ -300,10 +300,13 @@ class Model:
                              metavar="N")
     moe_shared_experts: int = setting(0, "experts every token goes through, added to the routed "
                                       "ones (default %(default)s)", metavar="S")
-    moe_balance: str = setting("aux", "load balancing: aux (Switch/GShard loss, per sequence) or "
-                               "none; bias is not built yet (default %(default)s)",
-                               choices=("aux", "none", "bias"))
+    moe_balance: str = setting("aux", "load balancing: aux (Switch/GShard loss, per sequence), "
+                               "bias (DeepSeek-V3's loss-free: a per-expert bias on the scores "
+                               "that select, moved toward balance after each step) or none "
+                               "(default %(default)s)", choices=("aux", "bias", "none"))
     moe_aux_coef: float = setting(0.01, "the balancing loss's weight (default %(default)s)")
+    moe_bias_rate: float = setting(1e-3, "--moe-balance bias: each expert's bias moves by this "
+                                   "per step (default %(default)s)", metavar="RATE")
     moe_capacity_factor: float = setting(0.0, "per sequence an expert takes at most "
                                          "ceil(C·k·T/E) assignments (default %(default)s: "
                                          "dropless)", metavar="C")
@@ -323,7 +326,8 @@ class Model:
                                   moe_every=self.moe_every,
                                   moe_shared_experts=self.moe_shared_experts,
                                   moe_balance=self.moe_balance, moe_aux_coef=self.moe_aux_coef,
-                                  moe_capacity_factor=self.moe_capacity_factor)
+                                  moe_capacity_factor=self.moe_capacity_factor,
+                                  moe_bias_rate=self.moe_bias_rate)
 
     def check(self):
         """The model can be built: GPTConfig's own checks (sizes >= 1, heads dividing the

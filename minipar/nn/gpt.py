@@ -63,9 +63,10 @@ class GPTConfig:
     moe_top_k: int = 2             # experts per token
     moe_every: int = 1             # every N-th block (blocks N-1, 2N-1, ...) has the MoE MLP
     moe_shared_experts: int = 0    # experts every token goes through (DeepSeek's shared experts)
-    moe_balance: str = "aux"       # aux (Switch/GShard loss) | none
+    moe_balance: str = "aux"       # aux (Switch/GShard loss) | bias (DeepSeek-V3's loss-free) | none
     moe_aux_coef: float = 0.01     # the aux loss's weight in the training loss
     moe_capacity_factor: float = 0.0   # per sequence ⌈C·k·T/E⌉ assignments per expert; 0: dropless
+    moe_bias_rate: float = 1e-3    # bias balancing: each expert's selection bias moves ±rate per step
 
     @property
     def padded_vocab_size(self):
@@ -130,7 +131,7 @@ class GPTConfig:
     def _validate_moe(self):
         """The MoE fields (``nn/moe.py``): only with llama and experts, each in its range."""
         moe_defaults = dict(moe_top_k=2, moe_every=1, moe_shared_experts=0, moe_balance="aux",
-                            moe_aux_coef=0.01, moe_capacity_factor=0.0)
+                            moe_aux_coef=0.01, moe_capacity_factor=0.0, moe_bias_rate=1e-3)
         if self.moe_experts < 0:
             raise ValueError(f"`moe_experts` must be >= 0 (0: dense), got {self.moe_experts}")
         if self.moe_experts == 0:
@@ -147,15 +148,16 @@ class GPTConfig:
         if self.moe_every < 1 or self.moe_shared_experts < 0:
             raise ValueError(f"`moe_every` must be >= 1 and `moe_shared_experts` >= 0, got "
                              f"{self.moe_every} and {self.moe_shared_experts}")
-        if self.moe_balance == "bias":
-            raise ValueError("`moe_balance` bias (DeepSeek-V3's loss-free balancing) is not built "
-                             "yet: it needs state updated after each optimizer step and saved in "
-                             "the checkpoint; use aux or none")
-        if self.moe_balance not in ("aux", "none"):
-            raise ValueError(f"`moe_balance` must be aux or none, got {self.moe_balance!r}")
-        if self.moe_balance == "none" and self.moe_aux_coef != moe_defaults["moe_aux_coef"]:
-            raise ValueError("`moe_aux_coef` weighs the aux balancing loss; `moe_balance` none "
-                             "has none: drop one")
+        if self.moe_balance not in ("aux", "bias", "none"):
+            raise ValueError(f"`moe_balance` must be aux, bias or none, got {self.moe_balance!r}")
+        if self.moe_balance != "bias" and self.moe_bias_rate != moe_defaults["moe_bias_rate"]:
+            raise ValueError("`moe_bias_rate` moves the selection bias of `moe_balance` bias; "
+                             f"`moe_balance` {self.moe_balance} has none")
+        if not (math.isfinite(self.moe_bias_rate) and self.moe_bias_rate > 0):
+            raise ValueError(f"`moe_bias_rate` must be a finite number > 0, got {self.moe_bias_rate}")
+        if self.moe_balance != "aux" and self.moe_aux_coef != moe_defaults["moe_aux_coef"]:
+            raise ValueError("`moe_aux_coef` weighs the aux balancing loss; `moe_balance` "
+                             f"{self.moe_balance} has none: drop one")
         if not (math.isfinite(self.moe_aux_coef) and self.moe_aux_coef >= 0):
             raise ValueError(f"`moe_aux_coef` must be a finite number >= 0, got {self.moe_aux_coef}")
         if not (math.isfinite(self.moe_capacity_factor) and self.moe_capacity_factor >= 0):

@@ -39,6 +39,20 @@ the training loop seeds backward with; the loss's node runs first in backward, b
 any block's).  So the aux gradient lives inside the block's own graph: a block
 recomputed in backward (``--recompute full``) or run as a ZeRO-3 unit carries it like
 any other gradient (Megatron's MoEAuxLossAutoScaler, with the scale read from the loss).
+
+Loss-free balancing (``balance`` "bias", DeepSeek-V3): a per-expert bias b, state and no
+parameter, is added to the probabilities for the selection only,
+
+    e_1..e_k = the k largest p[t] + b          the weights w_j still from p, unbiased
+
+and after each optimizer step moves toward balance by the load of the step's global batch,
+
+    b_e ← b_e + rate · sign(mean_e' load_e' − load_e)
+
+load_e = the router's choices of expert e (before any capacity drop: a drop would hide
+how over-chosen an expert is) over every micro-batch of every data rank, so the update is
+the same under every layout.  An over-loaded expert's bias falls, an under-loaded one's
+rises; no gradient is involved, so the loss stays the language model's alone.
 """
 from __future__ import annotations
 
@@ -54,11 +68,18 @@ from minipar.nn.layers import Linear
 from minipar.nn.module import Module
 
 
-def route(probs, top_k):
+def route(probs, top_k, bias=None):
     """The k experts of each token, (..., k): the largest probabilities first (ties to the
-    lower expert index: a stable sort)."""
-    order = xp.argsort(-probs, axis=-1, kind="stable") if xp is np else xp.argsort(-probs, axis=-1)
+    lower expert index: a stable sort); with ``bias`` (E,), the largest of probs + bias."""
+    scores = probs if bias is None else probs + bias
+    order = xp.argsort(-scores, axis=-1, kind="stable") if xp is np else xp.argsort(-scores, axis=-1)
     return order[..., :top_k]
+
+
+def update_selection_bias(moe, load):
+    """Loss-free balancing's step: b_e += rate · sign(mean(load) − load_e), where ``load``
+    (E,) is the step's choices of each expert over the global batch."""
+    moe.selection_bias = moe.selection_bias + moe.bias_rate * xp.sign(load.mean() - load)
 
 
 def capacity(capacity_factor, top_k, seq_len, n_experts):
@@ -152,6 +173,7 @@ class StepLoad:
     on this rank's tokens (its micro-batches):
 
         received (E,)   assignments each expert took, after any capacity drop
+        chosen (E,)     the router's choices of each expert, before any drop
         dropped         assignments the capacity dropped
         aux_sum         Σ aux · sequences: the balancing loss weighted by the sequences it
                         averaged (0 without the aux loss)
@@ -167,11 +189,13 @@ class StepLoad:
 
     def reset(self):
         self.received = xp.zeros(self.n_experts, dtype=np.int64)
+        self.chosen = xp.zeros(self.n_experts, dtype=np.int64)
         self.dropped, self.aux_sum, self.sequences = 0, 0.0, 0
 
-    def count(self, received, dropped, sequences):
+    def count(self, received, dropped, sequences, chosen):
         if is_grad_enabled():
             self.received = self.received + received
+            self.chosen = self.chosen + chosen
             self.dropped += dropped
             self.sequences += sequences
 
@@ -200,7 +224,7 @@ def moe_layers(module):
 class MoE(Module):
     """The MoE MLP: a router, ``cfg.moe_experts`` routed experts and ``cfg.moe_shared_experts``
     shared ones, each a new ``make_expert()`` (the llama block's SwiGLU).  ``aux_loss`` holds the value (an array) of the
-    last forward's balancing loss (coef included; None with ``balance`` "none"), which
+    last forward's balancing loss (coef included; None unless ``balance`` is "aux"), which
     ``Llama.loss`` adds to a training loss; ``seed`` the gradient that loss received,
     which ``AttachAux`` hands to the balancing loss in backward; ``load`` what the
     last forward routed (``record_load``), ``step_load`` what the step's forwards did
@@ -213,9 +237,11 @@ class MoE(Module):
         self.router = Linear(d_model, self.n_experts, rng, bias=False)
         self.experts = [make_expert() for _ in range(self.n_experts)]
         self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
-        self.aux_loss, self.seed = None, LossSeed()
         self.dispatch = dispatch_local
+        self.aux_loss, self.seed = None, LossSeed()
         self.load, self.step_load = None, StepLoad(self.n_experts)
+        self.bias_rate = cfg.moe_bias_rate       # "bias": the selection bias and its step
+        self.selection_bias = xp.zeros(self.n_experts) if self.balance == "bias" else None
 
     def record_load(self, chosen, keep):
         """``self.load``: what the last forward routed — ``received`` (E,) the assignments
@@ -223,7 +249,8 @@ class MoE(Module):
         Counted on this rank's tokens only; a log adds them over the ranks."""
         received = xp.bincount(chosen[keep].reshape(-1), minlength=self.n_experts)
         self.load = dict(received=received, dropped=int(keep.size - keep.sum()))
-        self.step_load.count(received, self.load["dropped"], chosen.shape[0])
+        self.step_load.count(received, self.load["dropped"], chosen.shape[0],
+                             xp.bincount(chosen.reshape(-1), minlength=self.n_experts))
 
     def router_probs(self, x):
         """softmax over the experts, in float32 at least."""
@@ -236,7 +263,7 @@ class MoE(Module):
         b, t, d = x.shape
         k, n = self.top_k, b * t
         probs = self.router_probs(x)                                   # (B, T, E)
-        chosen = route(probs.data, k)                                  # (B, T, k)
+        chosen = route(probs.data, k, self.selection_bias)             # (B, T, k)
         keep = kept_assignments(chosen, self.n_experts,
                                 capacity(self.capacity_factor, k, t, self.n_experts))
         self.record_load(chosen, keep)

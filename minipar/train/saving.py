@@ -38,6 +38,7 @@ import numpy as np
 from minipar import checkpoint
 from minipar.backend import to_device, to_host
 from minipar.checkpoint.shards import owned_pieces, read_slot
+from minipar.nn.moe import moe_layers
 from minipar.parallel.placement import slot_segments
 from minipar.train import faults
 from minipar.train.errors import TrainingStopped
@@ -56,12 +57,25 @@ def local_pieces(run):
         for kind, array in (("param", slot.master), ("adam_m", opt.m[i]), ("adam_v", opt.v[i])):
             flat = to_host(array).reshape(-1)
             pieces += owned_pieces(kind, flat, segments, table)
+    if sync.comm.rank == 0 and run.grid.coords.tp == 0:   # the same on every data rank: once
+        pieces += selection_bias_pieces(run.parallel.module)
     hook = sync.comm_hook
     if hasattr(hook, "state_dict"):               # error feedback differs per rank: every rank's
         for key, a in hook.state_dict().items():
             a = np.asarray(a)
             pieces.append(("hook", f"{run.grid.rank}/{key}", a.shape,
                            ((0,) * a.ndim, a.shape), a))
+    return pieces
+
+
+def selection_bias_pieces(module):
+    """The loss-free balancing bias of each MoE layer ``module`` holds (``nn/moe.py``):
+    state, not a parameter, saved as kind ``moe_bias`` under the layer's name."""
+    pieces = []
+    for name, moe in moe_layers(module):
+        if moe.selection_bias is not None:
+            bias = to_host(moe.selection_bias)
+            pieces.append(("moe_bias", name, bias.shape, ((0,), bias.shape), bias))
     return pieces
 
 
@@ -175,9 +189,9 @@ def load_state(optimizer, parallel, ckpt, config=None, rank=0):
     and v (the boxes this rank's slots own, read from the pieces they intersect — a
     ZeRO-3 rank reads its shard, nothing more), then ``publish`` makes the model's
     weights from the masters (ZeRO-1/2: one all-gather; mixed precision: the rounding).
-    Also the loss scaler and gradient-compression state; returns the step to continue
-    from.  Compression state is per rank: it is loaded when the run has the checkpoint's
-    method and layout, else started afresh (said once)."""
+    Also the loss scaler, the MoE selection biases and gradient-compression state;
+    returns the step to continue from.  Compression state is per rank: it is loaded when
+    the run has the checkpoint's method and layout, else started afresh (said once)."""
     meta, sync, table = ckpt.meta, optimizer.sync, parallel.placements
     for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(table, len(sync.slots)))):
         for kind, target in (("param", slot.master), ("adam_m", optimizer.m[i]),
@@ -199,4 +213,7 @@ def load_state(optimizer, parallel, ckpt, config=None, rank=0):
                   "checkpoint; error feedback starts from zero", flush=True)
     if "loss_scaler" in meta and optimizer.scaler:
         optimizer.scaler.load_state_dict(meta["loss_scaler"])
+    for name, moe in moe_layers(parallel.module):
+        if moe.selection_bias is not None:
+            moe.selection_bias = to_device(ckpt.tensor(name, "moe_bias"))
     return int(meta["step"])

@@ -25,7 +25,7 @@ from minipar import backend
 from minipar.autograd import no_grad
 from minipar.comm import all_reduce
 from minipar.data import shard_rows
-from minipar.nn.moe import moe_layers
+from minipar.nn.moe import moe_layers, update_selection_bias
 
 
 def _no_phase(name):
@@ -42,7 +42,7 @@ class StepHooks:
 
 @dataclass(frozen=True)
 class StepResult:
-    local_loss: float            # this replica's mean loss (a pipeline: the last stage's, else 0)
+    local_loss: float            # this replica's mean loss (a pipeline: this stage's part of it)
     grad_norm: Optional[float]   # before clipping; None for a skipped (fp16 overflow) step
     skipped: bool
     loss_scale: float            # the S this step's loss was scaled by (1 without fp16)
@@ -79,12 +79,29 @@ def train_step(parallel, optimizer, x, y, grad_accum=1, grad_clip=None, weight=1
         before_update()
     with phase("optimizer"):
         norm = optimizer.step(grad_clip, read_along=unread)
+    if not optimizer.last_skipped:          # a skipped step (fp16 overflow) moves no state
+        balance_experts(experts, optimizer.sync.comm)
     if unread is not None:
         local = float(optimizer.read_along[0])
     if engine is None:
         local *= weight
     return StepResult(local, norm, optimizer.last_skipped, optimizer.last_scale,
                       t_update - t0, time.perf_counter() - t_update)
+
+
+def balance_experts(experts, data_comm):
+    """Loss-free balancing after the optimizer step (``nn/moe.py``): each bias-balanced MoE
+    layer's choices of the step, this rank's micro-batches summed over the data ranks
+    (``data_comm``: the ranks that hold other tokens of the same layers) in one all-reduce
+    of L·E numbers, move its selection bias."""
+    biased = [moe for _, moe in experts if moe.selection_bias is not None]
+    if not biased:
+        return
+    counts = backend.xp.concatenate([moe.step_load.chosen for moe in biased]).astype(np.float64)
+    if data_comm.size > 1:
+        counts = all_reduce(data_comm, counts)
+    for i, moe in enumerate(biased):
+        update_selection_bias(moe, counts[i * moe.n_experts:(i + 1) * moe.n_experts])
 
 
 def forward_backward(model, optimizer, x, y, grad_accum, weight=1.0, phase=_no_phase,
@@ -117,11 +134,13 @@ def pipeline_forward_backward(engine, optimizer, x, y):
 
 
 def global_loss(grid, local_loss):
-    """The mean loss of the global batch: the last stage's value, averaged over dp and cp
-    (every cp rank holds the same number of positions, so the mean of means is the mean)."""
+    """The mean loss of the global batch: summed over the pipeline stages (the last
+    stage's loss, the others' 0 or their MoE layers' balancing losses), averaged over dp
+    and cp (every cp rank holds the same number of positions, so the mean of means is
+    the mean)."""
     if grid.pp == 1 and grid.dp_cp_comm.size == 1:
         return float(local_loss)   # nothing to gather: no trip to the device and back
-    value = backend.to_device(np.array([local_loss if grid.is_last_stage else 0.0]))
+    value = backend.to_device(np.array([local_loss]))
     if grid.pp > 1:
         value = all_reduce(grid.pp_comm, value)
     group = grid.dp_cp_comm
