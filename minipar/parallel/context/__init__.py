@@ -23,7 +23,8 @@ attention; its degree is capped by the heads.  The hybrid runs Ulysses inside gr
 of U ranks and the ring across the cp/U groups (``--cp-kind ulysses --cp-ulysses U``).
 """
 from minipar.parallel.context.split import chunks_of, check_context_parallel, positions_of
-from minipar.parallel.context.ring import RingAttention, RingAttentionCore, apply_context_parallel
+from minipar.parallel.context.ring import RingAttention, RingAttentionCore
+from minipar.parallel.context.apply import apply_context_parallel
 from minipar.parallel.context.ulysses import (UlyssesAttentionCore, check_ulysses, ulysses_groups,
                                               ulysses_positions)
 

@@ -191,16 +191,9 @@ class RingAttentionCore(Module):
         return RingAttention.apply(q, k, v, self)
 
 
-def apply_context_parallel(model, cp_comm, zigzag=True, kind="ring", ulysses=None):
+def apply_ring(model, cp_comm, zigzag=True):
     """Make ``model`` (plain or tensor-parallel GPT) hold this rank's positions: every
-    block's attention core becomes ring attention (``kind`` "ring"), or Ulysses over
-    groups of ``ulysses`` ranks (default: all cp ranks) with the ring across the groups
-    (``kind`` "ulysses", ``ulysses.py``); the embedding reads the positions."""
-    if kind == "ulysses":
-        from minipar.parallel.context.ulysses import apply_ulysses
-        return apply_ulysses(model, cp_comm, ulysses or cp_comm.size, zigzag)
-    if kind != "ring":
-        raise ValueError(f"unknown context-parallel kind {kind!r}; choose ring or ulysses")
+    block's attention core becomes ring attention; the embedding reads the positions."""
     cfg = model.config
     model.token_positions = positions_of(cp_comm.rank, cp_comm.size, cfg.seq_len, zigzag)
     for block in model.blocks:
