@@ -1,7 +1,9 @@
 """Expert parallelism (``--ep``, parallel/experts.py): the dispatch against the one-process
 layer (output, gradients, bytes), training runs against one process in fp64 (losses,
-weights and Adam state to 1e-9, the checkpoint holding every expert once), a resume under
-another ep, and the refusals."""
+weights and Adam state to 1e-9, the checkpoint holding every expert once) — with ZeRO,
+accumulation, recomputation and pipelines, whose stages each add their MoE layers'
+balancing losses — a resume under another ep, a half-precision MoE keeping its dtype,
+and the refusals."""
 import numpy as np
 import pytest
 
@@ -31,6 +33,15 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
                      "--moe-balance", "none"], marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--zero", "2", "--recompute", "full"], marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--grad-accum", "2"], marks=pytest.mark.slow),
+    # pipelines: each stage adds its MoE layers' balancing losses and seeds their gradients
+    (4, ["--pp", "2", "--microbatches", "4", "--ep", "2"]),
+    pytest.param(2, ["--pp", "2", "--microbatches", "4"], marks=pytest.mark.slow),
+    pytest.param(2, ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"],
+                 marks=pytest.mark.slow),
+    pytest.param(2, ["--chunks", "2", "--schedule", "interleaved", "--microbatches", "2"],
+                 marks=pytest.mark.slow),
+    pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2", "--zero", "1",
+                     "--recompute", "full"], marks=pytest.mark.slow),
 ]
 
 
@@ -58,6 +69,17 @@ def test_a_checkpoint_of_ep4_resumes_under_ep2_and_one_process(tmp_path):
         rest = losses(ranks, f"rest{ranks}", "--resume", tmp_path / "ck", *flags)
         np.testing.assert_allclose(first + rest, straight, rtol=1e-12, atol=0,
                                    err_msg=f"resumed on {ranks} ranks {flags}")
+
+
+def test_a_half_precision_moe_layer_returns_its_input_dtype():
+    """The combine's sum over the k choices accumulates half precision in float32; the
+    layer casts back, so the residual stream (and what pipeline stages send) stays fp16."""
+    from tests.test_moe import moe_layer
+    from minipar.autograd import Tensor
+    layer = moe_layer()
+    for _, p in layer.named_parameters():
+        p.data = p.data.astype(np.float16)
+    assert layer(Tensor(np.ones((1, 3, 6), np.float16))).dtype == np.float16
 
 
 EXPERTS = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]

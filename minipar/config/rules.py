@@ -64,9 +64,9 @@ def check_across(config, world_size):
             check_partition(cfg.n_layer, pp, c.chunks)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if cfg.moe_experts and (tp > 1 or cp > 1 or c.pipelined):
-        raise ConfigError("`moe_experts` with `tp`, `cp` or `pp` > 1 is not built yet: the mixture "
-                          "of experts runs with data parallelism only (`dp`, `zero` 0-2)")
+    if cfg.moe_experts and (tp > 1 or cp > 1):
+        raise ConfigError("`moe_experts` with `tp` or `cp` > 1 is not built yet: the mixture "
+                          "of experts runs with data, expert and pipeline parallelism")
     if c.ep > 1:
         _check_expert_parallel(c, cfg, dp * cp)
     if c.zero == 3 and cfg.tie_weights:

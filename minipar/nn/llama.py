@@ -134,6 +134,8 @@ class LlamaBlock(Module):
 class Llama(GPT):
     """GPT's interface with the llama block; ``wpe`` is None (positions live in ``rope``)."""
 
+    aux_in_loss = True     # Llama.loss adds the MoE balancing losses (see there)
+
     def __init__(self, cfg, seed=0, materialize=True):
         cfg.validate()
         self.config, self.seed = cfg, seed
@@ -162,8 +164,12 @@ class Llama(GPT):
         plus the value of each MoE layer's balancing loss of this forward, so the training
         loss (and the logged loss) is the total; the balancing loss's gradient enters at
         its layer (``nn/moe.py``, ``AttachAux``), from the gradient this loss receives.
-        Evaluation (no gradients) gives the cross-entropy alone."""
+        Evaluation (no gradients) gives the cross-entropy alone, and so does a model
+        whose ``aux_in_loss`` a pipeline turned off: its MoE layers sit on several stages
+        and it adds their balancing losses and seeds their gradients itself."""
         loss = ops.cross_entropy(logits, targets)
+        if not self.aux_in_loss:           # a pipeline adds each stage's (``PipelineEngine``)
+            return loss
         layers = [m for m in self.modules() if isinstance(m, MoE)]
         aux = [m.aux_loss for m in layers if m.aux_loss is not None]
         for m in layers:

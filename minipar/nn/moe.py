@@ -278,6 +278,8 @@ class MoE(Module):
         per_slot = ops.reshape(self.dispatch(self, tokens, flat_chosen.reshape(n * k),
                                              keep.reshape(n * k), k), (n, k, d))
         out = ops.sum(ops.mul(per_slot, ops.reshape(weights, (n, k, 1))), axis=1)
+        if out.dtype != x.dtype:           # a half-precision sum accumulates in float32
+            out = ops.cast(out, x.dtype)
         for expert in self.shared:
             out = ops.add(out, expert(tokens))
         self.aux_loss = None

@@ -31,6 +31,18 @@ from minipar.parallel.pipeline.schedules import build_schedule, stage_location, 
 from minipar.parallel.pipeline.timeline import Span
 
 
+def moe_layers_of(stages):
+    """The mixture-of-experts layers in this rank's ``stages``."""
+    from minipar.nn.moe import MoE
+    found, stack = [], [stage.model for stage in stages[:1]]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, MoE):
+            found.append(module)
+        stack.extend(child for _, child in module.children())
+    return found
+
+
 class PipelineEngine:
     def __init__(self, rank_stages, pp_comm, kind, microbatches, chunks=1,
                  activation_shape=None, dtype=None):
@@ -41,6 +53,9 @@ class PipelineEngine:
         self.stages = rank_stages.stages
         d_model = self.stages[0].model.config.d_model
         self.loss_fn = self.stages[0].model.loss
+        self.moe = moe_layers_of(self.stages)
+        if self.moe:     # the MoE layers' balancing losses are added here, stage by stage
+            self.stages[0].model.aux_in_loss = False
         self.activation_shape = activation_shape or (lambda rows, seq: (rows, seq, d_model))
         self.dtype = dtype    # of the activations exchanged (default: the default dtype)
         self.comm = pp_comm
@@ -89,13 +104,17 @@ class PipelineEngine:
     # ------------------------------------------------------------ one step
     def run(self, inputs, targets, t0=None, loss_scale=1.0):
         """Forward and backward of M micro-batches (row slices of inputs/targets).
-        Returns the sum over micro-batches of loss_m/M on the last stage, else None.
+        Returns the sum over micro-batches of loss_m/M on the last stage, else 0, plus
+        the balancing losses of the MoE layers this rank holds (their mean over the
+        micro-batches): summed over the stages, the step's loss (``train_step``).
         Gradients are left accumulated in the parameters; with ``loss_scale`` S (fp16)
         the last stage back-propagates S·loss, so every gradient is S times larger."""
         rows = inputs.shape[0] // self.M
         self.t0 = time.perf_counter() if t0 is None else t0
         self.spans, self.local, self.pending_sends = [], {}, []
         saved, deferred, loss_total = {}, {}, 0.0
+        for moe in self.moe:      # dL/d(aux) of every micro-batch: the seed of its loss
+            moe.seed.value = loss_scale / self.M
         act_shape = self.activation_shape(rows, inputs.shape[1])
         dtype = self.dtype or backend.default_dtype()
         for action in self.actions:
@@ -148,7 +167,9 @@ class PipelineEngine:
         drain = self._now() - t0          # waiting for the last sends to be received
         self.comm_wait_s = drain + sum(s.end - s.start for s in self.spans
                                        if s.kind in ("send", "recv"))
-        return loss_total if self.stages[-1].is_last else None
+        aux = sum(m.step_load.aux_sum / m.step_load.sequences for m in self.moe
+                  if m.step_load.sequences)
+        return (loss_total if self.stages[-1].is_last else 0.0) + float(aux)
 
     # ------------------------------------------------------------ evaluation
     def evaluate(self, inputs, targets):
