@@ -57,10 +57,20 @@ def _compare(base, other):
                                [r["loss_global"] for r in outer], rtol=0, atol=1e-9)
 
 
+def _predicted_state(path, world_size):
+    """The memory model's model-state bytes for the run logged at ``path``."""
+    from minipar.observe.runlog import read_log
+    from minipar.perf.memory import model_state_bytes
+    config = TrainConfig(**read_log(path)[0]["config"]).resolve(world_size)
+    return model_state_bytes(config.model_config(), config)
+
+
 def test_two_groups_dp2_inside_equal_one_rank_per_group(tmp_path, one_rank_per_group):
     base, _ = one_rank_per_group
     dp2, _ = run(tmp_path, "g2dp2", 4, *DILOCO)
     _compare(base, dp2)
+    # the memory model counts the outer θ and momentum: each replica keeps half of them
+    assert dp2[0]["model_state_bytes"] == _predicted_state(tmp_path / "g2dp2.json", 4)
     # the groups differ between outer steps (each on its own rows), and the log says so
     assert any(r["outer_step"] and r["group_loss"] != r["loss_global"] for r in base)
     assert [r["outer_step"] for r in base] == [False, False, True, False, False, True, True]
@@ -76,6 +86,7 @@ def test_two_groups_other_layouts_inside(tmp_path, one_rank_per_group, layout):
     base, _ = one_rank_per_group
     other, _ = run(tmp_path, "other", 4, *DILOCO, *layout)
     _compare(base, other)
+    assert other[0]["model_state_bytes"] == _predicted_state(tmp_path / "other.json", 4)
 
 
 @pytest.mark.parametrize("fields,world,message", [
@@ -103,3 +114,41 @@ def test_refused_in_one_line_before_any_message(tmp_path):
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if "inner-steps" in ln or "inner_steps" in ln]
     assert lines and "must be >= 1" in lines[0], proc.stderr
+
+
+RESUME = [*DILOCO, "--steps", "9"]
+
+
+def test_resume_under_another_inner_layout_continues_exactly(tmp_path, one_rank_per_group):
+    """Stopped at outer step 6 with one rank per group, resumed with dp2 inside each
+    group: steps 6-8 are those of the uninterrupted run (which equals one rank per group:
+    test above)."""
+    full, _ = run(tmp_path, "full", 2, *RESUME, steps=9)
+    run(tmp_path, "first", 2, *RESUME, "--stop-at", "6", "--save", tmp_path / "ckpt", steps=9)
+    second, _ = run(tmp_path, "second", 4, *RESUME, "--resume", tmp_path / "ckpt", steps=9)
+    assert [r["step"] for r in second] == [6, 7, 8]
+    _compare(full[6:], second)
+
+
+@pytest.mark.slow
+def test_resume_under_another_group_count_keeps_the_outer_state(tmp_path):
+    """A checkpoint of 2 groups resumed as one group: the weights are the saved global
+    weights and the outer momentum the saved one (and nonzero)."""
+    from minipar.checkpoint import open_checkpoint
+    from minipar.config import prepare
+    from minipar.train import setup
+    run(tmp_path, "first", 2, *RESUME, "--stop-at", "6", "--save", tmp_path / "ckpt", steps=9)
+    config = TrainConfig(model="tiny", n_layer=2, d_model=32, seq_len=16, precision="fp64",
+                         batch_size=8, steps=9, quiet=True, outer="diloco", diloco_groups=1,
+                         inner_steps=3, resume=str(tmp_path / "ckpt"))
+    resumed = setup(prepare(config, 1), prepared=True)
+    ckpt = open_checkpoint(str(tmp_path / "ckpt"))
+    momentum, slots = resumed.outer.slot_momentum(), resumed.optimizer.sync.slots
+    for name, r in resumed.optimizer.sync.slot_ranges().items():
+        n = r.hi - r.lo
+        np.testing.assert_array_equal(momentum[r.slot][r.start:r.start + n],
+                                      ckpt.tensor(name, "outer_momentum").reshape(-1))
+        np.testing.assert_array_equal(slots[r.slot].master[r.start:r.start + n],
+                                      ckpt.tensor(name, "param").reshape(-1))
+    assert any(np.abs(m).max() > 0 for m in momentum)
+    ckpt.close()

@@ -102,6 +102,23 @@ def check_outer_layout(config, dp, n_layer):
                           "cross the slow link; use bf16")
     if getattr(c, "ep", 1) > 1:
         raise ConfigError("`outer` diloco with `ep` > 1 is not built yet")
-    if c.stop_at is not None or c.save_every or c.save or c.resume:
-        raise ConfigError("`outer` diloco with checkpoints (`save`, `save_every`, `stop_at`, "
-                          "`resume`) is not built yet")
+    checkpoints = c.stop_at is not None or c.save_every or c.save or c.resume
+    if checkpoints and (c.diloco_fragments > 1 or c.outer_compression != "none"):
+        raise ConfigError("checkpoints (`save`, `save_every`, `stop_at`, `resume`) of streaming "
+                          "DiLoCo (`diloco_fragments` > 1) or `outer_compression` are not built "
+                          "yet: their fragments in flight and error feedback are not saved")
+    H = c.inner_steps
+    if c.save_every and c.save_every % H:
+        raise ConfigError(f"`save_every` {c.save_every} must be a multiple of `inner_steps` {H}: "
+                          "a DiLoCo checkpoint is written at an outer step")
+    if c.stop_at is not None and c.stop_at % H and c.stop_at != c.steps:
+        raise ConfigError(f"`stop_at` {c.stop_at} must be a multiple of `inner_steps` {H}: "
+                          "a DiLoCo checkpoint is written at an outer step")
+
+
+def check_outer_resume(config, step):
+    """A DiLoCo run resumes at one of its outer steps (``load_resume``, once the
+    checkpoint's step is read)."""
+    if config.outer == "diloco" and step % config.inner_steps and step != config.steps:
+        raise ConfigError(f"`resume` {config.resume} is at step {step}, not a multiple of "
+                          f"`inner_steps` {config.inner_steps}: DiLoCo resumes at an outer step")

@@ -122,8 +122,14 @@ def synchronised_parts(config):
 
 def data_parallel_ranks(config):
     """N: the ranks the synchroniser's group holds, dp × cp (context-parallel ranks hold
-    the same weights and average their gradients too: ``grid.dp_cp_comm``)."""
-    return config.dp * config.cp
+    the same weights and average their gradients too: ``grid.dp_cp_comm``); under DiLoCo
+    those of one group, dp × cp / G."""
+    return config.dp * config.cp // diloco_groups(config)
+
+
+def diloco_groups(config):
+    """G: DiLoCo's groups (1 without DiLoCo)."""
+    return config.diloco_groups if getattr(config, "outer", "none") == "diloco" else 1
 
 
 def _pad_to(config, n):
@@ -140,7 +146,32 @@ def model_state_bytes(cfg, config, coords=(0, 0, 0)):
     for part, n in synchronised_parts(config):
         for key, value in _part_state_bytes(cfg, config, where, part, n).items():
             totals[key] = totals.get(key, 0) + value
+        if getattr(config, "outer", "none") == "diloco":
+            totals["optimizer"] += _outer_state_bytes(cfg, config, where, part, n, coords[0])
     return totals
+
+
+def _outer_state_bytes(cfg, config, where, part, n, dp_rank):
+    """DiLoCo's outer state on this rank (``parallel/outer``): the global weights θ and
+    the outer momentum b, in the masters' dtype, for the elements it updates — under
+    ZeRO its shard's parameter elements, under DDP its chunk of each fragment (the n
+    replicas of a group split each fragment between them)."""
+    from minipar.comm.chunks import chunk_sizes
+    from minipar.parallel.outer.diloco import fragment_of
+    half = config.precision in ("fp16", "bf16")
+    full_item = DTYPE_BYTES["fp32" if half else config.precision]
+    r = dp_rank % n
+    if config.zero == 0:
+        sizes = [0] * config.diloco_fragments
+        for name, k in param_sizes(cfg, part, **where):
+            sizes[fragment_of(name, cfg.n_layer, config.diloco_fragments)] += k
+        owned = sum(chunk_sizes(size, n)[r] for size in sizes)
+    else:
+        got = (rank_units(cfg, n, **where) if config.zero == 3 else
+               rank_buckets(cfg, bucket_bytes(config), config.precision, _pad_to(config, n),
+                            part, **where))
+        owned = sum(max(0, min(k, (r + 1) * (p // n)) - r * (p // n)) for k, p in got)
+    return 2 * owned * full_item
 
 
 def _part_state_bytes(cfg, config, where, part, n):

@@ -58,6 +58,8 @@ def load_resume(config, model, tokenizer=None):
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"`resume` {config.resume}: {err}") from None
     check_resumed_step(config, int(meta["step"]))
+    from minipar.config.outer import check_outer_resume
+    check_outer_resume(config, int(meta["step"]))
     return ckpt
 
 
@@ -137,15 +139,24 @@ def setup(config: TrainConfig, prepared=False):
     n_params = model.num_parameters()
     parallel = parallelize(model, config, grid, checkpoint=resume)
     optimizer = build_optimizer(parallel, config, grid)
-    start = 0
+    start, outer = 0, None
     if resume is not None:
-        start = load_state(optimizer, parallel, resume, config, grid.rank)
+        kind_of = None
+        if groups is not None:      # DiLoCo: this group's own inner state
+            from minipar.parallel.outer.state import inner_kinds
+            kind_of = inner_kinds(resume.meta, groups.group)
+        start = load_state(optimizer, parallel, resume, config, grid.rank, kind_of=kind_of)
+    if groups is not None:          # DiLoCo's outer loop, from the weights now in the slots
+        from minipar.parallel.outer import DiLoCo
+        outer = DiLoCo(parallel.sync, groups, config, cfg.n_layer)
+        if resume is not None:
+            from minipar.parallel.outer.state import load_outer_state
+            load_outer_state(outer, resume, parallel.placements)
+    if resume is not None:
         resume.close()              # unmap its files: what was read is in the run's arrays
     process_memory.record("construction")
     run = TrainingRun(config, grid, cfg, dataset, parallel, optimizer, start, n_params, process_memory)
-    if groups is not None:
-        from minipar.parallel.outer import DiLoCo
-        run.outer = DiLoCo(parallel.sync, groups, config, cfg.n_layer)
+    run.outer = outer
     run.memory_fit = fit
     run.bucket_source = bucket_source
     run.devices = devices

@@ -103,8 +103,10 @@ class TrainingRun:
                 "peak_mem_bytes": backend.memory.peak, "peak_rss_bytes": held["rss"],
                 "pool_peak_bytes": held["pool"], "device_used_bytes": held["device"]}
         mine["compute_s"] = max(mine["step_time_s"] - comm - wait - mine["optimizer_s"], 0.0)
-        shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm,
-                  "model_state_bytes": opt.memory_bytes()}
+        state = opt.memory_bytes()
+        if self.outer is not None:      # DiLoCo's θ and momentum count as optimizer state
+            state["optimizer"] += self.outer.memory_bytes()
+        shared = {"loss": loss, "lr": opt.lr, "grad_norm": norm, "model_state_bytes": state}
         if opt.scaler and opt.scaler.enabled:
             shared.update(loss_scale=result.loss_scale, skipped=result.skipped)
         if c.balance:

@@ -65,6 +65,9 @@ def local_pieces(run):
             a = np.asarray(a)
             pieces.append(("hook", f"{run.grid.rank}/{key}", a.shape,
                            ((0,) * a.ndim, a.shape), a))
+    if run.outer is not None:                     # DiLoCo: per-group inner state, outer state
+        from minipar.parallel.outer.state import checkpoint_pieces
+        pieces = checkpoint_pieces(run.outer, pieces, table)
     return pieces
 
 
@@ -94,6 +97,9 @@ def checkpoint_meta(run, step):
                                "layout": c.layout_name()}
     if opt.scaler:
         meta["loss_scaler"] = opt.scaler.state_dict()
+    if run.outer is not None:
+        from minipar.parallel.outer.state import meta_of
+        meta["diloco"] = meta_of(run.outer, c)
     return meta
 
 
@@ -184,20 +190,21 @@ def save_checkpoint(run, step):
     run.saver.save(step)
 
 
-def load_state(optimizer, parallel, ckpt, config=None, rank=0):
+def load_state(optimizer, parallel, ckpt, config=None, rank=0, kind_of=None):
     """Load a resumed checkpoint into a run built with zeros: each slot's masters, Adam m
     and v (the boxes this rank's slots own, read from the pieces they intersect — a
     ZeRO-3 rank reads its shard, nothing more), then ``publish`` makes the model's
     weights from the masters (ZeRO-1/2: one all-gather; mixed precision: the rounding).
     Also the loss scaler, the MoE selection biases and gradient-compression state;
     returns the step to continue from.  Compression state is per rank: it is loaded when
-    the run has the checkpoint's method and layout, else started afresh (said once)."""
+    the run has the checkpoint's method and layout, else started afresh (said once).
+    ``kind_of(kind)``: the kind to read instead (a DiLoCo group's own inner state)."""
     meta, sync, table = ckpt.meta, optimizer.sync, parallel.placements
     for i, (slot, segments) in enumerate(zip(sync.slots, slot_segments(table, len(sync.slots)))):
         for kind, target in (("param", slot.master), ("adam_m", optimizer.m[i]),
                              ("adam_v", optimizer.v[i])):
             flat = np.zeros(target.size, dtype=to_host(target.reshape(-1)[:0]).dtype)
-            read_slot(ckpt, kind, flat, segments, table)
+            read_slot(ckpt, kind_of(kind) if kind_of else kind, flat, segments, table)
             target[...] = to_device(flat).reshape(target.shape)
     sync.publish()
     optimizer.step_count = int(meta["optimizer_step"])

@@ -224,6 +224,35 @@ class DiLoCo:
         self.scatter(frag, new)
         frag.in_flight = None
 
+    # ------------------------------------------------------------ checkpoints
+    def slot_momentum(self):
+        """Per slot, a host array shaped like it holding the outer momentum b at its
+        elements (0 elsewhere), as the optimizer's m and v are: the checkpoint cuts it into
+        the same global boxes.  Collective over the group's data-parallel ranks where
+        they each keep a chunk (a replicated inner layout)."""
+        slots = self.sync.slots
+        out = [np.zeros(s.master.size, dtype=to_host(s.master.reshape(-1)[:0]).dtype) for s in slots]
+        for frag in self.fragments:
+            whole = frag.momentum
+            if self.replicated:
+                whole = all_gather(self.sync.comm, whole, sizes=chunk_sizes(frag.size, self.replicas))
+            whole, offset = to_host(whole), 0
+            for i, s, n in frag.entries:
+                out[i][s:s + n] = whole[offset:offset + n]
+                offset += n
+        return out
+
+    def load_slot_momentum(self, arrays):
+        """The inverse of ``slot_momentum``: this rank's chunk of b from slot-shaped
+        arrays (θ is the weights the run resumed with: a checkpoint is written at an
+        outer step, where they are the global weights)."""
+        for frag in self.fragments:
+            if not frag.entries:
+                continue
+            whole = np.concatenate([arrays[i][s:s + n] for i, s, n in frag.entries])
+            frag.momentum[...] = backend.to_device(whole[frag.lo:frag.hi])
+            frag.theta = self.gather(frag)
+
     def memory_bytes(self):
         """The outer state held here: θ and b of every fragment's chunk."""
         return sum(f.theta.nbytes + f.momentum.nbytes for f in self.fragments)
