@@ -42,6 +42,14 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
                  marks=pytest.mark.slow),
     pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2", "--zero", "1",
                      "--recompute", "full"], marks=pytest.mark.slow),
+    # context parallelism: the per-sequence statistics gathered over the cp ranks
+    (4, ["--cp", "2", "--ep", "2", "--moe-capacity-factor", "1.0"]),
+    pytest.param(2, ["--cp", "2"], marks=pytest.mark.slow),
+    pytest.param(4, ["--cp", "4", "--ep", "2"], marks=pytest.mark.slow),
+    pytest.param(4, ["--cp", "2", "--dp", "2", "--ep", "4", "--zero", "1",
+                     "--moe-capacity-factor", "1.0"], marks=pytest.mark.slow),
+    pytest.param(2, ["--cp", "2", "--cp-kind", "ulysses"], marks=pytest.mark.slow),
+    pytest.param(4, ["--cp", "2", "--ep", "2", "--moe-balance", "bias"], marks=pytest.mark.slow),
 ]
 
 

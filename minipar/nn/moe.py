@@ -28,7 +28,8 @@ Balancing (``balance`` "aux": the Switch/GShard auxiliary loss), per sequence of
 f_i counts the router's choices before any capacity drop and carries no gradient; P_i
 does.  The layer's aux loss is the mean of aux over the sequences of the batch, so no
 statistic crosses sequences: a batch split over ranks or micro-batches gives what the
-whole batch gives.
+whole batch gives.  A sequence split over ranks (context parallelism) has its choices
+gathered and its P summed over them first (``sequence_split``, ``parallel/moe_split.py``).
 
 How the aux loss joins the training loss L = cross-entropy + Σ_layers aux.  Its value
 is added to the loss as a number (the log shows the total); its gradient enters at the
@@ -103,13 +104,18 @@ def kept_assignments(chosen, n_experts, cap):
     return keep.reshape(b, k, t).transpose(0, 2, 1)
 
 
-def balance_loss(probs, chosen, n_experts):
+def balance_loss(probs, chosen, n_experts, split=None):
     """Per sequence E·Σ_i f_i·P_i, averaged over the sequences: probs (B, T, E) a Tensor,
-    chosen (B, T, k) an array (the docstring of this module has f and P)."""
+    chosen (B, T, k) an array (the docstring of this module has f and P).  ``split``: the
+    sequences' positions are spread over ranks (``parallel/moe_split.py``); ``chosen``
+    is then the whole sequences', ``probs`` this rank's positions'."""
     b, t, k = chosen.shape
     counts = (chosen[..., None] == xp.arange(n_experts)).sum(axis=(1, 2))      # (B, E)
     f = (counts / (k * t)).astype(probs.dtype)
-    mean_p = ops.mean(probs, axis=1)                                             # (B, E)
+    position_sum = ops.sum(probs, axis=1)                                        # (B, E)
+    if split is not None:
+        position_sum = split.sum(position_sum)
+    mean_p = ops.mul(position_sum, 1.0 / t)
     per_sequence = ops.sum(ops.mul(mean_p, Tensor(f)), axis=-1)                  # (B,)
     return ops.mul(ops.mean(per_sequence), float(n_experts))
 
@@ -138,8 +144,8 @@ class AttachAux(Function):
     """out -> out; backward: g to out, and the loss's seed to the aux loss (a scalar)."""
 
     @staticmethod
-    def forward(ctx, out, aux, seed):
-        ctx.seed, ctx.aux_dtype = seed, aux.dtype
+    def forward(ctx, out, aux, seed, scale=1):
+        ctx.seed, ctx.aux_dtype, ctx.scale = seed, aux.dtype, scale
         return out
 
     @staticmethod
@@ -147,7 +153,8 @@ class AttachAux(Function):
         if ctx.seed.value is None:
             raise RuntimeError("the MoE balancing loss has no gradient to take: the training "
                                "loss was not made by Llama.loss")
-        return g, xp.asarray(ctx.seed.value, dtype=ctx.aux_dtype).reshape(()), None
+        seed = ctx.seed.value * ctx.scale
+        return g, xp.asarray(seed, dtype=ctx.aux_dtype).reshape(()), None, None
 
 
 def dispatch_local(moe, tokens, slot_expert, keep, k):
@@ -238,6 +245,7 @@ class MoE(Module):
         self.experts = [make_expert() for _ in range(self.n_experts)]
         self.shared = [make_expert() for _ in range(cfg.moe_shared_experts)]
         self.dispatch = dispatch_local
+        self.sequence_split = None     # set where sequences are split over ranks (cp)
         self.aux_loss, self.seed = None, LossSeed()
         self.load, self.step_load = None, StepLoad(self.n_experts)
         self.bias_rate = cfg.moe_bias_rate       # "bias": the selection bias and its step
@@ -264,8 +272,12 @@ class MoE(Module):
         k, n = self.top_k, b * t
         probs = self.router_probs(x)                                   # (B, T, E)
         chosen = route(probs.data, k, self.selection_bias)             # (B, T, k)
-        keep = kept_assignments(chosen, self.n_experts,
-                                capacity(self.capacity_factor, k, t, self.n_experts))
+        split = self.sequence_split
+        whole = chosen if split is None else split.gather(chosen)      # the whole sequences'
+        keep = kept_assignments(whole, self.n_experts,
+                                capacity(self.capacity_factor, k, whole.shape[1], self.n_experts))
+        if split is not None:
+            keep = split.mine(keep)
         self.record_load(chosen, keep)
         rows = xp.arange(n)[:, None].repeat(k, axis=1)                 # (N, k): the token
         flat_chosen = chosen.reshape(n, k)
@@ -284,9 +296,10 @@ class MoE(Module):
             out = ops.add(out, expert(tokens))
         self.aux_loss = None
         if self.balance == "aux":
-            aux = ops.mul(balance_loss(probs, chosen, self.n_experts), self.aux_coef)
+            aux = ops.mul(balance_loss(probs, whole, self.n_experts, split), self.aux_coef)
             self.aux_loss = aux.data
             self.step_load.count_aux(aux.data, b)
             if is_grad_enabled():
-                out = AttachAux.apply(out, aux, self.seed)
+                out = AttachAux.apply(out, aux, self.seed,
+                                      1 if split is None else split.aux_grad_scale)
         return ops.reshape(out, (b, t, d))

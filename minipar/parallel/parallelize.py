@@ -134,6 +134,9 @@ def parallelize(model, config, grid, checkpoint=None):
         apply_context_parallel(model, grid.cp_comm, config.cp_split == "zigzag",
                                config.cp_kind, config.cp_ulysses)
         positions = model.token_positions
+        if model.config.moe_experts:     # per-sequence MoE statistics across the cp ranks
+            from minipar.parallel.moe_split import split_moe_sequences
+            split_moe_sequences(model, grid.cp_comm, positions)
     if getattr(config, "ep", 1) > 1:                                # 1c. expert parallel
         from minipar.parallel.experts import apply_expert_parallel
         apply_expert_parallel(model, grid.ep_comm)
