@@ -1,6 +1,8 @@
 """DiLoCo (``--outer diloco``): the outer step against NumPy's Algorithm 1, one group as
 the plain run, two groups independent of the layout inside them, the log's outer fields,
 and the refusals.  All in fp64: the exact cases agree to 1e-9 or better."""
+import re
+
 import numpy as np
 import pytest
 
@@ -32,9 +34,12 @@ def one_rank_per_group(tmp_path_factory):
 
 def test_outer_step_is_algorithm_1_in_numpy():
     """H = 5, lr 0.7, Nesterov 0.9, given the groups' weights: replicated and sharded
-    inner layouts, and the streaming form (2 fragments, tau 1, alpha 0.5)."""
+    inner layouts, and the streaming form (2 fragments, tau 1, alpha 0.5); int8 and bf16
+    outer compression keep error feedback's identity (the script exits 1 otherwise)."""
     proc = run_mpi(4, ["tests/scripts/diloco_outer.py"], timeout=120)
     assert proc.stdout.count("max |minipar - numpy| = 0") == 3, proc.stdout
+    sent = dict(re.findall(r"(\w+) error feedback: .* bytes per outer step (\d+)", proc.stdout))
+    assert int(sent["int8"]) < int(sent["bf16"]), proc.stdout   # 1 byte (+ scales) vs 2
 
 
 @pytest.mark.parametrize("inner_steps", [1, 3])

@@ -36,9 +36,9 @@ meanwhile (``outer_mixing`` α):
 The last step of a run synchronises every fragment at once (no delay, no mixing), so a
 run ends with one model.
 
-**Compression** (``outer_compression``): the pseudo-gradient is sent as fp16/bf16
-(all-reduced in half) or int8 with a scale per 256 elements (all-gathered:
-``parallel/sync/compression``), with error feedback: a rank sends C(Δ + e) and keeps
+**Compression** (``outer_compression``): the pseudo-gradient is sent as fp16/bf16 or
+int8 with a scale per 256 elements (``parallel/sync/compression``), all-gathered and
+summed in group order in full precision, with error feedback: a rank sends C(Δ + e) and keeps
 e ← Δ + e − C(Δ + e), so what is not sent now is sent later.
 
 **Where the state lives.**  The outer state — θ⁽ᵗ⁻¹⁾ and b — is kept for the elements
@@ -270,7 +270,9 @@ class _Dense:
 
 
 class _Cast:
-    """Δ + e rounded to half, all-reduced in half; e keeps what the rounding lost."""
+    """Δ + e rounded to half and all-gathered; every rank sums the groups' halves in group
+    order in full precision (a sum in half would round again, beyond what e keeps);
+    e keeps what the rounding lost."""
 
     def __init__(self, name):
         self.name = name
@@ -279,11 +281,16 @@ class _Cast:
 
     def __call__(self, ctx, delta, index):
         x = delta + self.residual.get(index, 0.0)
-        half = (x * (1.0 / ctx.size)).astype(self.dtype)
-        self.residual[index] = x - half.astype(x.dtype) * ctx.size
-        if half.size:
-            half = all_reduce(ctx, half)
-        return half.astype(delta.dtype)
+        half = x.astype(self.dtype)
+        self.residual[index] = x - half.astype(x.dtype)
+        if not x.size:
+            return x
+        everyone = all_gather(ctx, half, sizes=[x.size] * ctx.size)
+        total = xp.zeros_like(x)
+        for r in range(ctx.size):
+            total += everyone[r * x.size:(r + 1) * x.size].astype(x.dtype)
+        total *= 1.0 / ctx.size
+        return total
 
 
 class _Int8:
