@@ -143,7 +143,51 @@ def test_mkdocs_build_strict(tmp_path):
     assert proc.returncode == 0, proc.stderr[-5000:]
     names = lesson_pages.lesson_notebooks()
     pages = {n: (site / "lessons" / n[:-len(".ipynb")] / "index.html").read_text(encoding="utf-8") for n in names}
-    with_figures = [n for n, html in pages.items() if "data:image/png;base64" in html]
+    with_figures = [n for n, html in pages.items() if re.search(r'<img[^>]+src="data:image/png;base64', html)]
     assert len(with_figures) >= len(names) - 2, f"lessons without a figure: {sorted(set(names) - set(with_figures))}"
     cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
     assert "--sequence-parallel" in cli and "minipar cluster up" in cli, "the CLI page lacks train's or cluster's help"
+
+
+def test_a_page_shows_blank_exercises_and_recorded_outputs_where_its_part_skipped(tmp_path, monkeypatch):
+    """What a lesson page shows: the exercise cell as the learner finds it (no output) under a
+    note, and where this machine's run skipped a part (its probe cell said so) the outputs
+    recorded elsewhere, marked; a run that did not skip keeps its own outputs."""
+    nbformat = pytest.importorskip("nbformat")
+    lessons, recorded = tmp_path / "lessons", tmp_path / "recorded"
+    lessons.mkdir(), recorded.mkdir()
+    cells = [nbformat.v4.new_code_cell("print('probe')"), nbformat.v4.new_code_cell("raise NotImplementedError('hint')"),
+             nbformat.v4.new_code_cell("if ok: measure()")]
+    cells[1].metadata.update(tags=["exercise"], exercise="mine")
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i:02d}"
+    blank = nbformat.v4.new_notebook(cells=cells)
+    nbformat.write(blank, lessons / "99_topic.ipynb")
+    (recorded / "99_topic.json").write_text(json.dumps({
+        "needs": "root", "machine": "a machine with root", "date": "2026-12-07",
+        "probe": {"cell": "cell-00", "lacking": "no root"},
+        "cells": {"cell-02": {"outputs": [{"output_type": "stream", "name": "stdout", "text": "measured 1.0 s\n"}]}}}))
+    monkeypatch.setattr(lesson_pages, "LESSONS", str(lessons))
+    monkeypatch.setattr(lesson_pages, "RECORDED", str(recorded))
+    monkeypatch.setattr(lesson_pages, "CACHE", str(tmp_path / "cache"))
+
+    def page(probe_says, solution_prints):
+        executed = nbformat.from_dict(json.loads(json.dumps(blank)))
+        executed.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=probe_says)]
+        executed.cells[1].source = "def mine(): return 1"
+        executed.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=solution_prints)]
+        executed.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="live 2.0 s\n")]
+        path = tmp_path / "executed.ipynb"
+        nbformat.write(executed, path)
+        return nbformat.read(lesson_pages.for_the_page(str(path), "99_topic.ipynb"), as_version=4)
+
+    skipped = page("no root: skipped\n", "solved\n")
+    sources = [c.source for c in skipped.cells]
+    exercise = sources.index("raise NotImplementedError('hint')")
+    assert "Exercise" in sources[exercise - 1] and not skipped.cells[exercise].outputs
+    measured = sources.index("if ok: measure()")
+    assert "recorded on a machine with root on 2026-12-07" in sources[measured - 1]
+    assert skipped.cells[measured].outputs[0]["text"] == "measured 1.0 s\n"
+    live = page("a cluster can be built here\n", "solved\n")
+    assert [c.outputs[0]["text"] for c in live.cells if c.source == "if ok: measure()"] == ["live 2.0 s\n"]
+    assert not any("recorded" in c.source for c in live.cells)

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARKER = "<!-- the command reference is generated here -->"
@@ -40,19 +41,18 @@ def choices(usage_help):
 
 def commands():
     """[(command words, help text)] for ``python -m minipar`` and every command under it,
-    depth first, in the order the parser lists them."""
-    found = []
+    depth first, in the order the parser lists them (each level's ``--help`` runs at once)."""
+    def under(command, text, pool):
+        words = [command + [choice] for choice in choices(text)]
+        found = []
+        for child, child_text in zip(words, pool.map(help_text, words)):
+            if child_text != text and " ".join(child) in child_text.split("\n\n", 1)[0]:
+                found += [(child, child_text)] + under(child, child_text, pool)
+        return found
 
-    def walk(command, parent_text):
-        text = help_text(command)
-        if text == parent_text or " ".join(command) not in text.split("\n\n", 1)[0]:
-            return
-        found.append((command, text))
-        for choice in choices(text):
-            walk(command + [choice], text)
-
-    walk([], None)
-    return found
+    top = help_text([])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [([], top)] + under([], top, pool)
 
 
 def anchor(command):

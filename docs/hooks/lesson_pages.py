@@ -31,11 +31,13 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LESSONS = os.path.join(ROOT, "lessons")
 CACHE = os.path.join(ROOT, ".cache", "lessons")
+PAGES = os.path.join(CACHE, "pages")     # the notebooks as shown, at their site paths (lessons/NN_topic.ipynb)
 RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
 # What a lesson's outputs depend on, besides the notebook and its solutions (globs under ROOT).
 INPUTS = ["lessons/*.py", "lessons/sources/launch.py", "minipar/**/*.py", "minipar/**/*.cu",
@@ -57,9 +59,8 @@ def lesson_title(name):
         if cell["cell_type"] == "markdown":
             for line in "".join(cell["source"]).splitlines():
                 if line.startswith("# "):
-                    heading = line[2:].strip()
-                    number = name[:2]
-                    return heading if heading.startswith(number) else f"{number} · {heading}"
+                    heading = re.sub(rf"^(lesson\s+)?{name[:2]}\s*[·:.—–-]*\s*", "", line[2:].strip(), flags=re.I)
+                    return f"{name[:2]} · {heading}"
     return name[:-len(".ipynb")].replace("_", " ")
 
 
@@ -200,7 +201,7 @@ def for_the_page(executed, name):
             cell.outputs = [nbformat.from_dict(o) for o in record["cells"][cell.get("id")]["outputs"]]
         cells.append(cell)
     nb.cells = cells
-    out = os.path.join(CACHE, "pages", name)
+    out = os.path.join(PAGES, "lessons", name)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     nbformat.write(nb, out)
     return out
@@ -216,13 +217,13 @@ def figures(path):
 def record(number, probe_cell, lacking, needs, cells):
     """Write ``recorded/NN_topic.json`` from this machine's executed lesson: the outputs of
     ``cells``, shown by a build whose ``probe_cell`` printed ``lacking``."""
+    import nbformat
     name = next(n for n in lesson_notebooks() if n.startswith(f"{number:02d}_"))
-    with open(execute(name), encoding="utf-8") as f:
-        nb = json.load(f)
-    by_id = {c.get("id"): c for c in nb["cells"]}
+    by_id = {c.get("id"): c for c in nbformat.read(execute(name), as_version=4).cells}
     assert lacking not in "".join(o.get("text", "") for o in by_id[probe_cell]["outputs"]), \
         f"this machine lacks {needs}: it cannot record {name}"
-    machine = f"a {os.cpu_count()}-core {platform.machine()} Linux machine ({platform.python_implementation()} {platform.python_version()})"
+    machine = (f"a {os.cpu_count()}-core {platform.machine()} {platform.system()} machine "
+               f"(Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} when recorded)")
     data = {"needs": needs, "machine": machine, "date": datetime.date.today().isoformat(),
             "probe": {"cell": probe_cell, "lacking": lacking},
             "cells": {cid: {"outputs": by_id[cid]["outputs"]} for cid in cells}}

@@ -39,15 +39,21 @@ def on_config(config):
 def on_files(files, config):
     """Each lesson executed (or taken from the cache) and added as the page ``lessons/NN_topic.ipynb``."""
     names = lesson_pages.lesson_notebooks()
-    with_figures = 0
+    with_figures, failed = 0, []
     for i, name in enumerate(names, 1):
         try:
             executed = lesson_pages.execute(name, log=lambda text: log.info(f"[{i}/{len(names)}] {text}"))
         except lesson_pages.LessonFailed as err:
-            raise PluginError(str(err)) from None
-        page = lesson_pages.for_the_page(executed, name)
-        with_figures += lesson_pages.figures(page) > 0
-        files.append(File.generated(config, f"lessons/{name}", abs_src_path=page))
+            log.error(str(err))
+            failed.append(name)
+            continue
+        with_figures += lesson_pages.figures(lesson_pages.for_the_page(executed, name)) > 0
+        # a file whose source folder is PAGES (mkdocs-jupyter's wrapper reads the path from
+        # src_dir and src_uri, so File.generated's bare abs_src_path would be lost)
+        files.append(File(f"lessons/{name}", src_dir=lesson_pages.PAGES, dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls))
+    if failed:     # every lesson is tried first, so that one build names all that fail
+        raise PluginError(f"{len(failed)} lesson(s) failed with their solutions in: {', '.join(failed)}")
     log.info(f"{len(names)} lessons executed, {with_figures} with figures")
     return files
 

@@ -1,7 +1,19 @@
-// MathJax for the prose pages' $...$ and $$...$$ (pymdownx.arithmatex, generic mode);
-// mkdocs-jupyter's lesson pages typeset their own.
+// MathJax 3 for the whole site: the prose pages' math, which pymdownx.arithmatex wraps in
+// \( \) and \[ \], and the lesson pages' notebook math, left as $...$ and $$...$$.
+// Code (pre, code) is never typeset.
 window.MathJax = {
-  tex: {inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true, processEnvironments: true},
-  options: {ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex"}
+  tex: {
+    inlineMath: [["\\(", "\\)"], ["$", "$"]],
+    displayMath: [["\\[", "\\]"], ["$$", "$$"]],
+    processEscapes: true,
+    processEnvironments: true
+  }
 };
-document$.subscribe(() => { MathJax.typesetPromise(); });
+document$.subscribe(() => {
+  if (window.MathJax.typesetPromise) {
+    MathJax.startup.output.clearCache();
+    MathJax.typesetClear();
+    MathJax.texReset();
+    MathJax.typesetPromise();
+  }
+});
