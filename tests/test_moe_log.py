@@ -18,6 +18,7 @@ TOP_K, SEQ_LEN, BATCH = 2, 16, 8
 MODEL = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--n-head", "4",
          "--n-kv-head", "2", "--seq-len", str(SEQ_LEN), "--moe-experts", "4",
          "--moe-top-k", str(TOP_K), "--moe-capacity-factor", "1.0"]
+SPREAD = ["--dp", "2", "--grad-accum", "2", "--recompute", "full"]
 
 
 def logged_run(tmp_path, name, n, *flags):
@@ -28,34 +29,47 @@ def logged_run(tmp_path, name, n, *flags):
     return log
 
 
-def test_log_counts_every_assignment_once_under_any_layout_and_report_draws_it(tmp_path):
-    """dp 2 × 2 accumulated micro-batches × full recomputation logs the single process's
-    counts, and they add up: received + dropped = k · tokens, with some dropped (capacity 1)."""
-    single = read_log(logged_run(tmp_path, "single", 1))[1]
-    spread_log = logged_run(tmp_path, "spread", 2, "--dp", "2", "--grad-accum", "2",
-                            "--recompute", "full")
-    spread = read_log(spread_log)[1]
-    assert len(spread) == len(single) == 3
-    assignments = TOP_K * BATCH * SEQ_LEN
-    dropped_any = False
-    for one, other in zip(single, spread):
-        assert [e["block"] for e in other["experts"]] == [0, 1]
-        for mine, theirs in zip(one["experts"], other["experts"]):
-            assert theirs["received"] == mine["received"], (other["step"], theirs, mine)
-            dropped = theirs["dropped_share"] * assignments
+def check_counts(records):
+    """Every step and MoE layer: received + dropped = k · tokens; returns whether any dropped."""
+    assignments, dropped_any = TOP_K * BATCH * SEQ_LEN, False
+    for record in records:
+        assert [e["block"] for e in record["experts"]] == [0, 1]
+        for layer in record["experts"]:
+            dropped = layer["dropped_share"] * assignments
             assert dropped == pytest.approx(round(dropped), abs=1e-9)
-            assert sum(theirs["received"]) == assignments - round(dropped)
+            assert sum(layer["received"]) == assignments - round(dropped), (record["step"], layer)
             dropped_any |= dropped > 0
-            assert theirs["load_max_mean"] == pytest.approx(
-                max(theirs["received"]) / (sum(theirs["received"]) / 4))
-            assert theirs["balance_loss"] == pytest.approx(mine["balance_loss"], rel=1e-9)
-            assert theirs["balance_loss"] >= 0.01 * (1 - 1e-9)   # coef · E·Σf·P >= coef
-    assert dropped_any
+            assert layer["load_max_mean"] == pytest.approx(
+                max(layer["received"]) / (sum(layer["received"]) / 4))
+            assert layer["balance_loss"] >= 0.01 * (1 - 1e-9)   # coef · E·Σf·P >= coef
+    return dropped_any
 
+
+def test_log_counts_every_assignment_once_and_report_draws_it(tmp_path):
+    """dp 2 × 2 accumulated micro-batches × full recomputation (each block routes twice a
+    micro-batch): the counts of both ranks add up to k · tokens, with some dropped
+    (capacity 1); report draws them."""
+    log = logged_run(tmp_path, "spread", 2, *SPREAD)
+    records = read_log(log)[1]
+    assert len(records) == 3 and check_counts(records)
     out = tmp_path / "report"
-    assert report.main([str(spread_log), "--out", str(out)]) == 0
+    assert report.main([str(log), "--out", str(out)]) == 0
     assert (out / "expert_load_1.png").stat().st_size > 1000
     assert 'src="expert_load_1.png"' in (out / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_log_counts_are_the_single_process_counts(tmp_path):
+    """The same counts, balancing loss and dropped share under dp 2 × 2 micro-batches ×
+    recomputation as in one process (fp64)."""
+    single = read_log(logged_run(tmp_path, "single", 1))[1]
+    spread = read_log(logged_run(tmp_path, "spread", 2, *SPREAD))[1]
+    check_counts(single)
+    for one, other in zip(single, spread):
+        for mine, theirs in zip(one["experts"], other["experts"]):
+            assert theirs["received"] == mine["received"], (other["step"], theirs, mine)
+            assert theirs["dropped_share"] == mine["dropped_share"]
+            assert theirs["balance_loss"] == pytest.approx(mine["balance_loss"], rel=1e-9)
 
 
 def test_a_dense_model_logs_no_expert_load():
