@@ -157,3 +157,28 @@ def test_resume_under_another_group_count_keeps_the_outer_state(tmp_path):
                                       ckpt.tensor(name, "param").reshape(-1))
     assert any(np.abs(m).max() > 0 for m in momentum)
     ckpt.close()
+
+
+def test_performance_model_prices_the_outer_step_on_the_slow_link():
+    """On a profile whose link between nodes is 100 Mbit/s, DiLoCo's step approaches its
+    inner step as H grows and beats data parallelism, whose all-reduce crosses the link
+    every step; the bytes of an outer step are a ring all-reduce's of the fp32 model
+    over 2 groups, from every rank."""
+    import dataclasses
+    from minipar.perf.diloco import compare, price
+    from minipar.perf.estimate import predict
+    from minipar.perf.memory import numel
+    from minipar.perf.profile import load_profile
+    cpu = load_profile("cpu")
+    slow = dataclasses.replace(cpu, ranks_per_node=2, collectives={},
+                               links=dict(cpu.links, inter={"alpha": 1e-3, "bw": 100e6 / 8}))
+    config = TrainConfig(model="tiny", vocab_size=256, outer="diloco", diloco_groups=2,
+                         inner_steps=10).resolve(4)
+    steps = [price(dataclasses.replace(config, inner_steps=H), slow, 2) for H in (10, 100)]
+    assert steps[0].where == "inter"
+    assert steps[0].step_s > steps[1].step_s > steps[1].inner_s
+    ddp = predict(dataclasses.replace(config, outer="none"), slow, 2).step_s
+    assert steps[1].step_s < ddp
+    psi = numel(config.model_config())
+    assert steps[0].outer_bytes == pytest.approx(4 * 2 * (1 / 2) * (psi / 2) * 4)
+    assert "DiLoCo H=50" in compare(config, slow, 2)

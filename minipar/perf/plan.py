@@ -227,6 +227,17 @@ def _checked_inputs(a):
     return base, prof
 
 
+def _diloco_config(base, a):
+    """plan --diloco G: data parallelism over every rank cut into G DiLoCo groups, or
+    CommandError (G not dividing the ranks, ...) in one line."""
+    from dataclasses import replace
+    from minipar.cli_checks import CommandError
+    try:
+        return replace(base, outer="diloco", diloco_groups=a.diloco).resolve(a.ranks)
+    except ConfigError as err:
+        raise CommandError(f"--diloco {a.diloco}: {as_flags(err)}") from None
+
+
 def plan_main(argv=None):
     """The ``minipar plan`` command."""
     ap = OneLineParser(prog="minipar plan", description=__doc__.split("\n")[0])
@@ -242,14 +253,22 @@ def plan_main(argv=None):
     ap.add_argument("--placements", default="block",
                     help="block (node 0 holds ranks 0..K-1), cyclic (rank r on node r mod N), or "
                          "block,cyclic to rank both")
+    ap.add_argument("--diloco", type=int, default=None, metavar="G",
+                    help="also price DiLoCo with G groups (on a cluster: G = --nodes) against "
+                         "data parallelism over every rank, per step at H = 10, 50, 100, 500")
     a = ap.parse_args(argv)
     base, prof = _checked_inputs(a)
+    diloco = _diloco_config(base, a) if a.diloco is not None else None
     mem = a.mem_per_rank * 2 ** 30 if a.mem_per_rank else None
     placements = tuple(filter(None, a.placements.split(",")))
     if not placements or set(placements) - {"block", "cyclic"}:
         raise CommandError(f"--placements must be block, cyclic or block,cyclic, got {a.placements!r}")
     pl = plan(base, a.ranks, prof, a.nodes, mem, placements)
     print(format_plan(pl, a.ranks, a.top))
+    if diloco is not None:
+        from minipar.perf.diloco import compare
+        print()
+        print(compare(diloco, prof, a.ranks // a.nodes if a.nodes else None))
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dict(layout=describe(p.config), step_s=p.step_s, tokens_per_s=p.tokens_per_s,
