@@ -80,7 +80,7 @@ def train_step(parallel, optimizer, x, y, grad_accum=1, grad_clip=None, weight=1
     with phase("optimizer"):
         norm = optimizer.step(grad_clip, read_along=unread)
     if not optimizer.last_skipped:          # a skipped step (fp16 overflow) moves no state
-        balance_experts(experts, optimizer.sync.comm)
+        balance_experts(experts, (optimizer.sync.comm, optimizer.tp_comm))
     if unread is not None:
         local = float(optimizer.read_along[0])
     if engine is None:
@@ -89,17 +89,20 @@ def train_step(parallel, optimizer, x, y, grad_accum=1, grad_clip=None, weight=1
                       t_update - t0, time.perf_counter() - t_update)
 
 
-def balance_experts(experts, data_comm):
+def balance_experts(experts, groups):
     """Loss-free balancing after the optimizer step (``nn/moe.py``): each bias-balanced MoE
-    layer's choices of the step, this rank's micro-batches summed over the data ranks
-    (``data_comm``: the ranks that hold other tokens of the same layers) in one all-reduce
-    of L·E numbers, move its selection bias."""
+    layer's choices of the step, this rank's micro-batches summed over ``groups`` — the
+    ranks that route other tokens through the same layers: the data ranks (dp × cp), and
+    the tensor-parallel ones (a MoE runs tp only with sequence parallelism, each tp rank
+    routing its own positions) — one all-reduce of L·E numbers per group, move its
+    selection bias.  Every rank then holds the same biases."""
     biased = [moe for _, moe in experts if moe.selection_bias is not None]
     if not biased:
         return
     counts = backend.xp.concatenate([moe.step_load.chosen for moe in biased]).astype(np.float64)
-    if data_comm.size > 1:
-        counts = all_reduce(data_comm, counts)
+    for group in groups:
+        if group is not None and group.size > 1:
+            counts = all_reduce(group, counts)
     for i, moe in enumerate(biased):
         update_selection_bias(moe, counts[i * moe.n_experts:(i + 1) * moe.n_experts])
 
