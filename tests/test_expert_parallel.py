@@ -34,7 +34,7 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
     pytest.param(2, ["--ep", "2", "--zero", "2", "--recompute", "full"], marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--grad-accum", "2"], marks=pytest.mark.slow),
     # pipelines: each stage adds its MoE layers' balancing losses and seeds their gradients
-    (4, ["--pp", "2", "--microbatches", "4", "--ep", "2"]),
+    pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2"], marks=pytest.mark.slow),
     pytest.param(2, ["--pp", "2", "--microbatches", "4"], marks=pytest.mark.slow),
     pytest.param(2, ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"],
                  marks=pytest.mark.slow),
@@ -50,6 +50,21 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
                      "--moe-capacity-factor", "1.0"], marks=pytest.mark.slow),
     pytest.param(2, ["--cp", "2", "--cp-kind", "ulysses"], marks=pytest.mark.slow),
     pytest.param(4, ["--cp", "2", "--ep", "2", "--moe-balance", "bias"], marks=pytest.mark.slow),
+    # tensor parallelism with sequence parallelism: each tp rank routes its own positions
+    (4, ["--tp", "2", "--sequence-parallel", "--ep", "2", "--moe-shared-experts", "1"]),
+    pytest.param(2, ["--tp", "2", "--sequence-parallel", "--moe-shared-experts", "1"],
+                 marks=pytest.mark.slow),
+    pytest.param(4, ["--tp", "4", "--sequence-parallel", "--moe-capacity-factor", "1.0"],
+                 marks=pytest.mark.slow),
+    pytest.param(4, ["--tp", "2", "--sequence-parallel", "--cp", "2",
+                     "--moe-capacity-factor", "1.0"], marks=pytest.mark.slow),
+    pytest.param(4, ["--tp", "2", "--sequence-parallel", "--pp", "2",
+                     "--moe-shared-experts", "1"], marks=pytest.mark.slow),
+    pytest.param(4, ["--tp", "2", "--sequence-parallel", "--ep", "2", "--zero", "2",
+                     "--recompute", "full", "--moe-capacity-factor", "1.0"],
+                 marks=pytest.mark.slow),
+    pytest.param(2, ["--tp", "2", "--sequence-parallel", "--moe-balance", "bias"],
+                 marks=pytest.mark.slow),
 ]
 
 
@@ -58,7 +73,7 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
 def test_expert_parallel_runs_reproduce_one_process(tmp_path, ranks, flags):
     """fp64, 5 steps, 4 experts top-2: the losses, the final weights of every expert (read
     from the checkpoint each owner wrote) and Adam's state equal the single process's."""
-    moe = [v for f, v in zip(flags[::2], flags[1::2]) if f.startswith("--moe") for v in (f, v)]
+    moe = [a for i, f in enumerate(flags) if f.startswith("--moe") for a in flags[i:i + 2]]
     single = train(tmp_path, "single", 1, *moe, model=MODEL, batch=8)
     run = train(tmp_path, "ep", ranks, *flags, model=MODEL, batch=8, timeout=300)
     assert_same_run(run, single, rtol=1e-9)

@@ -232,7 +232,7 @@ REFUSALS = [  # (world size, flags, what the one line must say)
     (1, ["--moe-experts", "4", "--moe-balance", "bias"], "--moe-balance bias (DeepSeek-V3's loss-free balancing) is not built yet"),
     (1, ["--moe-top-k", "1"], "--moe-top-k sets the mixture of experts; add --moe-experts E"),
     (1, ["--moe-experts", "4", "--moe-balance", "none", "--moe-aux-coef", "0.1"], "--moe-aux-coef weighs the aux balancing loss; --moe-balance none has none"),
-    (2, ["--moe-experts", "4", "--tp", "2"], "--moe-experts with --tp > 1 is not built yet"),
+    (2, ["--moe-experts", "4", "--tp", "2"], "--moe-experts with --tp needs --sequence-parallel"),
 ]
 
 
@@ -250,5 +250,5 @@ def test_moe_refusal_through_the_command_line_is_one_line_exit_2():
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("minipar train: "), proc.stderr
-    assert "is not built yet" in lines[0] and not proc.stdout.strip()
+    assert "needs --sequence-parallel" in lines[0] and not proc.stdout.strip()
 

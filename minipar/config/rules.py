@@ -64,9 +64,9 @@ def check_across(config, world_size):
             check_partition(cfg.n_layer, pp, c.chunks)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if cfg.moe_experts and tp > 1:
-        raise ConfigError("`moe_experts` with `tp` > 1 is not built yet: the mixture of experts "
-                          "runs with data, expert, context and pipeline parallelism")
+    if cfg.moe_experts and tp > 1 and not c.sequence_parallel:
+        raise ConfigError("`moe_experts` with `tp` needs `sequence_parallel`: each tp rank "
+                          "routes its own positions of the sequence (as Megatron requires)")
     if c.ep > 1:
         _check_expert_parallel(c, cfg, dp * cp)
     if c.zero == 3 and cfg.tie_weights:

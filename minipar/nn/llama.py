@@ -54,7 +54,7 @@ from minipar.nn.gpt import GPT
 from minipar.nn.init import drawer, init_specs, initialise
 from minipar.nn.layers import Dropout, Linear
 from minipar.nn.module import Module
-from minipar.nn.moe import MoE, RecordLossSeed
+from minipar.nn.moe import MoE, add_balancing_losses
 from minipar.nn.norms import RMSNorm
 from minipar.nn.rope import RotaryEmbedding
 from minipar.backend import xp
@@ -167,26 +167,4 @@ class Llama(GPT):
         Evaluation (no gradients) gives the cross-entropy alone, and so does a model
         whose ``aux_in_loss`` a pipeline turned off: its MoE layers sit on several stages
         and it adds their balancing losses and seeds their gradients itself."""
-        loss = ops.cross_entropy(logits, targets)
-        if not self.aux_in_loss:           # a pipeline adds each stage's (``PipelineEngine``)
-            return loss
-        layers = [m for m in self.modules() if isinstance(m, MoE)]
-        aux = [m.aux_loss for m in layers if m.aux_loss is not None]
-        for m in layers:
-            m.aux_loss, m.seed.value = None, None     # this loss's backward sets the seed
-        if not aux or not is_grad_enabled():
-            return loss
-        total_aux = aux[0]
-        for value in aux[1:]:
-            total_aux = total_aux + value
-        loss = ops.add(loss, Tensor(total_aux.astype(loss.dtype)))
-        return RecordLossSeed.apply(loss, [m.seed for m in layers])
-
-    def modules(self):
-        """This model and every module inside it (through wrappers too)."""
-        stack, found = [self], []
-        while stack:
-            module = stack.pop()
-            found.append(module)
-            stack.extend(child for _, child in module.children())
-        return found
+        return add_balancing_losses(self, ops.cross_entropy(logits, targets))

@@ -228,6 +228,38 @@ def moe_layers(module):
             if id(p) in found and name.endswith(suffix)]
 
 
+def add_balancing_losses(model, loss):
+    """The training loss: ``loss`` plus the balancing loss of each MoE layer of ``model``
+    in this forward (their values; their gradients enter at the layers, from the seed
+    this loss's backward records — ``RecordLossSeed``).  Evaluation (no gradients), a
+    dense model, or a model whose ``aux_in_loss`` a pipeline turned off (it adds its
+    stages' balancing losses and seeds them itself) keep ``loss`` as it is."""
+    if not getattr(model, "aux_in_loss", True):
+        return loss
+    layers = moe_modules(model)
+    aux = [m.aux_loss for m in layers if m.aux_loss is not None]
+    for m in layers:
+        m.aux_loss, m.seed.value = None, None     # this loss's backward sets the seed
+    if not aux or not is_grad_enabled():
+        return loss
+    total_aux = aux[0]
+    for value in aux[1:]:
+        total_aux = total_aux + value
+    loss = ops.add(loss, Tensor(total_aux.astype(loss.dtype)))
+    return RecordLossSeed.apply(loss, [m.seed for m in layers])
+
+
+def moe_modules(module):
+    """The MoE layers inside ``module`` (through wrappers and lists), in no set order."""
+    stack, found = [module], []
+    while stack:
+        m = stack.pop()
+        if isinstance(m, MoE):
+            found.append(m)
+        stack.extend(child for _, child in m.children())
+    return found
+
+
 class MoE(Module):
     """The MoE MLP: a router, ``cfg.moe_experts`` routed experts and ``cfg.moe_shared_experts``
     shared ones, each a new ``make_expert()`` (the llama block's SwiGLU).  ``aux_loss`` holds the value (an array) of the
@@ -292,8 +324,8 @@ class MoE(Module):
         out = ops.sum(ops.mul(per_slot, ops.reshape(weights, (n, k, 1))), axis=1)
         if out.dtype != x.dtype:           # a half-precision sum accumulates in float32
             out = ops.cast(out, x.dtype)
-        for expert in self.shared:
-            out = ops.add(out, expert(tokens))
+        for expert in self.shared:     # on (B, T, d): tensor parallelism gathers along T
+            out = ops.add(out, ops.reshape(expert(x), (n, d)))
         self.aux_loss = None
         if self.balance == "aux":
             aux = ops.mul(balance_loss(probs, whole, self.n_experts, split), self.aux_coef)

@@ -134,9 +134,10 @@ def parallelize(model, config, grid, checkpoint=None):
         apply_context_parallel(model, grid.cp_comm, config.cp_split == "zigzag",
                                config.cp_kind, config.cp_ulysses)
         positions = model.token_positions
-        if model.config.moe_experts:     # per-sequence MoE statistics across the cp ranks
-            from minipar.parallel.moe_split import split_moe_sequences
-            split_moe_sequences(model, grid.cp_comm, positions)
+    if model.config.moe_experts:     # MoE statistics per sequence, where sequences are split
+        from minipar.parallel.moe_split import split_moe_sequences
+        split_moe_sequences(model, grid, positions, model.config.seq_len,
+                            bool(getattr(config, "sequence_parallel", False)))
     if getattr(config, "ep", 1) > 1:                                # 1c. expert parallel
         from minipar.parallel.experts import apply_expert_parallel
         apply_expert_parallel(model, grid.ep_comm)

@@ -27,20 +27,9 @@ import time
 from minipar import backend
 from minipar.backend import xp
 from minipar.autograd import Tensor, WeightGradDeferral, no_grad
+from minipar.nn.moe import moe_modules
 from minipar.parallel.pipeline.schedules import build_schedule, stage_location, virtual_stage
 from minipar.parallel.pipeline.timeline import Span
-
-
-def moe_layers_of(stages):
-    """The mixture-of-experts layers in this rank's ``stages``."""
-    from minipar.nn.moe import MoE
-    found, stack = [], [stage.model for stage in stages[:1]]
-    while stack:
-        module = stack.pop()
-        if isinstance(module, MoE):
-            found.append(module)
-        stack.extend(child for _, child in module.children())
-    return found
 
 
 class PipelineEngine:
@@ -53,7 +42,7 @@ class PipelineEngine:
         self.stages = rank_stages.stages
         d_model = self.stages[0].model.config.d_model
         self.loss_fn = self.stages[0].model.loss
-        self.moe = moe_layers_of(self.stages)
+        self.moe = moe_modules(self.stages[0].model)     # this rank's: others' are dropped
         if self.moe:     # the MoE layers' balancing losses are added here, stage by stage
             self.stages[0].model.aux_in_loss = False
         self.activation_shape = activation_shape or (lambda rows, seq: (rows, seq, d_model))

@@ -97,3 +97,18 @@ def parallel_swiglu(mlp, comm, sequence_parallel=False):
     if sp:
         mlp.drop = SequenceParallelDropout.from_dropout(mlp.drop, comm)
     return mlp
+
+
+def parallel_moe(moe, comm, sequence_parallel=False):
+    """A MoE MLP under tensor parallelism with sequence parallelism (as Megatron requires
+    for experts): each tp rank routes its own positions of the sequence through the
+    router and the routed experts, both whole on every tp rank (replicated weights under
+    sequence parallelism: their gradients are this rank's positions' part, summed over
+    tp by the step); the shared experts, which see every token, are split as the dense
+    SwiGLU is.  The per-sequence statistics gather over the tp ranks
+    (``parallel/moe_split.py``).  Without sequence parallelism (training refuses it:
+    ``config/rules.py``; the memory model cuts shapes this way) every tp rank would route
+    the whole sequence, redundantly."""
+    for expert in moe.shared:
+        parallel_swiglu(expert, comm, sequence_parallel)
+    return moe

@@ -31,11 +31,12 @@ from minipar.comm import chunk_bounds
 from minipar.nn.gpt import GPT
 from minipar.nn.init import is_unmade
 from minipar.nn.module import Module
+from minipar.nn.moe import MoE, add_balancing_losses
 from minipar.parallel.tensor.cross_entropy import vocab_parallel_cross_entropy
 from minipar.parallel.tensor.layers import (ColumnParallelLinear, SequenceParallelDropout,
                                             VocabParallelEmbedding, parallel_attention,
                                             parallel_mlp)
-from minipar.parallel.tensor.llama import (kv_replicas, parallel_llama_attention,
+from minipar.parallel.tensor.llama import (kv_replicas, parallel_llama_attention, parallel_moe,
                                            parallel_swiglu, replica_comm)
 from minipar.parallel.tensor.regions import copy_to_tp_region, gather_from_sequence_region
 from minipar.parallel.tensor.sharding import gather_full, shard_table
@@ -67,7 +68,10 @@ class TensorParallelGPT(Module):
             kv_comm = replica_comm(comm, replicas)       # collective, after every check
             for block in model.blocks:
                 parallel_llama_attention(block.attn, comm, sp, kv_comm)
-                parallel_swiglu(block.mlp, comm, sp)
+                if isinstance(block.mlp, MoE):
+                    parallel_moe(block.mlp, comm, sp)
+                else:
+                    parallel_swiglu(block.mlp, comm, sp)
         else:
             for block in model.blocks:
                 parallel_attention(block.attn, comm, sp)
@@ -111,10 +115,11 @@ class TensorParallelGPT(Module):
 
     def loss(self, logits, targets):
         """The full-model mean cross-entropy from my vocabulary shard of the logits (the
-        same value on every tp rank, equal to the single-process loss)."""
+        same value on every tp rank, equal to the single-process loss), plus the MoE
+        layers' balancing losses as the plain model adds them."""
         start = self.vocab_bounds[self.comm.rank]
-        return vocab_parallel_cross_entropy(logits, targets, self.comm, start,
-                                            vocab_size=self.config.vocab_size)
+        return add_balancing_losses(self, vocab_parallel_cross_entropy(
+            logits, targets, self.comm, start, vocab_size=self.config.vocab_size))
 
     # embed -> blocks -> head -> loss, exactly as the plain model (logits: my shard)
     forward = GPT.forward
