@@ -45,4 +45,32 @@ def ring_attention(comm, q, k, v):
             kv = incoming
     return out, lse
 ''',
+    "ulysses_swap": r'''
+%%writefile {MINE}/ulysses.py
+"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py --exercise ulysses."""
+from minipar.backend import xp
+from minipar.comm import all_to_all
+
+
+def sequence_to_heads(comm, x):
+    """(B, H, n, d), my n positions of every head -> (B, H/U, U·n, d), every rank's
+    positions of my H/U heads."""
+    U = comm.size
+    b, h, n, d = x.shape
+    # block t (of U) goes to rank t: its H/U heads, my positions
+    send = xp.ascontiguousarray(x.reshape(b, U, h // U, n, d).transpose(1, 0, 2, 3, 4))
+    received, _ = all_to_all(comm, send, [1] * U)        # block s: rank s's positions
+    return received.transpose(1, 2, 0, 3, 4).reshape(b, h // U, U * n, d)
+
+
+def heads_to_sequence(comm, y):
+    """The inverse: (B, H/U, U·n, d) -> (B, H, n, d)."""
+    U = comm.size
+    b, mine, length, d = y.shape
+    n = length // U
+    # block t goes to rank t: its positions, my heads
+    send = xp.ascontiguousarray(y.reshape(b, mine, U, n, d).transpose(2, 0, 1, 3, 4))
+    received, _ = all_to_all(comm, send, [1] * U)        # block s: heads of rank s
+    return received.transpose(1, 0, 2, 3, 4).reshape(b, U * mine, n, d)
+''',
 }

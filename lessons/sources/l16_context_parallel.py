@@ -6,7 +6,7 @@ from launch import LAUNCH   # the cell that defines mpirun() for the lesson's ru
 NOTEBOOK = "16_context_parallel.ipynb"
 
 CELLS = [r'''%md
-# 16 · Context parallelism: ring attention
+# 16 · Context parallelism: ring attention and Ulysses
 
 Every parallelism so far splits the *model* (tensor, pipeline, ZeRO) or the *batch* (data). None of
 them helps when **one sequence** is too long: the activations a rank keeps for backward grow with the
@@ -24,10 +24,11 @@ each carrying its dK/dV accumulator home.
 
 The causal mask makes a plain split unfair — the rank with the last positions attends to everything —
 and the **zig-zag** split fixes that. This lesson measures all three claims: memory $\propto S/C$, the
-ring's exactness, and the balance.
+ring's exactness, and the balance. Then the second family, **Ulysses**, which turns the sequence split
+into a head split with two all-to-alls, and the two measured against each other on a cluster.
 
-minipar: `minipar/parallel/context/` (`split.py`, `ring.py`), `python -m minipar train --cp C
-[--cp-split zigzag|contiguous]`, on a grid dp × cp × tp × pp whose gradients are averaged over dp × cp.
+minipar: `minipar/parallel/context/` (`split.py`, `ring.py`, `ulysses.py`), `python -m minipar train
+--cp C [--cp-split zigzag|contiguous] [--cp-kind ring|ulysses] [--cp-ulysses U]`, on a grid dp × cp × tp × pp whose gradients are averaged over dp × cp.
 ''', r'''
 import inspect
 import json
@@ -388,6 +389,174 @@ falls to about half on each cp rank. The test suite checks the same parity — w
 for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
 (`tests/test_context_parallel.py`).
 
+## 8. The second family: Ulysses
+
+The ring keeps each rank's queries and moves the keys. **DeepSpeed-Ulysses** moves the *layout*
+instead. Attention is independent per head, so before it one **all-to-all** turns "my $S/U$ positions of
+all $H$ heads" into "all $S$ positions of my $H/U$ heads"; attention then runs whole — any kernel, no
+online-softmax merge, no mask bookkeeping — and a second all-to-all turns the output back into "my
+positions, all heads" for the projection and the MLP. Backward is the same two swaps in reverse (the
+gradient of an all-to-all is the inverse all-to-all). q, k and v travel in one all-to-all, so a layer
+makes two forward and two backward.
+
+An all-to-all keeps $1/U$ of a rank's block and sends the rest. Per rank, one layer, forward and
+backward, with $e$ bytes a number and $H_{kv}' = \max(H_{kv}, U)$ the key/value heads that travel:
+
+$$\text{Ulysses: } 4\,(H + H_{kv}')\,B\,\tfrac{S}{C}\,d\,e\,\tfrac{U-1}{U} \qquad
+\text{ring: } (3C-2)\cdot 2\,B\,H_{kv}\,\tfrac{S}{C}\,d\,e$$
+
+The ring's volume stays $\approx 6\,B\,H_{kv}\,S\,d\,e$ whatever $C$; Ulysses' falls as $1/C$ — but it
+moves the queries and outputs too, so with few KV heads (GQA) the ring can send less. And Ulysses'
+degree is capped by the heads: $U$ must divide $H$, and each rank must get whole KV heads (with fewer KV
+heads than $U$ each is repeated $U/H_{kv}$ times before the swap, as verl does). The **hybrid** (USP)
+runs Ulysses inside groups of $U$ ranks — a node, where all-to-all is cheap — and the ring across the
+$C/U$ groups, with its zig-zag split: `--cp-kind ulysses --cp-ulysses U`. The formula is minipar's
+`ulysses.bytes_per_rank`, which the test suite checks against the bytes the transport counts:
+''', r'''
+from minipar.parallel.context import ulysses
+
+B_, S_, d_ = 1, 8192, 128                                  # one sequence of 8K tokens, bf16
+print(f"bytes per rank for one attention layer, forward + backward, B=1, S={S_}, d={d_}, bf16, C = 8:")
+print(f"{'heads':>14} {'ring':>10} {'Ulysses U=8':>12} {'hybrid U=4':>11} {'hybrid U=2':>11}")
+for h, kv in ((32, 32), (32, 8), (32, 2)):
+    row = [ulysses.bytes_per_rank(B_, h, kv, S_, d_, 2, 8, u) for u in (1, 8, 4, 2)]
+    print(f"H={h:2d}, H_kv={kv:2d} {row[0] / 2**20:9.1f}M" + "".join(f" {b / 2**20:10.1f}M" for b in row[1:]))
+mha = [ulysses.bytes_per_rank(B_, 32, 32, S_, d_, 2, 8, u) for u in (1, 8)]
+gqa = [ulysses.bytes_per_rank(B_, 32, 2, S_, d_, 2, 8, u) for u in (1, 8)]
+assert mha[1] < mha[0] / 3 and gqa[1] > gqa[0]     # MHA: Ulysses far less; 2 KV heads: the ring less
+''', r'''%md
+Bytes are not the whole price: the ring sends to one neighbour and hides each hop behind a block of
+attention, while an all-to-all talks to every rank of the group at once and waits for all of it — across a
+slow link between nodes it pays the slow link in full. Which wins depends on the links, the heads and the
+sequence: what §10 measures and the performance model predicts.
+
+## 9. Exercise — the sequence ↔ head swap, on four ranks
+
+Write the two swaps with minipar's `all_to_all(comm, send, counts)`: `send`'s first `counts[0]` rows go to
+rank 0, the next `counts[1]` to rank 1, …, and it returns `(received, recv_counts)` with rank 0's rows
+first (a "row" may be a whole block: `send` of shape `(U, …)` with `counts = [1] * U` sends block `t` to
+rank `t`). Rank $r$ holds the $r$-th contiguous block of $n$ positions.
+
+* `sequence_to_heads(comm, x)`: `x` (B, H, n, d) → (B, H/U, U·n, d), every rank's positions of heads
+  $rH/U \ldots (r+1)H/U - 1$, in rank order;
+* `heads_to_sequence(comm, y)`: the inverse.
+
+`16_yours.py --exercise ulysses` runs them on 4 ranks (8 heads, float64): each swap against the heads and
+positions it must hold (naming which rank's positions of which heads landed in each block when they do
+not), its bytes against $(U-1)/U$ of the block, the round trip, and attention run whole on each rank's
+two heads between the swaps against one process's causal attention — beside the library's
+`UlyssesAttentionCore`.
+''', r'''%exercise ulysses_swap
+%%writefile {MINE}/ulysses.py
+"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py --exercise ulysses."""
+from minipar.backend import xp
+from minipar.comm import all_to_all
+
+
+def sequence_to_heads(comm, x):
+    """(B, H, n, d), my n positions of every head -> (B, H/U, U·n, d), every rank's
+    positions of my H/U heads."""
+    return x
+
+
+def heads_to_sequence(comm, y):
+    """The inverse: (B, H/U, U·n, d) -> (B, H, n, d)."""
+    return y
+''', r'''
+proc = mpirun(4, ["16_yours.py", "--file", f"{MINE}/ulysses.py", "--exercise", "ulysses", "--backend", BACKEND])
+print(proc.stdout)
+print(inspect.getsource(ulysses.UlyssesAttentionCore.forward))
+''', r'''%md
+The library's swap differs from yours in one way: a rank holds *two* pieces of the sequence, not one
+block (`ulysses_positions`) — piece $u$ of each of its group's two zig-zag chunks — so that after the
+swap a Ulysses group holds exactly what one rank of the ring holds, and the ring can run across the
+groups. With $U = C$ the ring is one rank and the two pieces are the halves of the sequence.
+
+## 10. Ring, Ulysses and the hybrid on a cluster
+
+Lesson 20's simulated cluster: 2 nodes × 2 ranks, a 1 Gbit/s link between them, a small model
+(2 layers, $d$ = 64, 4 heads) on 2,048-token sequences, cp = 4 three ways. `benchmarks/cluster_ulysses.py`
+calibrates a profile on the cluster, measures each layout's step time, sets it beside the performance
+model's (`perf/context.py`: two all-to-alls each way for Ulysses, the ring's hops overlapped with its
+chunk pairs), and asks `plan` to rank them. Its two recorded runs:
+''', r'''
+RECORDED = os.path.join(ROOT, "benchmarks", "recorded", "cluster_ulysses_2026-12-07")
+tables = {}
+for run in ("run1", "run2"):
+    text = open(os.path.join(RECORDED, run + ".txt")).read()
+    print(f"--- {run}.txt\n{text}")
+    tables[run] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("ring", "ulysses", "hybrid") and parts[-1].endswith("%"):
+            tables[run][parts[0]] = (float(parts[-3]), float(parts[-2]))     # measured, predicted ms
+    assert set(tables[run]) == {"ring", "ulysses", "hybrid"}
+
+S_, b_, heads_, C_ = 2048, 4, 4, 4                          # the recorded runs' shape
+def scores_per_rank(u):
+    """Attention scores one rank computes per layer: the ring's 2R+1 chunk pairs (R = C/U), or
+    (R = 1) the whole sequence, on heads/U heads."""
+    ring_ = C_ // u
+    if ring_ == 1:
+        return b_ * heads_ // u * S_ * S_
+    return b_ * heads_ // u * (2 * ring_ + 1) * (S_ // (2 * ring_)) ** 2
+for name, u in (("ring", 1), ("ulysses", 4), ("hybrid", 2)):
+    sent = ulysses.bytes_per_rank(b_, heads_, heads_, S_, 16, 4, C_, u)
+    print(f"{name:8s} scores per rank per layer {scores_per_rank(u) / 1e6:5.1f} M, bytes sent per layer "
+          f"{sent / 2**20:5.2f} MiB; measured / predicted ms: "
+          + ", ".join(f"{run} {t[name][0]:.0f} / {t[name][1]:.0f}" for run, t in tables.items()))
+''', r'''
+import shutil
+
+def can_build_a_cluster():
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "mpl16-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "mpl16-probe"], capture_output=True)
+    return probe.returncode == 0
+
+def cluster(*args):
+    return subprocess.run([sys.executable, "-m", "minipar", "cluster", *args], capture_output=True,
+                          text=True, env=ENV, cwd=ROOT, timeout=600)
+
+if can_build_a_cluster():        # measured here too: 1,024 tokens, 3 steps each, no calibration
+    cluster("down", "--prefix", "mpl16")
+    up = cluster("up", "--prefix", "mpl16", "--nodes", "2", "--ranks-per-node", "2", "--inter-gbps", "1")
+    assert up.returncode == 0, up.stderr
+    try:
+        live = {}
+        for name, flags in (("ring", []), ("ulysses", ["--cp-kind", "ulysses"]),
+                            ("hybrid U=2", ["--cp-kind", "ulysses", "--cp-ulysses", "2"])):
+            log = os.path.join(tempfile.mkdtemp(), "log.json")
+            run = cluster("run", "--prefix", "mpl16", "--", "train", "--model", "tiny", "--n-layer", "2",
+                          "--d-model", "64", "--n-head", "4", "--seq-len", "1024", "--batch-size", "4",
+                          "--steps", "3", "--eval-batches", "0", "--quiet", "--data", "stdlib-bytes",
+                          "--cp", "4", *flags, "--log-json", log)
+            assert run.returncode == 0, run.stderr[-2000:]
+            live[name] = np.median([r["step_time_s"] for r in step_records(log)][1:])
+        print("measured here, 1,024 tokens, 3 steps (median of the last 2): "
+              + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in live.items()))
+    finally:
+        cluster("down", "--prefix", "mpl16")
+else:
+    print("no root / ip / tc here: the recorded figures above are the measurement")
+''', r'''%md
+Read the tables for three things. First, the measurements: the same order in both runs, the ring
+first. Second, the predictions, from profiles calibrated on the cluster just before: they are not
+within 15% here, because these runs shared two cores with other work (a load average near 10) and the
+two calibrations disagree with each other — a waiting rank's CPU share 0.22 in one and 0.77 in the
+other, which turns the model's core-sharing slowdown off and on (`perf/host.py`). A performance model
+is only as good as its profile: on a quiet machine the same script tests it. Third, why the ring wins
+on this CPU: with 16-dimension heads the price is set by the attention compute more than by the link: the naive kernel computes every score of a
+block, masked or not, so Ulysses — the whole sequence on one head — computes $S^2$ scores per head,
+where the ring skips the chunk pairs wholly in the future (its $R$ ranks compute $2R+1$ pairs each,
+about half of the $4R^2$); and
+Ulysses' swaps with $U = 4$ cross the 1 Gbit/s link in every round, where the hybrid's stay inside a
+node and only the ring's hops cross. With a kernel that skips masked tiles, more heads, a longer
+sequence or a faster link the order can change: which is why the choice is the performance model's,
+not a rule — `plan` ranks the layouts by its predictions and `--layout auto` runs the first, so its
+choice is as good as the profile (run 1's picked the ring, run 2's the hybrid).
+
 ## Takeaways
 
 - Activation memory grows $\propto S$ (flash) or $\propto S^2$ (naive); context parallelism divides it
@@ -398,6 +567,9 @@ for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
 - Under the causal mask a contiguous split loads the last rank with $4C-2$ units against a mean of $2C$;
   zig-zag (chunks $r$ and $2C-1-r$) evens it out — at cp = 2 the predicted work is 1 : 3 (2 and 6 units)
   against 1 : 1; §6 prints the measured busy times beside it.
+- Ulysses swaps positions for heads with two all-to-alls each way: its bytes per rank fall as $1/C$ but
+  it moves q and the output too, its degree is capped by the heads, and an all-to-all across a slow
+  link pays it in full; the hybrid keeps the swaps inside a node and the ring across nodes.
 
 ## The names you will meet
 
@@ -411,6 +583,10 @@ for cp 2 and 4, and for cp composed with dp, tp, pp, ZeRO-3 and recomputation
 * **picotron** (Hugging Face's minimal 4D trainer): `cp_size`, `picotron/context_parallel/`
   (`RingAttentionFunc`, `ContextCommunicate`, `update_out_and_lse`), after **ring-flash-attention**
   (`zigzag_ring_flash_attn_func`).
+* **DeepSpeed**: `DistributedAttention` (`deepspeed/sequence/layer.py`), Ulysses' two all-to-alls around
+  any local attention. **verl** and **yunchang** (USP: Fang & Zhao 2024, *A Unified Sequence Parallelism
+  Approach for Long Context Generative AI*): the hybrid, a Ulysses degree × a ring degree; verl repeats
+  KV heads that are fewer than the degree, as minipar does, where Megatron's `a2a` refuses them.
 * **PyTorch**: `torch.distributed.tensor.experimental.context_parallel` (a context manager that shards
   buffers along the sequence and rotates K/V by all-gather or all-to-all), used by TorchTitan.
 * **Papers**: Liu, Zaharia & Abbeel 2023, *Ring Attention with Blockwise Transformers for Near-Infinite
