@@ -1,4 +1,4 @@
-"""The multi-rank exercises (lessons 04, 05, 06, 08, 15-20; ``lessons/yours.py``): a blank
+"""The multi-rank exercises (lessons 04, 05, 06, 08, 15-21; ``lessons/yours.py``): a blank
 exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
 that says what is wrong — which rank, step, bucket, layer, block or byte count — not
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
@@ -42,6 +42,10 @@ BLANKS = [
      r"rank \d: n = 1000 float64 \(S = 8000 bytes\), nodes of q = 2 ranks: phase 1 \(reduce-scatter inside "
      r"node \d\), shard \d \(elements \d+\.\.\d+\): it is still this rank's own input, not the sum of node "
      r"\d's ranks \[\d, \d\]; sent 0 bytes off node \d, the hierarchical all-reduce sends S/q·2\(m-1\)/m = 4000"),
+    ("21_experts.ipynb", "dispatch", "21_yours.py", 4,
+     r"rank (\d): ep 4 \(this rank is ep rank \1 of ranks \[0, 1, 2, 3\], holding experts \d\.\.\d\): the output of "
+     r"token 0, expert \d \(choice 1 of 2, w = [\d.]+, on ep rank \d\): its part is missing; and expert \d "
+     r"\(choice 2 of 2, w = [\d.]+, on ep rank \d\): its part is missing"),
 ]
 
 
