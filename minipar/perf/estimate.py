@@ -125,10 +125,11 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     tp_f, tp_b = pcomm.tp_seconds_per_layer(prof, tp, act_bytes, rpn, config.sequence_parallel, gaps)
     if cfg.arch == "llama":
         tp_b += pcomm.kv_copies_seconds(prof, tp, cfg.kv_heads, cfg.d_model * x.kv_columns * e, rpn)
-    if cp > 1:                       # the ring's hops, Ulysses' all-to-alls: critical path too
+    cp_f = cp_b = 0.0                # the ring's hops, Ulysses' all-to-alls: on the critical path
+    if cp > 1:
         cp_f, cp_b = pctx.comm_seconds_per_layer(prof, whole, config, rpn, scale * slow)
-        tp_f, tp_b = tp_f + cp_f, tp_b + cp_b
     redo_tp = tp_f if config.recompute == "full" else 0.0
+    redo_cp = cp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len // cp, rpn,
                                                    config.sequence_parallel, gaps)
     hf, hb, ef, eb = (scale * slow * t for t in (*head_time(prof, x), *embed_time(prof, x)))
@@ -136,8 +137,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     work = per_rank_layers * (lt.forward + lt.backward) + (hf + hb + ef + eb) / pp
     hf, hb, ef, eb = hf + htf, hb + htb, ef + etf, eb + etb
     # the slowest stage (the last: its layers and the head) sets a pipeline's pace
-    t_f = per_rank_layers * (lt.forward + tp_f) + hf + (ef if pp == 1 else 0.0)
-    t_b = per_rank_layers * (lt.backward_input + lt.recompute + tp_b + redo_tp) + hb \
+    t_f = per_rank_layers * (lt.forward + tp_f + cp_f) + hf + (ef if pp == 1 else 0.0)
+    t_b = per_rank_layers * (lt.backward_input + lt.recompute + tp_b + redo_tp + cp_b + redo_cp) + hb \
         + (eb if pp == 1 else 0.0)
     t_w = per_rank_layers * lt.backward_weight
     t_comm = pcomm.pp_send_seconds(prof, pp, act_bytes / (tp if config.sequence_parallel else 1),
@@ -168,6 +169,7 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
                                     (M * work + opt + overhead) / slow, sent)
     step = max(path, shared)
     tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
+    cp_exposed = M * per_rank_layers * (cp_f + cp_b + redo_cp)
     tokens = config.batch_size * cfg.seq_len
     peak = prof.peak(dtype) * config.world_size
     mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
@@ -175,8 +177,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
         korthikanti = prof.kind == "spec"
     mem, state, a_bytes, _ = memory_per_rank(config, korthikanti)
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
-                      exposed_dp + tp_exposed,
-                      dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
+                      exposed_dp + tp_exposed + cp_exposed,
+                      dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed, cp_s=cp_exposed,
                            optimizer_s=opt, overhead_s=overhead, agree_s=agree,
                            critical_path_s=path,
                            shared_cores_s=shared, t_f=t_f, t_b=t_b, t_w=t_w,
