@@ -163,3 +163,24 @@ def test_ulysses_is_priced_as_two_all_to_alls_each_way():
     assert forward == pytest.approx(want) and backward == pytest.approx(want)
     across = comm_seconds_per_layer(prof, x, config, ranks_per_node=2)[0]
     assert across > forward                                 # the group spans two nodes
+
+
+def test_the_ring_hides_its_hops_behind_attention_and_not_the_accumulators():
+    """Forward: R-1 hops of K,V, each less the attention it overlaps; backward the same and
+    R hops of the dK,dV accumulator that nothing hides (R = 4: the ring alone)."""
+    import copy
+    from minipar.perf.compute import layer_shape
+    from minipar.perf.context import attention_core_seconds, comm_seconds_per_layer
+    from minipar.perf.profile import load_profile
+    prof = copy.deepcopy(load_profile("cpu"))
+    prof.cost_params, prof.collectives = {}, {}
+    config = TrainConfig(**LONG, cp=4).resolve(4)
+    x = layer_shape(config.model_config(), 4, dtype="fp32")
+    core_f, core_b = attention_core_seconds(prof, x, config)
+    for bw in (1e6, 1e12):                                   # the hops longer, then shorter
+        prof.links = {"intra": {"alpha": 1e-5, "bw": bw}}
+        hop = 1e-5 + 2 * 4 * 4 * (2048 // 4) * 16 * 4 / bw
+        forward, backward = comm_seconds_per_layer(prof, x, config, ranks_per_node=4)
+        assert forward == pytest.approx(3 * max(hop - core_f / 4, 0.0))
+        assert backward == pytest.approx(3 * max(hop - core_b / 4, 0.0) + 4 * hop)
+    assert forward == 0.0 < backward                         # a fast link: only the accumulators
