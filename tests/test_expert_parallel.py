@@ -32,6 +32,12 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
     pytest.param(4, ["--ep", "4", "--zero", "2", "--moe-capacity-factor", "1.0",
                      "--moe-balance", "none"], marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--zero", "2", "--recompute", "full"], marks=pytest.mark.slow),
+    # ZeRO-3: each MoE block is two units, its dense weights and its experts, each
+    # sharded over its own group
+    (2, ["--ep", "2", "--zero", "3"]),
+    pytest.param(4, ["--ep", "2", "--zero", "3", "--recompute", "full"], marks=pytest.mark.slow),
+    pytest.param(4, ["--ep", "2", "--zero", "3", "--tp", "2", "--sequence-parallel"],
+                 marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--grad-accum", "2"], marks=pytest.mark.slow),
     # pipelines: each stage adds its MoE layers' balancing losses and seeds their gradients
     pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2"], marks=pytest.mark.slow),
@@ -111,7 +117,6 @@ REFUSALS = [  # (world size, flags, what the one line must say)
     (2, ["--moe-experts", "3", "--moe-top-k", "1", "--ep", "2"],
      "--moe-experts 3 must be divisible by --ep 2"),
     (2, ["--moe-experts", "4", "--ep", "4"], "--ep 4 must divide the data-parallel ranks dp·cp = 2"),
-    (2, ["--moe-experts", "4", "--ep", "2", "--zero", "3"], "--ep with --zero 3 is not built yet"),
     (2, ["--moe-experts", "4", "--ep", "2", "--grad-compression", "fp16"],
      "--ep with --grad-compression is not built yet"),
     (1, ["--moe-experts", "4", "--ep", "0"], "--ep must be >= 1"),

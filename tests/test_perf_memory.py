@@ -82,7 +82,8 @@ def test_four_rank_state_is_exact():
     layouts.append(dict(model="tiny", batch_size=8, cp=2, zero=1))
     # expert parallelism: the dense weights over dp, the experts over the ranks holding them
     moe = dict(model="llama-tiny", batch_size=8, moe_experts=4)
-    layouts += [dict(moe, ep=2, zero=1), dict(moe, ep=4, zero=2, precision="bf16", bucket_mb=0.02)]
+    layouts += [dict(moe, ep=2, zero=1), dict(moe, ep=4, zero=2, precision="bf16", bucket_mb=0.02),
+                dict(moe, ep=2, zero=3)]
     for d in _reports(4, layouts, timeout=400):
         for r in d["ranks"]:
             assert r["state"] == r["state_model"], (d["layout"], r["coords"])

@@ -112,9 +112,6 @@ def _check_expert_parallel(c, cfg, data_ranks):
     if data_ranks % c.ep:
         raise ConfigError(f"`ep` {c.ep} must divide the data-parallel ranks dp·cp = {data_ranks}, "
                           "from which the expert-parallel groups are carved")
-    if c.zero == 3:
-        raise ConfigError("`ep` with `zero` 3 is not built yet: ZeRO-3's units would mix the "
-                          "experts' group with the dense weights'; use `zero` 0, 1 or 2")
     if c.grad_compression != "none":
         raise ConfigError("`ep` with `grad_compression` is not built yet; leave one out")
 

@@ -84,13 +84,35 @@ def make_sync(module, config, grid, table, model=None, initial_piece=None):
     if getattr(config, "ep", 1) > 1:
         from minipar.parallel.experts import is_expert_weight
         from minipar.parallel.sync.experts import ParameterSubset
-        dense = _sync_of_form(ParameterSubset(module, lambda n: not is_expert_weight(n)),
-                              config, grid.dp_cp_comm, table, None, initial_piece)
-        experts = _sync_of_form(ParameterSubset(module, is_expert_weight), config,
-                                grid.edp_comm, table, None, initial_piece,
+        dense_part = ParameterSubset(module, lambda n: not is_expert_weight(n))
+        expert_part = ParameterSubset(module, is_expert_weight)
+        if config.zero == 3:
+            return _zero3_expert_split(module, config, grid, table, initial_piece,
+                                       dense_part, expert_part)
+        dense = _sync_of_form(dense_part, config, grid.dp_cp_comm, table, None, initial_piece)
+        experts = _sync_of_form(expert_part, config, grid.edp_comm, table, None, initial_piece,
                                 mean_over=grid.dp_cp_comm.size)
         return ExpertSplitSync(module, grid.dp_cp_comm, table, dense, experts)
     return _sync_of_form(module, config, grid.dp_cp_comm, table, model, initial_piece)
+
+
+def _zero3_expert_split(module, config, grid, table, initial_piece, dense_part, expert_part):
+    """ZeRO-3 under expert parallelism: each unit's dense weights sharded over dp·cp, its
+    experts over the ranks holding them (``sync/experts.py``)."""
+    from minipar.parallel.experts import is_expert_weight
+    from minipar.parallel.sync import ExpertSplitSync, Zero3Sync
+    from minipar.parallel.sync.experts import split_units
+    from minipar.parallel.sync.zero3 import model_units
+    names = {id(p): n for n, p in module.named_parameters()}
+    dense_units, expert_units, expert_unit_of = split_units(
+        model_units(module), lambda p: is_expert_weight(names[id(p)]))
+    half = backend.dtype_of(config.precision) if config.precision in ("fp16", "bf16") else None
+    dense = Zero3Sync(dense_part, grid.dp_cp_comm, table, half_dtype=half,
+                      initial_piece=initial_piece, units=dense_units)
+    experts = Zero3Sync(expert_part, grid.edp_comm, table, half_dtype=half,
+                        initial_piece=initial_piece, units=expert_units,
+                        mean_over=grid.dp_cp_comm.size)
+    return ExpertSplitSync(module, grid.dp_cp_comm, table, dense, experts, expert_unit_of)
 
 
 def _sync_of_form(module, config, comm, table, model, initial_piece, mean_over=None):
@@ -109,7 +131,7 @@ def _sync_of_form(module, config, comm, table, model, initial_piece, mean_over=N
         return sync
     if config.zero == 3:
         return Zero3Sync(model if model is not None else module, comm, table,
-                         half_dtype=half, initial_piece=initial_piece)
+                         half_dtype=half, initial_piece=initial_piece, mean_over=mean_over)
     return ZeroSync(module, comm, table, stage=config.zero, bucket_bytes=bucket_bytes,
                     half_dtype=half, initial_piece=initial_piece, mean_over=mean_over)
 

@@ -88,20 +88,23 @@ def _rank_buckets(cfg, bucket_bytes, precision, pad_to, part, where):
     return [(b.numel, b.padded) for b in buckets]
 
 
-def rank_units(cfg, pad_to, **where):
+def rank_units(cfg, pad_to, part=None, **where):
     """[(numel, padded)] of ZeRO-3's units on this rank (embeddings, each block, final
-    norm and head), each padded to a multiple of ``pad_to``.  ZeRO-3 runs without a
-    pipeline: its units are of the whole (tp-cut) model."""
-    return _rank_units(cfg, pad_to, _where(**where))
+    norm and head; of ``part``'s parameters, the empty ones left out), each padded to a
+    multiple of ``pad_to``.  ZeRO-3 runs without a pipeline: its units are of the whole
+    (tp-cut) model."""
+    return _rank_units(cfg, pad_to, part, _where(**where))
 
 
 @lru_cache(maxsize=512)
-def _rank_units(cfg, pad_to, where):
+def _rank_units(cfg, pad_to, part, where):
     _, _, pp, chunks, *_ = where
     if pp * chunks > 1:
         raise ValueError("ZeRO-3's units are of a model without pipeline stages (pp = chunks = 1)")
-    units = model_units(_rank(cfg, where).model)
-    return [(b.numel, b.padded) for b in (Bucket(unit, pad_to) for unit in units)]
+    model = _rank(cfg, where).model
+    names = {id(p): n for n, p in model.named_parameters()}
+    units = [[p for p in unit if _in_part(names[id(p)], part)] for unit in model_units(model)]
+    return [(b.numel, b.padded) for b in (Bucket(unit, pad_to) for unit in units if unit)]
 
 
 def _coordinates(config, coords):
@@ -186,7 +189,7 @@ def _part_state_bytes(cfg, config, where, part, n):
         return {"params": model + master, "grads": model + master,
                 "optimizer": 2 * psi * full_item}
     if config.zero == 3:
-        got = rank_units(cfg, n, **where)
+        got = rank_units(cfg, n, part, **where)
     else:
         got = rank_buckets(cfg, bucket_bytes(config), config.precision, _pad_to(config, n),
                            part, **where)
@@ -210,8 +213,9 @@ def comm_buffer_bytes(cfg, config, coords=(0, 0, 0)):
     gradients (the one accumulating and the one being reduce-scattered)."""
     where = _coordinates(config, coords)
     item = DTYPE_BYTES[config.precision]
-    if config.zero == 3:
-        return item * 4 * max(p for _, p in rank_units(cfg, data_parallel_ranks(config), **where))
+    if config.zero == 3:     # each synchroniser's four buffers of its largest unit
+        return item * 4 * sum(max(p for _, p in rank_units(cfg, n, part, **where))
+                              for part, n in synchronised_parts(config))
     got = sorted(p for part, n in synchronised_parts(config)
                  for _, p in rank_buckets(cfg, bucket_bytes(config), config.precision,
                                           _pad_to(config, n), part, **where))

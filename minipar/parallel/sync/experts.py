@@ -10,9 +10,12 @@ sets that are replicated over different ranks:
         divided by dp·cp (every rank's tokens reach them through the all-to-all), not by
         the group's own size
 
-``ExpertSplitSync`` holds one synchroniser of the run's form (DDP, ZeRO-1/2) for each
+``ExpertSplitSync`` holds one synchroniser of the run's form (DDP, ZeRO-1/2/3) for each
 set and is the ``GradSync`` the step sees: its slots are the dense slots, then the
 expert slots; its cuts are theirs (the expert slots' indices after the dense ones).
+Under ZeRO-3 each set's units are sharded over its own group: a MoE block is two
+units, its dense weights and its experts, gathered one inside the other
+(``NestedUnits``), so backward frees and reduce-scatters each in its own group.
 
 The global norm sums over the whole data-parallel group once (``norm_comms``), so each
 element must count once there: a slot replicated over its own group (DDP: every rank of
@@ -32,6 +35,7 @@ class ParameterSubset:
 
     def __init__(self, module, keep):
         self.module, self.keep = module, keep
+        self.config = getattr(module, "config", None)
 
     def named_parameters(self, prefix=""):
         return ((n, p) for n, p in self.module.named_parameters(prefix) if self.keep(n))
@@ -44,8 +48,9 @@ class ExpertSplitSync(GradSync):
     """``dense`` over the data-parallel group ``comm``, ``experts`` over the ranks
     holding the same experts; see the module docstring."""
 
-    def __init__(self, module, comm, table, dense, experts):
+    def __init__(self, module, comm, table, dense, experts, expert_unit_of=None):
         super().__init__(module, comm, table)
+        self.expert_unit_of = expert_unit_of     # ZeRO-3: unit index -> expert unit index
         self.parts = (dense, experts)
         self.slots = dense.slots + experts.slots
         self.norm_comms = (comm,)
@@ -53,6 +58,12 @@ class ExpertSplitSync(GradSync):
             if not part.norm_comms:          # replicated over its group: count it once
                 for slot in part.slots:
                     slot.norm_weight = slot.norm_weight * (1.0 / part.comm.size)
+
+    def wrap(self, model):
+        """ZeRO-3: the model run unit by unit, each MoE block's two units nested."""
+        from minipar.parallel.sync.zero3 import Zero3Model
+        dense, experts = self.parts
+        return Zero3Model(model, NestedUnits(dense, experts, self.expert_unit_of))
 
     def no_sync(self):
         stack = contextlib.ExitStack()
@@ -100,3 +111,31 @@ class ExpertSplitSync(GradSync):
 
     def from_named(self, named):
         return [a for part in self.parts for a in part.from_named(named)]
+
+
+def split_units(units, is_expert):
+    """ZeRO-3's units (parameter lists in forward order, ``zero3.model_units``) split in
+    two: every unit's dense parameters, and the non-empty expert parts with the index of
+    the unit each came from: (dense units, expert units, {unit index: expert unit index})."""
+    dense, experts, expert_unit_of = [], [], {}
+    for i, unit in enumerate(units):
+        dense.append([p for p in unit if not is_expert(p)])
+        mine = [p for p in unit if is_expert(p)]
+        if mine:
+            expert_unit_of[i] = len(experts)
+            experts.append(mine)
+    return dense, experts, expert_unit_of
+
+
+class NestedUnits:
+    """ZeRO-3's ``run_unit`` over the two synchronisers: unit i's dense weights gathered
+    around its experts' (``Zero3Model`` calls it unit by unit)."""
+
+    def __init__(self, dense, experts, expert_unit_of):
+        self.dense, self.experts, self.expert_unit_of = dense, experts, expert_unit_of
+
+    def run_unit(self, i, fn, x):
+        j = self.expert_unit_of.get(i)
+        if j is None:
+            return self.dense.run_unit(i, fn, x)
+        return self.dense.run_unit(i, lambda y: self.experts.run_unit(j, fn, y), x)

@@ -74,17 +74,21 @@ def model_units(model):
 class Zero3Sync(ZeroSync):
     shards_weights = True
 
-    def __init__(self, model, comm, table=None, half_dtype=None, initial_piece=None):
+    def __init__(self, model, comm, table=None, half_dtype=None, initial_piece=None,
+                 units=None, mean_over=None):
         """``initial_piece(name)``: the values of a parameter that is still a placeholder
-        (``nn/init.py``); only my range of each unit is kept, one tensor at a time."""
+        (``nn/init.py``); only my range of each unit is kept, one tensor at a time.
+        ``units``: the parameter lists to shard, in forward order (default
+        ``model_units(model)``); ``model`` then holds exactly their parameters."""
         if model.config.tie_weights:
             raise ValueError("ZeRO-3 does not support tied weights (the tied weight would "
                              "belong to two units); untie them")
-        buckets = [Bucket(u, pad_to=comm.size, dtype=half_dtype) for u in model_units(model)]
+        units = model_units(model) if units is None else units
+        buckets = [Bucket(u, pad_to=comm.size, dtype=half_dtype) for u in units]
         self.full = [None] * len(buckets)     # unit i's gathered flat weights while it computes
         self.staged = [None] * len(buckets)   # (flat, views) while its gradients accumulate
         super().__init__(model, comm, table, stage=3, buckets=buckets, half_dtype=half_dtype,
-                         initial_piece=initial_piece)
+                         initial_piece=initial_piece, mean_over=mean_over)
         self.handles = {}
         self.empty = xp.zeros(0, dtype=buckets[0].dtype)   # what a freed parameter holds
         largest = max(b.padded for b in buckets)
