@@ -240,12 +240,16 @@ def check_one(world, fn, ep):
 
     rows_to, rows_from, rows, counts, exchange = parts
     if sent != want_bytes:
+        whole_vector = (ep - 1) * (E - per) * 8
+        story = (f"; the excess, {sent - want_bytes} = (ep-1)·(E - E/ep)·8, is every expert's count sent to every "
+                 f"rank: an owner needs only its own experts' counts") if sent - want_bytes == whole_vector else ""
+        exchanges = f"; and five all-to-alls' own count exchanges, 5·{exchange}" if exchange else ""
         raise AssertionError(
             f"{what}: output and gradients are right, but this rank sent {sent} bytes in forward and backward; "
             f"it should send {want_bytes}: its {rows_to} rows for experts of other ranks and the {rows_from} "
             f"rows other ranks sent for its experts, there and back, in forward and again in backward, "
             f"2·({rows_to} + {rows_from})·{D}·8 = {rows}; the counts per expert once, (ep-1)·(E/ep)·8 = "
-            f"{counts}; and five all-to-alls' own count exchanges, 5·{exchange}")
+            f"{counts}{exchanges}{story}")
     return sent, parts
 
 

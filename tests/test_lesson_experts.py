@@ -1,7 +1,7 @@
 """Lesson 21's dispatch exercise with the usual mistakes: each case is the solution
 (``lessons/solutions/21_experts.py``) with one line changed, run under ``mpiexec -n 4`` by
 ``lessons/21_yours.py``; its check must fail with one line that names the rank, the token
-and the expert whose part is wrong (or the gradient that is), and no traceback.  The
+and the expert whose part is wrong (or the gradient, or the bytes, that are), and no traceback.  The
 blank exercise and the solution are tests/test_lesson_yours.py's; the notebook executes
 in tests/test_lessons.py (slow run).  One mistake runs by default, the rest are slow."""
 import importlib.util
@@ -34,6 +34,10 @@ MISTAKES = [
      "top = ops.getitem(type(probs)(probs.data), ",
      HEAD + r"the router's weight gradient is none: the weights w_j must be computed from the router's "
             r"probabilities as a Tensor"),
+    ("every count to every rank", "all_to_all(comm, counts.reshape(E, 1), [per] * ep)[0].reshape(ep, per)",
+     "all_to_all(comm, np.tile(counts, ep).reshape(ep * E, 1), [E] * ep)[0].reshape(ep, E)[:, first:first + per]",
+     HEAD + r"output and gradients are right, but this rank sent \d+ bytes in forward and backward; it should "
+            r"send \d+: .*; the excess, \d+ = \(ep-1\)·\(E - E/ep\)·8, is every expert's count sent to every rank"),
 ]
 DEFAULT = {"rows not put back in order"}
 

@@ -55,9 +55,10 @@ $$p = \mathrm{softmax}(x\,W_r) \in \mathbb{R}^E, \qquad e_1..e_k = \text{the } k
 \qquad w_j = \frac{p_{e_j}}{\sum_{j'} p_{e_{j'}}}, \qquad \mathrm{moe}(x) = \sum_{j=1}^{k} w_j\,
 \mathrm{expert}_{e_j}(x).$$
 
-The $k$ weights are renormalised to sum to 1 (Mixtral's rule; Switch with $k = 1$ and GShard keep the raw
-$p$, which only rescales). The top-$k$ *choice* is not differentiable, but the weights are: the router
-learns through $w_j$, from how much each chosen expert's output helped. The experts here are the llama
+The $k$ weights are renormalised to sum to 1 (Mixtral's rule, and GShard's for its top 2). Switch
+Transformer, with $k = 1$, keeps the raw $p_{e_1}$: renormalising a single weight would make it 1 and leave
+the router no gradient from the output. The top-$k$ *choice* is not differentiable, but the weights are:
+the router learns through $w_j$, from how much each chosen expert's output helped. The experts here are the llama
 block's SwiGLU MLPs. One layer on six tokens:
 ''', r'''
 def small_layer(d=6, experts=8, top_k=2, balance="none", capacity_factor=0.0, seed=0):
@@ -103,9 +104,10 @@ $$f_i = \frac{\text{choices of expert } i \text{ among the sequence's } k\,T}{k\
 P_i = \frac{1}{T}\sum_t p_{t,i}, \qquad \mathrm{aux} = E\sum_{i=1}^{E} f_i\,P_i .$$
 
 $f_i$ is the share of the routing decisions (a count: no gradient); $P_i$ is the mean probability, which
-does have one. $\sum_i f_i = 1$ and $\sum_i P_i = 1$; if the routing is uniform, $f_i = P_i = 1/E$ and
-aux $= 1$, its minimum under a fixed $f$ that matches $P$. Its gradient lowers $P_i$ in proportion to
-$f_i$: the over-chosen experts lose probability. The training loss adds coef · aux per MoE layer
+does have one. $\sum_i f_i = 1$ and $\sum_i P_i = 1$; uniform routing, $f_i = P_i = 1/E$, gives aux $= 1$,
+and choices and probabilities piled on one expert give up to $E/k$ (with top-$k$ an expert takes at most
+one of a token's $k$ choices, $f_i \le 1/k$). Its gradient, $\partial\,\mathrm{aux}/\partial P_i = E f_i$,
+lowers $P_i$ in proportion to $f_i$: the over-chosen experts lose probability. The training loss adds coef · aux per MoE layer
 (`--moe-aux-coef`, default 0.01).
 
 **Per sequence.** aux multiplies two means, so aux over a whole batch is not the mean of aux over its
@@ -133,6 +135,8 @@ def check_balance(fn):
             value = loss_fn(probs, chosen, E)
             assert isinstance(value, Tensor) and value.size == 1, \
                 "return a scalar Tensor (built with ops, so that backward reaches the router)"
+            assert value.requires_grad, ("the loss has no gradient to give the router: P_i must be "
+                                         "computed from probs with ops (f_i is the constant)")
             ops.sum(value).backward()
             answers.append((float(value.data), logits.grad))
         (mine, mine_grad), (want, want_grad) = answers
@@ -216,7 +220,7 @@ dp·cp data ranks' — so the ranks holding the same expert (dp·cp/ep of them) 
 divide by **dp·cp**, not by their own number (Megatron scales by edp/(dp·cp) for the same reason);
 the dense weights are averaged over dp·cp as always. Rank $r$ sends, per layer and direction,
 $(k\,T_r - \text{dropped} - \text{rows to itself})$ rows of $d$ numbers: under uniform routing
-$k\,T\,d\,(\text{ep}-1)/\text{ep}$ — a volume that, unlike tensor parallelism's, does not shrink with ep.
+$k\,T\,d\,(\text{ep}-1)/\text{ep}$ numbers — a volume that grows with ep, toward $k\,T\,d$.
 
 **Exercise — the dispatch and combine, on four ranks.** Write `moe_layer(comm, moe, x)`: the layer's
 output (T, d) for this rank's tokens `x` (a Tensor), where `moe` holds only this rank's experts
