@@ -12,6 +12,13 @@
    zig-zag split.  Every call of ``pair_forward`` / ``pair_backward`` (the chunk-pair work)
    is timed, so each rank reports its BUSY time (attention compute) apart from its wall
    time (busy + waiting for the neighbour), and the intervals for a timeline.
+
+    mpiexec -n 4 python lessons/16_context_parallel.py --families --json FILE [--seq 1024]
+
+instead times a small GPT's forward + backward (2 layers, d_model 64, 4 heads, 4 sequences,
+naive attention) under cp = 4 three ways, in one launch: the ring, Ulysses, and the hybrid
+(Ulysses in pairs, the ring across); the median of ``--repeats`` after a warm-up, the
+slowest rank's.  Lesson 16 runs it on the simulated cluster (2 nodes x 2 ranks).
 """
 import argparse
 import json
@@ -164,6 +171,31 @@ def balance(comm, seq, heads, head_dim, kind, repeats):
     return result
 
 
+# ---------------------------------------------------------------- families on 4 ranks
+FAMILIES = {"ring": ("ring", None), "ulysses": ("ulysses", None), "hybrid U=2": ("ulysses", 2)}
+
+
+def families(comm, seq, repeats, batch=4):
+    """{family: seconds of one forward + backward} (the slowest rank's median)."""
+    ids = np.random.default_rng(0).integers(0, 256, (batch, seq + 1))
+    cfg = GPTConfig(seq_len=seq, n_layer=2, d_model=64, n_head=4, attention="naive")
+    seconds = {}
+    for name, (kind, ulysses) in FAMILIES.items():
+        model = apply_context_parallel(GPT(cfg, seed=0), comm, True, kind, ulysses)
+        pos = model.token_positions
+        x, y = (to_device(np.ascontiguousarray(a[:, pos])) for a in (ids[:, :-1], ids[:, 1:]))
+        times = []
+        for _ in range(repeats + 1):                  # the first is a warm-up
+            comm.barrier()
+            t0 = time.perf_counter()
+            _, loss = model(x, y)
+            loss.backward()
+            backend.sync()
+            times.append(time.perf_counter() - t0)
+        seconds[name] = max(comm.mpi.allgather(float(np.median(times[1:]))))
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
@@ -175,10 +207,20 @@ def main():
     parser.add_argument("--kind", default="flash", choices=["naive", "flash"],
                         help="the chunk-pair kernel in the timing")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--families", action="store_true",
+                        help="time the ring, Ulysses and the hybrid on 4 ranks instead")
     args = parser.parse_args()
     abort_on_exception()
     backend.set_backend(args.backend)
     comm = Communicator()
+    if args.families:
+        assert comm.size == 4, "--families runs on 4 ranks (mpiexec -n 4)"
+        backend.set_default_dtype(np.float32)
+        seconds = families(comm, args.seq, args.repeats)
+        if comm.rank == 0:
+            with open(args.json, "w") as f:
+                json.dump(seconds, f)
+        return
     assert comm.size == 2, "this lesson's script runs on 2 ranks (mpiexec -n 2)"
 
     backend.set_default_dtype(np.float64)

@@ -519,23 +519,18 @@ def cluster(*args):
     return subprocess.run([sys.executable, "-m", "minipar", "cluster", *args], capture_output=True,
                           text=True, env=ENV, cwd=ROOT, timeout=600)
 
-if can_build_a_cluster():        # measured here too: 1,024 tokens, 3 steps each, no calibration
+if can_build_a_cluster():        # measured here too: forward + backward, 1,024 tokens, one launch
     cluster("down", "--prefix", "mpl16")
     up = cluster("up", "--prefix", "mpl16", "--nodes", "2", "--ranks-per-node", "2", "--inter-gbps", "1")
     assert up.returncode == 0, up.stderr
     try:
-        live = {}
-        for name, flags in (("ring", []), ("ulysses", ["--cp-kind", "ulysses"]),
-                            ("hybrid U=2", ["--cp-kind", "ulysses", "--cp-ulysses", "2"])):
-            log = os.path.join(tempfile.mkdtemp(), "log.json")
-            run = cluster("run", "--prefix", "mpl16", "--", "train", "--model", "tiny", "--n-layer", "2",
-                          "--d-model", "64", "--n-head", "4", "--seq-len", "1024", "--batch-size", "4",
-                          "--steps", "3", "--eval-batches", "0", "--quiet", "--data", "stdlib-bytes",
-                          "--cp", "4", *flags, "--log-json", log)
-            assert run.returncode == 0, run.stderr[-2000:]
-            live[name] = np.median([r["step_time_s"] for r in step_records(log)][1:])
-        print("measured here, 1,024 tokens, 3 steps (median of the last 2): "
-              + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in live.items()))
+        out_json = os.path.join(tempfile.mkdtemp(), "families.json")
+        run = cluster("run", "--prefix", "mpl16", "--", "lessons/16_context_parallel.py", "--families",
+                      "--seq", "1024", "--repeats", "2", "--json", out_json, "--backend", BACKEND)
+        assert run.returncode == 0, run.stderr[-2000:]
+        live = json.load(open(out_json))
+        print("measured here on the cluster, forward + backward of the same model at 1,024 tokens "
+              "(16_context_parallel.py --families): " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in live.items()))
     finally:
         cluster("down", "--prefix", "mpl16")
 else:
