@@ -29,11 +29,11 @@ def moe_layer(comm, moe, x):
     per = E // ep                                                  # experts per rank
     first = comm.rank * per                                        # mine: first .. first+per-1
     probs = moe.router_probs(x)                                    # (T, E), a Tensor
-    chosen = xp.argsort(-probs.data, axis=-1, kind="stable")[:, :k]      # route: top-k
+    chosen = xp.argsort(-probs.data, axis=-1)[:, :k]               # route: top-k, largest first
     top = ops.getitem(probs, (xp.arange(T)[:, None], chosen))
     weights = ops.div(top, ops.sum(top, axis=-1, keepdims=True))   # renormalised, Σ_j w = 1
     slot_expert = chosen.reshape(-1)                               # slot t·k + j -> its expert
-    slots = xp.argsort(slot_expert, kind="stable")                 # permute: slots by expert
+    slots = xp.argsort(slot_expert)                                # permute: slots by expert
     counts = np.bincount(to_host(slot_expert), minlength=E)        # rows for each expert
     from_each = all_to_all(comm, counts.reshape(E, 1), [per] * ep)[0].reshape(ep, per)
     received = AllToAll.apply(ops.getitem(x, slots // k), comm=comm,
