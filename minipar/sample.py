@@ -20,6 +20,7 @@ from minipar import backend, checkpoint
 from minipar.autograd import no_grad
 from minipar.data import encode, decode
 from minipar.nn import GPTConfig, make_model
+from minipar.nn.moe import moe_layers
 from minipar.tokenizer import Tokenizer
 
 
@@ -46,6 +47,9 @@ def load_model(directory):
     except ValueError as err:
         raise SampleError(f"--resume {directory}: {err}") from None
     model.load_state_dict(ckpt.tensors_of("param"))   # every parameter, LayerNorm's too
+    for name, moe in moe_layers(model):     # loss-free balancing: the bias picks the experts
+        if moe.selection_bias is not None:
+            moe.selection_bias = backend.to_device(ckpt.tensor(name, "moe_bias"))
     return model.eval(), tokenizer
 
 

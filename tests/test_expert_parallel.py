@@ -111,6 +111,24 @@ def test_a_half_precision_moe_layer_returns_its_input_dtype():
     assert layer(Tensor(np.ones((1, 3, 6), np.float16))).dtype == np.float16
 
 
+def test_moe_flops_count_the_active_parameters_whatever_experts_a_rank_holds():
+    """6·N counts the router, and k of the E experts (a dense SwiGLU k times as wide has
+    the same matmuls but the router's); cutting the model to E/ep experts changes nothing."""
+    from minipar.nn import GPTConfig, make_model
+    from minipar.parallel.experts import apply_expert_parallel
+    from minipar.parallel.shapes import PlaceOnlyComm
+    shape = dict(arch="llama", d_model=32, n_head=4, n_layer=2, seq_len=16, vocab_size=256)
+    moe_cfg = GPTConfig(**shape, moe_experts=8, moe_top_k=2)
+    dense = make_model(GPTConfig(**shape, d_ff=2 * moe_cfg.ffn_width), materialize=False)
+    moe = make_model(moe_cfg, materialize=False)
+    router = 6 * moe_cfg.n_layer * moe_cfg.d_model * moe_cfg.moe_experts
+    assert moe.flops_per_token() == dense.flops_per_token() + router
+    whole = moe.flops_per_token()
+    apply_expert_parallel(moe, PlaceOnlyComm(1, 4))
+    assert moe.num_parameters() < make_model(moe_cfg, materialize=False).num_parameters()
+    assert moe.flops_per_token() == whole
+
+
 EXPERTS = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
 REFUSALS = [  # (world size, flags, what the one line must say)
     (2, ["--ep", "2"], "--ep 2 splits the experts of a mixture of experts; set --moe-experts E"),

@@ -229,7 +229,6 @@ REFUSALS = [  # (world size, flags, what the one line must say)
     (1, ["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k must be in [1, moe_experts = 4], got 5"),
     (1, ["--moe-experts", "4", "--moe-top-k", "0"], "--moe-top-k must be in [1, moe_experts = 4], got 0"),
     (1, ["--moe-experts", "4", "--moe-capacity-factor", "-1"], "--moe-capacity-factor must be a finite number >= 0"),
-    (1, ["--moe-experts", "4", "--moe-balance", "bias"], "--moe-balance bias (DeepSeek-V3's loss-free balancing) is not built yet"),
     (1, ["--moe-top-k", "1"], "--moe-top-k sets the mixture of experts; add --moe-experts E"),
     (1, ["--moe-experts", "4", "--moe-balance", "none", "--moe-aux-coef", "0.1"], "--moe-aux-coef weighs the aux balancing loss; --moe-balance none has none"),
     (2, ["--moe-experts", "4", "--tp", "2"], "--moe-experts with --tp needs --sequence-parallel"),

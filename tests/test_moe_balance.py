@@ -76,6 +76,11 @@ def test_bias_balancing_under_data_parallelism_and_accumulation_is_one_process(t
         np.testing.assert_array_equal(theirs[name], mine[name])
         steps = np.round(mine[name] / 0.05, 9)                  # whole numbers of ±rate
         assert np.all(steps == np.round(steps)) and np.abs(steps).max() > 0, mine[name]
+    from minipar.nn.moe import moe_layers
+    from minipar.sample import load_model
+    model, _ = load_model(str(tmp_path / "single"))      # sampling routes with the bias too
+    for name, moe in moe_layers(model):
+        np.testing.assert_array_equal(moe.selection_bias, mine[name])
 
 
 @pytest.mark.slow

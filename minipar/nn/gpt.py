@@ -292,9 +292,17 @@ class GPT(Module):
     def flops_per_token(self):
         """Training FLOPs per token: 6·N (matmuls on weights) + 12·L·d·s (attention).  N
         leaves out the lookups: the position embedding, and the token embedding unless the
-        head's matmul uses it (tied); an untied head is counted, as the matmul it is."""
-        n = self.num_parameters() - (self.wpe.weight.size if self.wpe is not None else 0)
+        head's matmul uses it (tied); an untied head is counted, as the matmul it is.  Of a
+        mixture of experts N counts the weights a token goes through: the router, the
+        shared experts and k of the E routed experts (3·d·d_ff each) — its active
+        parameters — whichever experts this model object holds (expert parallelism keeps
+        E/ep of them)."""
+        c = self.config
+        routed_here = sum(p.size for name, p in self.named_parameters()
+                          if ".mlp.experts." in name)
+        n = self.num_parameters() - routed_here - (self.wpe.weight.size if self.wpe is not None else 0)
         if self.lm_head is not None:          # untied: the token embedding is only a lookup
             n -= self.wte.weight.size
-        c = self.config
+        moe_blocks = sum(c.is_moe_block(i) for i in range(c.n_layer))
+        n += moe_blocks * c.moe_top_k * 3 * c.d_model * c.ffn_width if c.moe_experts else 0
         return 6 * n + 12 * c.n_layer * c.d_model * c.seq_len
