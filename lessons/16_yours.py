@@ -14,9 +14,9 @@ ring and merged each block's result with the online softmax.  In float64 it chec
   matches, or says none does (a wrong mask or merge);
 - **traffic**: every rank sent C - 1 K/V blocks, (C-1)·(k.nbytes + v.nbytes) bytes.
 
-    mpiexec -n 4 python lessons/16_yours.py --file MINE.py --exercise ulysses
+    mpiexec -n 4 python lessons/16_yours.py --file MINE.py      (MINE.py with the swaps)
 
-``MINE.py`` defines ``sequence_to_heads(comm, x)`` and ``heads_to_sequence(comm, y)``, the
+or ``MINE.py`` defines ``sequence_to_heads(comm, x)`` and ``heads_to_sequence(comm, y)``, the
 all-to-all swaps of Ulysses: rank r holds the r-th contiguous block of positions of every
 head, x (B, H, n, d); ``sequence_to_heads`` returns all U·n positions of its H/U heads
 (heads r·H/U .. (r+1)·H/U - 1), (B, H/U, U·n, d), and ``heads_to_sequence`` undoes it.
@@ -164,11 +164,17 @@ def check_ulysses(comm, sequence_to_heads):
               f"({library_error:.1e})", flush=True)
 
 
+def exercise_of(argv):
+    """Which exercise the --file holds: the Ulysses swaps if it defines sequence_to_heads,
+    else the ring."""
+    path = argv[argv.index("--file") + 1] if "--file" in argv[:-1] else None
+    if path and os.path.exists(path) and "def sequence_to_heads" in open(path).read():
+        return "ulysses"
+    return "ring"
+
+
 if __name__ == "__main__":
-    ulysses = "ulysses" in sys.argv[sys.argv.index("--exercise") + 1:][:1] if "--exercise" in sys.argv else False
-    if ulysses:
-        main(__doc__, lambda comm, fn, _: check_ulysses(comm, fn), "sequence_to_heads",
-             ("--exercise", "ring (default) or ulysses (optional)"))
+    if exercise_of(sys.argv) == "ulysses":
+        main(__doc__, check_ulysses, "sequence_to_heads")
     else:
-        main(__doc__, lambda comm, fn, _: check(comm, fn), "ring_attention",
-             ("--exercise", "ring (default) or ulysses (optional)"))
+        main(__doc__, check, "ring_attention")

@@ -47,7 +47,7 @@ def ring_attention(comm, q, k, v):
 ''',
     "ulysses_swap": r'''
 %%writefile {MINE}/ulysses.py
-"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py --exercise ulysses."""
+"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py."""
 from minipar.backend import xp
 from minipar.comm import all_to_all
 

@@ -441,14 +441,14 @@ rank `t`). Rank $r$ holds the $r$-th contiguous block of $n$ positions.
   $rH/U \ldots (r+1)H/U - 1$, in rank order;
 * `heads_to_sequence(comm, y)`: the inverse.
 
-`16_yours.py --exercise ulysses` runs them on 4 ranks (8 heads, float64): each swap against the heads and
+`16_yours.py` runs them on 4 ranks (8 heads, float64): each swap against the heads and
 positions it must hold (naming which rank's positions of which heads landed in each block when they do
 not), its bytes against $(U-1)/U$ of the block, the round trip, and attention run whole on each rank's
 two heads between the swaps against one process's causal attention — beside the library's
 `UlyssesAttentionCore`.
 ''', r'''%exercise ulysses_swap
 %%writefile {MINE}/ulysses.py
-"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py --exercise ulysses."""
+"""Your Ulysses swaps (lesson 16): run under mpiexec by 16_yours.py."""
 from minipar.backend import xp
 from minipar.comm import all_to_all
 
@@ -463,7 +463,7 @@ def heads_to_sequence(comm, y):
     """The inverse: (B, H/U, U·n, d) -> (B, H, n, d)."""
     return y
 ''', r'''
-proc = mpirun(4, ["16_yours.py", "--file", f"{MINE}/ulysses.py", "--exercise", "ulysses", "--backend", BACKEND])
+proc = mpirun(4, ["16_yours.py", "--file", f"{MINE}/ulysses.py", "--backend", BACKEND])
 print(proc.stdout)
 print(inspect.getsource(ulysses.UlyssesAttentionCore.forward))
 ''', r'''%md
