@@ -1,8 +1,9 @@
-"""Lesson 16's exercise on every rank: your ring attention against one process's attention.
+"""Lesson 16's exercises on every rank: your ring attention, or your Ulysses swaps, against one process.
 
     mpiexec -n 4 python lessons/16_yours.py --file MINE.py
 
-``MINE.py`` defines ``ring_attention(comm, q, k, v)``: rank r holds the r-th contiguous
+The file says which: ``MINE.py`` defines ``ring_attention(comm, q, k, v)``, or the swaps
+(below).  ``ring_attention``: rank r holds the r-th contiguous
 block of the sequence's queries, keys and values, each (B, H, n, d); it returns the
 causal attention output of its queries over the whole sequence and the log-sum-exp of
 every row, ``(out (B, H, n, d), lse (B, H, n))``, having passed the K/V blocks around the
@@ -14,9 +15,7 @@ ring and merged each block's result with the online softmax.  In float64 it chec
   matches, or says none does (a wrong mask or merge);
 - **traffic**: every rank sent C - 1 K/V blocks, (C-1)·(k.nbytes + v.nbytes) bytes.
 
-    mpiexec -n 4 python lessons/16_yours.py --file MINE.py      (MINE.py with the swaps)
-
-or ``MINE.py`` defines ``sequence_to_heads(comm, x)`` and ``heads_to_sequence(comm, y)``, the
+The swaps: ``sequence_to_heads(comm, x)`` and ``heads_to_sequence(comm, y)``, the
 all-to-all swaps of Ulysses: rank r holds the r-th contiguous block of positions of every
 head, x (B, H, n, d); ``sequence_to_heads`` returns all U·n positions of its H/U heads
 (heads r·H/U .. (r+1)·H/U - 1), (B, H/U, U·n, d), and ``heads_to_sequence`` undoes it.
