@@ -86,7 +86,8 @@ def test_two_groups_dp2_inside_equal_one_rank_per_group(tmp_path, one_rank_per_g
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", [["--tp", "2"], ["--zero", "1"]], ids=["tp2", "zero1"])
+@pytest.mark.parametrize("layout", [["--tp", "2"], ["--zero", "1"], ["--pp", "2"], ["--cp", "2"]],
+                         ids=["tp2", "zero1", "pp2", "cp2"])
 def test_two_groups_other_layouts_inside(tmp_path, one_rank_per_group, layout):
     base, _ = one_rank_per_group
     other, _ = run(tmp_path, "other", 4, *DILOCO, *layout)

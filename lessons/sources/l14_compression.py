@@ -288,18 +288,20 @@ residual, now on the pseudo-gradient.
 
 In minipar: `train --outer diloco --diloco-groups G --inner-steps H` (`minipar/parallel/outer/`),
 `--diloco-fragments F --outer-compression int8` for the streaming form. On the simulated cluster
-(2 nodes × 2 ranks, 100 Mbit/s between them, `llama-small`, 60 steps of equal tokens, one run each
-on a shared 2-core machine; `benchmarks/recorded/cluster_diloco_2026-12-07/`):
+(2 nodes × 2 ranks, 100 Mbit/s between them, `llama-small`, 60 steps of equal tokens, then each
+DiLoCo run for as many steps as fit in DDP's wall time; one run each on a shared 2-core machine;
+`benchmarks/recorded/cluster_diloco_2026-12-07/`):
 
-| run | wall s | MB across the link | val bits/byte |
-|---|---|---|---|
-| DDP | 82.1 | 1386 | 2.426 |
-| DiLoCo H=10 | 31.0 | 92 | 2.557 |
-| DiLoCo H=50 | 25.5 | 31 | 2.608 |
-| streaming F=4, int8 | 28.7 | 8 | 2.767 |
+| run | wall s | MB across the link | val bits/byte | at DDP's 76 s: steps, val bits/byte |
+|---|---|---|---|---|
+| DDP | 76.3 | 1387 | 2.426 | 60, 2.426 |
+| DiLoCo H=10 | 30.9 | 92 | 2.557 | 148, 2.404 |
+| DiLoCo H=50 | 20.4 | 31 | 2.608 | 224, 2.236 |
+| streaming F=4, int8 | 21.4 | 8 | 2.767 | 214, 2.274 |
 
-DDP learns the most per token; DiLoCo learns more per *second* and per *byte*. Where the link is
-the bottleneck that is what counts (`minipar plan --diloco G` prices it for a cluster profile).
+DDP learns the most per token; DiLoCo learns more per *second* and per *byte*: in DDP's wall time
+it takes 2.5–3.7× the steps and ends lower. Where the link is the bottleneck that is what counts
+(`minipar plan --diloco G` prices it for a cluster profile).
 
 The library's outer step, for one fragment:
 ''', r'''
