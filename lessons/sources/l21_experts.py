@@ -158,9 +158,8 @@ def check_balance(fn):
             f"per sequence {want:.4f} here, the batch pooled would give {pooled:.4f}; uniform routing gives 1")
 ''', r'''%exercise balance_loss
 def my_balance_loss(probs, chosen, n_experts):
-    raise NotImplementedError("hint: per sequence, count each expert's share of the k·T choices (a constant) "
-                              "and take the mean of its probability over the tokens (a Tensor); then the mean "
-                              "over the sequences")
+    raise NotImplementedError("hint: which of f and P can carry a gradient, and which tokens does each one "
+                              "count? the check's message says which normalisation it found")
 ''', r'''
 print(check_balance(my_balance_loss))    # the solution is in lessons/solutions/21_experts.py
 print(inspect.getsource(balance_loss))
@@ -205,7 +204,7 @@ own tokens. One MoE layer on rank $r$, after routing:
 1. **count** the rows for each expert, $c_r[e]$, and **exchange the counts**: a small all-to-all tells
    each owner how many rows of each of its experts come from each rank — before any row moves, so
    every rank can size its buffers;
-2. **permute** the (token, choice) slots by expert (a stable sort): the rows for rank $q$'s experts are
+2. **permute** the (token, choice) slots by expert (a sort by expert id): the rows for rank $q$'s experts are
    then contiguous, and `all_to_all(comm, rows, counts)` sends $\sum_{e \text{ of } q} c_r[e]$ rows to
    each $q$ (uneven, often 0);
 3. **run** each local expert once on the rows every rank sent it;
@@ -263,6 +262,13 @@ The library's version, `ExpertParallelDispatch`, is the same sequence of steps b
 and the weighted sum stay in `MoE.forward`, shared with the one-process path):
 ''', r'''
 print(inspect.getsource(experts_module.ExpertParallelDispatch.__call__))
+''', r'''%md
+In training, that sum over the ep group is half of an expert's gradient rule; the other half is the
+synchroniser's. A rank's parameters are two sets replicated over two different groups, so
+`ExpertSplitSync` runs one synchroniser of the run's form (DDP or ZeRO) for each:
+''', r'''
+from minipar.parallel.sync import experts as expert_sync
+print("\n\n".join(expert_sync.__doc__.split("\n\n")[1:3]))
 ''', r'''%md
 ## 5. Measured: the all-to-all's bytes against ep
 
