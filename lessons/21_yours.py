@@ -157,7 +157,7 @@ def explain_row(got, ref, t, owner):
     return f"token {t}, " + "; and ".join(said) + (f" ({right[0]} is right)" if right else "")
 
 
-def check_output(got, ref, owner, what, rank):
+def check_output(got, ref, owner, what):
     if got.shape != (T, D):
         raise AssertionError(f"{what}: moe_layer returned shape {got.shape}, want ({T}, {D}): one row per token")
     for t in range(T):
@@ -207,7 +207,7 @@ def check_one(world, fn, ep):
     if not isinstance(out, Tensor):
         raise AssertionError(f"{what}: moe_layer returned a {type(out).__name__}, not a Tensor: build the "
                              f"output with autograd ops, so that backward reaches the router and the experts")
-    check_output(to_host(out.data), ref, owner, what, rank)
+    check_output(to_host(out.data), ref, owner, what)
     ops.sum(ops.mul(out, Tensor(to_device(cotangent)))).backward()
     sent = comm.bytes_sent
 
