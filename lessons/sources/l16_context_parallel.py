@@ -478,11 +478,11 @@ Lesson 20's simulated cluster: 2 nodes × 2 ranks, a 1 Gbit/s link between them,
 (2 layers, $d$ = 64, 4 heads) on 2,048-token sequences, cp = 4 three ways. `benchmarks/cluster_ulysses.py`
 calibrates a profile on the cluster, measures each layout's step time, sets it beside the performance
 model's (`perf/context.py`: two all-to-alls each way for Ulysses, the ring's hops overlapped with its
-chunk pairs), and asks `plan` to rank them. Its two recorded runs:
+chunk pairs), and asks `plan` to rank them. Its three recorded runs:
 ''', r'''
 RECORDED = os.path.join(ROOT, "benchmarks", "recorded", "cluster_ulysses_2026-12-07")
 tables = {}
-for run in ("run1", "run2"):
+for run in ("run1", "run2", "run3"):
     text = open(os.path.join(RECORDED, run + ".txt")).read()
     print(f"--- {run}.txt\n{text}")
     tables[run] = {}
@@ -536,11 +536,12 @@ if can_build_a_cluster():        # measured here too: forward + backward, 1,024 
 else:
     print("no root / ip / tc here: the recorded figures above are the measurement")
 ''', r'''%md
-Read the tables for three things. First, the measurements: the same order in both runs, the ring
-first. Second, the predictions, from profiles calibrated on the cluster just before: they are not
-within 15% here, because these runs shared two cores with other work (a load average near 10) and the
-two calibrations disagree with each other — a waiting rank's CPU share 0.22 in one and 0.77 in the
-other, which turns the model's core-sharing slowdown off and on (`perf/host.py`). A performance model
+Read the tables for three things. First, the measurements: the same order in all three runs, the
+ring first and Ulysses last. Second, the predictions, from profiles calibrated on the cluster just
+before: they are not within 15% here, because these runs shared two cores with other work (a load
+average near 10, CPU time the model does not know of) and the calibrations disagree with each other
+— a waiting rank's CPU share 0.22 in run 1's and 0.77 in run 2's, which turns the model's core-sharing
+slowdown off and on (`perf/host.py`). A performance model
 is only as good as its profile: on a quiet machine the same script tests it. Third, why the ring wins
 on this CPU: with 16-dimension heads the price is set by the attention compute more than by the link: the naive kernel computes every score of a
 block, masked or not, so Ulysses — the whole sequence on one head — computes $S^2$ scores per head,
@@ -550,7 +551,7 @@ Ulysses' swaps with $U = 4$ cross the 1 Gbit/s link in every round, where the hy
 node and only the ring's hops cross. With a kernel that skips masked tiles, more heads, a longer
 sequence or a faster link the order can change: which is why the choice is the performance model's,
 not a rule — `plan` ranks the layouts by its predictions and `--layout auto` runs the first, so its
-choice is as good as the profile (run 1's picked the ring, run 2's the hybrid).
+choice is as good as the profile (runs 1 and 3 picked the ring, run 2 the hybrid).
 
 ## Takeaways
 
