@@ -129,6 +129,27 @@ def test_moe_flops_count_the_active_parameters_whatever_experts_a_rank_holds():
     assert moe.flops_per_token() == whole
 
 
+def test_plan_searches_expert_parallel_layouts_and_needs_them_when_experts_do_not_fit():
+    """The plan enumerates ep (divisors of dp·cp dividing E), its train command carries
+    the MoE flags, and under a memory limit below every ep 1 layout's need the ranked
+    layouts all split the experts; the all-to-alls are priced only where ep > 1."""
+    from minipar.config import TrainConfig
+    from minipar.perf.plan import plan, train_command
+    base = TrainConfig(model="llama-tiny", moe_experts=16, d_model=64, n_layer=2, batch_size=2,
+                       data="stdlib-bytes")          # dp 1 or 2: a search of ~100 layouts
+    everything = plan(base, 4, "cpu")
+    by_ep = {}
+    for p in everything.ranked:
+        by_ep.setdefault(p.config.ep, []).append(p)
+        assert (p.breakdown["ep_s"] > 0) == (p.config.ep > 1), (p.config.ep, p.breakdown["ep_s"])
+    assert sorted(by_ep) == [1, 2]
+    smallest_without = min(p.mem_bytes for p in by_ep[1])
+    tight = plan(base, 4, "cpu", mem_per_rank=smallest_without - 1)
+    assert tight.ranked and all(p.config.ep > 1 for p in tight.ranked)
+    assert "--moe-experts 16" in train_command(tight.ranked[0].config, 4)
+    assert f"--ep {tight.ranked[0].config.ep}" in train_command(tight.ranked[0].config, 4)
+
+
 EXPERTS = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
 REFUSALS = [  # (world size, flags, what the one line must say)
     (2, ["--ep", "2"], "--ep 2 splits the experts of a mixture of experts; set --moe-experts E"),

@@ -131,7 +131,8 @@ class Layout:
     microbatches: Optional[int] = setting(None, "micro-batches per step in the pipeline "
                                           "(default 2·pp)", planned=True)
     ep: int = setting(1, "expert-parallel size: the experts of every MoE block split over ep "
-                      "of the data-parallel ranks, tokens sent to them by all-to-all")
+                      "of the data-parallel ranks, tokens sent to them by all-to-all",
+                      planned=True)
     zero: int = setting(0, "ZeRO stage: shard the optimizer state (1), and the gradients (2), "
                         "and the weights (3) over the data-parallel ranks", choices=(0, 1, 2, 3),
                         planned=True)

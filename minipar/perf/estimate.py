@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
 from minipar.perf import context as pctx
+from minipar.perf import experts as pexp
 from minipar.perf import host
 from minipar.parallel.buckets import bucket_bytes
 from minipar.perf.bucket_size import CANDIDATES_MB, fastest_bucket_mb
@@ -56,6 +57,9 @@ def flops_per_token(cfg):
     if cfg.arch == "llama":   # q, o; k, v of the KV heads; gate, up, down; RMSNorm gains
         kv = cfg.kv_heads * (h // cfg.n_head)
         n = L * (2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_width + 2 * h) + V * h + h
+        moe = pexp.moe_blocks(cfg)      # a token's active experts: k routed + S shared, router
+        n += moe * (3 * h * cfg.ffn_width * (cfg.moe_top_k + cfg.moe_shared_experts - 1)
+                    + h * cfg.moe_experts)
     else:
         n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
     return 6 * n + 12 * L * h * cfg.seq_len
@@ -117,6 +121,13 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     scale = prof.efficiency.get("model_compute_scale", 1.0)
     slow = host.compute_slowdown(prof, rpn, config.world_size)
     lt = layer_time(prof, x, config.recompute) if cp == 1 else pctx.layer_time(prof, whole, config)
+    moe_share = pexp.moe_blocks(cfg) / cfg.n_layer    # the blocks whose MLP is experts
+    if moe_share:
+        moe_x, moe_whole = pexp.moe_shape(x, cfg), pexp.moe_shape(whole, cfg)
+        lt_moe = layer_time(prof, moe_x, config.recompute) if cp == 1 else \
+            pctx.layer_time(prof, moe_whole, config)
+        lt = type(lt)(*((1 - moe_share) * a + moe_share * m
+                        for a, m in zip(dataclasses.astuple(lt), dataclasses.astuple(lt_moe))))
     lt = type(lt)(*(scale * slow * t for t in dataclasses.astuple(lt)))
     per_rank_layers = cfg.n_layer // pp
     e = DTYPE_BYTES[dtype]
@@ -128,6 +139,9 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     cp_f = cp_b = 0.0                # the ring's hops, Ulysses' all-to-alls: on the critical path
     if cp > 1:
         cp_f, cp_b = pctx.comm_seconds_per_layer(prof, whole, config, rpn, scale * slow)
+    ep_f, ep_b = (moe_share * t for t in                # expert parallelism's all-to-alls
+                  pexp.all_to_all_seconds_per_layer(prof, x, cfg, config, rpn))
+    cp_f, cp_b = cp_f + ep_f, cp_b + ep_b      # on the critical path as cp's (redone alike)
     redo_tp = tp_f if config.recompute == "full" else 0.0
     redo_cp = cp_f if config.recompute == "full" else 0.0
     (etf, etb), (htf, htb) = pcomm.tp_seconds_edges(prof, tp, act_bytes, b * cfg.seq_len // cp, rpn,
@@ -148,13 +162,15 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     # data-parallel synchronisation over this rank's gradients
     gbytes = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
     buckets = [n * gbytes for n, _ in pmem.rank_buckets(
-        cfg, bucket_bytes(config), config.precision, sync, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)]
-    units = [n * gbytes for n, _ in pmem.rank_units(cfg, sync, tp=tp)] if config.zero == 3 else []
+        cfg, bucket_bytes(config), config.precision, sync, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1,
+        ep=config.ep)]
+    units = [n * gbytes for n, _ in pmem.rank_units(cfg, sync, tp=tp, ep=config.ep)] \
+        if config.zero == 3 else []
     backward_all = M * (t_b + t_w) if pp == 1 else (t_b + t_w)
     exposed_dp = pcomm.dp_exposed_seconds(prof, config.zero, sync, buckets, units, backward_all,
                                           M * t_f, config.overlap, tp, rpn,
                                           accum=M if pp == 1 else 1)
-    params_here = pmem.numel(cfg, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1)
+    params_here = pmem.numel(cfg, tp=tp, pp=pp, chunks=v, pp_rank=pp - 1, ep=config.ep)
     master = "fp32" if config.precision in ("fp16", "bf16") else config.precision
     opt = slow * prof.optimizer_seconds(params_here / (sync if config.zero else 1), master)
     overhead = slow * prof.efficiency.get("step_overhead_s", 0.0)
@@ -164,12 +180,15 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
                            sum(units) if config.zero == 3 else sum(buckets))
     if cp > 1:
         sent += M * per_rank_layers * pctx.sent_bytes_per_layer(whole, config)
+    if config.ep > 1:
+        sent += M * per_rank_layers * moe_share * pexp.sent_bytes_per_layer(x, cfg, config)
     # the bound counts each rank's work at a core's rate: undo the sharing slowdown above
     shared = host.shared_core_bound(prof, rpn, config.world_size,
                                     (M * work + opt + overhead) / slow, sent)
     step = max(path, shared)
     tp_exposed = M * (per_rank_layers * (tp_f + tp_b + redo_tp) + etf + etb + htf + htb)
-    cp_exposed = M * per_rank_layers * (cp_f + cp_b + redo_cp)
+    cp_exposed = M * per_rank_layers * (cp_f + cp_b + redo_cp)     # with ep's all-to-alls
+    ep_exposed = M * per_rank_layers * (ep_f + ep_b + (ep_f if config.recompute == "full" else 0))
     tokens = config.batch_size * cfg.seq_len
     peak = prof.peak(dtype) * config.world_size
     mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
@@ -178,7 +197,8 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     mem, state, a_bytes, _ = memory_per_rank(config, korthikanti)
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
                       exposed_dp + tp_exposed + cp_exposed,
-                      dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed, cp_s=cp_exposed,
+                      dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
+                           cp_s=cp_exposed - ep_exposed, ep_s=ep_exposed,
                            optimizer_s=opt, overhead_s=overhead, agree_s=agree,
                            critical_path_s=path,
                            shared_cores_s=shared, t_f=t_f, t_b=t_b, t_w=t_w,

@@ -8,8 +8,9 @@ The search: tp over the divisors of N (at most the ranks of a node — tensor
 parallelism across nodes is never competitive and is skipped), pp over the divisors
 of N/tp, cp over the divisors of N/(tp·pp) with each of its kinds (the ring, Ulysses,
 and the hybrid with every Ulysses degree U dividing cp: ``context_layouts``) where the
-sequence is long, dp what is left; then chunks, schedule, micro-batches, ZeRO stage, sequence parallelism,
-recomputation and gradient accumulation.  Each candidate is a
+sequence is long, dp what is left; for a mixture of experts, ep over the divisors of
+dp·cp that divide the experts; then chunks, schedule, micro-batches, ZeRO stage,
+sequence parallelism, recomputation and gradient accumulation.  Each candidate is a
 TrainConfig checked by ``config.resolve`` — the same checks as ``train``, so plan
 refuses exactly what train refuses, for the same reasons (``refusals``).  The ones
 that fit in memory are ranked by predicted step time (``estimate.predict``); the
@@ -69,6 +70,7 @@ def context_layouts(ranks, cfg):
 def candidates(base, world, ranks_per_node=8, max_micro_rows=8):
     """TrainConfigs (unresolved) for every layout of ``world`` ranks (see the docstring)."""
     L = base.model_config().n_layer
+    experts = base.model_config().moe_experts
     B = base.batch_size
     for tp in [d for d in divisors(world) if d <= max(ranks_per_node, 1)]:
         for pp in divisors(world // tp):
@@ -81,21 +83,36 @@ def candidates(base, world, ranks_per_node=8, max_micro_rows=8):
                 for sp, recompute, zero in itertools.product(
                         (False, True) if tp > 1 else (False,), ("none", "selective", "full"),
                         (0, 1, 2, 3) if dp * context["cp"] > 1 else (0,)):
-                    common = dict(dp=dp, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
-                                  zero=zero, **context)
-                    if pp == 1:
-                        for b in rows:
-                            yield replace(base, **common, grad_accum=per_replica // b,
-                                          chunks=1, schedule=None, microbatches=None)
-                        continue
-                    for b in rows:
-                        m = per_replica // b
-                        for kind in ("1f1b", "zb-h1", "interleaved", "afab"):
-                            for v in ((2, 3, 4) if kind == "interleaved" else (1,)):
-                                if (L // pp) % v if L % pp == 0 else True:
-                                    continue
-                                yield replace(base, **common, chunks=v, schedule=kind,
-                                              microbatches=m, grad_accum=1)
+                    for ep in expert_parallel_sizes(dp * context["cp"], experts):
+                        common = dict(dp=dp, tp=tp, pp=pp, sequence_parallel=sp,
+                                      recompute=recompute, zero=zero, ep=ep, **context)
+                        yield from _schedules(base, common, pp, L, rows, per_replica)
+
+
+def expert_parallel_sizes(data_ranks, experts):
+    """The ep sizes a layout of ``data_ranks`` data-parallel ranks (dp·cp) can carve for
+    ``experts`` experts: every common divisor (1 alone for a dense model)."""
+    if not experts:
+        return [1]
+    return [e for e in divisors(data_ranks) if experts % e == 0]
+
+
+def _schedules(base, common, pp, L, rows, per_replica):
+    """The layout ``common`` with each micro-batch size of ``rows`` and, in a pipeline,
+    each schedule (and chunk count) that divides the layers."""
+    if pp == 1:
+        for b in rows:
+            yield replace(base, **common, grad_accum=per_replica // b,
+                          chunks=1, schedule=None, microbatches=None)
+        return
+    for b in rows:
+        m = per_replica // b
+        for kind in ("1f1b", "zb-h1", "interleaved", "afab"):
+            for v in ((2, 3, 4) if kind == "interleaved" else (1,)):
+                if (L // pp) % v if L % pp == 0 else True:
+                    continue
+                yield replace(base, **common, chunks=v, schedule=kind,
+                              microbatches=m, grad_accum=1)
 
 
 def plan(base: TrainConfig, world, profile=None, nodes=None, mem_per_rank=None,
@@ -143,6 +160,7 @@ def describe(config):
     if c.pipelined:
         parts += [f"--pp {c.pp}", f"--schedule {c.schedule}", f"--microbatches {c.microbatches}"]
         parts += [f"--chunks {c.chunks}"] if c.chunks > 1 else []
+    parts += [f"--ep {c.ep}"] if c.ep > 1 else []
     if c.grad_accum > 1:
         parts.append(f"--grad-accum {c.grad_accum}")
     parts += [f"--zero {c.zero}"] if c.zero else []
@@ -157,6 +175,9 @@ def train_command(config, world):
                                            ("arch", "n_layer", "d_model", "n_head", "n_kv_head",
                                             "d_ff", "seq_len")
                                            if getattr(c, k) is not None)
+    model += "".join(f" --{k.replace('_', '-')} {getattr(c, k)}" for k in
+                     ("moe_experts", "moe_top_k", "moe_every", "moe_shared_experts")
+                     if c.moe_experts and getattr(c, k) != getattr(TrainConfig, k))
     return (f"mpiexec -n {world} python -m minipar train {describe(c)} {model} "
             f"--batch-size {c.batch_size} --precision {c.precision}")
 
@@ -196,6 +217,7 @@ def auto_layout(config: TrainConfig, world_size: int, profile=None):
 
 # train's settings that plan takes, as train's flags: the model, the batch, the numerics
 TRAIN_FLAGS = ("model", "arch", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "seq_len",
+               "moe_experts", "moe_top_k", "moe_every", "moe_shared_experts",
                "batch_size", "precision", "attention")
 
 
