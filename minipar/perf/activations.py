@@ -42,18 +42,54 @@ from typing import NamedTuple, Optional
 from minipar.perf.profile import DTYPE_BYTES
 
 
+class Experts(NamedTuple):
+    """A mixture of experts' MLP (``nn/moe.py``): E routed experts, k per token, S shared,
+    in ``share`` of the blocks, over ``ep`` expert-parallel ranks."""
+    n: int
+    k: int
+    shared: int
+    share: float
+    ep: int = 1
+
+
 class Llama(NamedTuple):
     """The llama block's widths on one tp rank's terms: ``kv`` columns of k (and of v)
-    on the rank (``LayerShape.kv_columns``), ``ffn`` the full SwiGLU width d_ff."""
+    on the rank (``LayerShape.kv_columns``), ``ffn`` the full SwiGLU width d_ff;
+    ``experts`` where some blocks' MLP is a mixture of experts."""
     kv: int
     ffn: int
+    experts: Optional[Experts] = None
 
 
-def llama_block(cfg, t=1):
-    """``Llama`` for model ``cfg`` on t tp ranks, or None for a gpt2 block."""
+def llama_block(cfg, t=1, ep=1):
+    """``Llama`` for model ``cfg`` on t tp ranks (and ep expert-parallel ones), or None
+    for a gpt2 block."""
     if cfg.arch != "llama":
         return None
-    return Llama(cfg.d_model // cfg.n_head * max(cfg.kv_heads // t, 1), cfg.ffn_width)
+    experts = None
+    if cfg.moe_experts:
+        share = sum(cfg.is_moe_block(i) for i in range(cfg.n_layer)) / cfg.n_layer
+        experts = Experts(cfg.moe_experts, cfg.moe_top_k, cfg.moe_shared_experts, share, ep)
+    return Llama(cfg.d_model // cfg.n_head * max(cfg.kv_heads // t, 1), cfg.ffn_width, experts)
+
+
+def moe_mlp_bytes(tokens, h, f, t, experts, e, w):
+    """Bytes a MoE MLP keeps for backward, for the ``tokens`` this rank routes (N, or N/t
+    under sequence parallelism), at a balanced load (each rank's experts take, in all,
+    k·N rows): the router's logits and probabilities (N·E), the k weights, each routed
+    row's way through an expert (its gathered input, gate, up, their product and σ, the
+    down projection: whole experts, not cut by tp), the combine (the rows put back,
+    in (token, choice) order, weighted, summed), the rows exchanged under expert
+    parallelism (received and returned), and the shared experts as dense SwiGLUs cut by
+    tp.  The imbalance of a real step (the busiest rank's experts take more) is left out."""
+    rows = experts.k * tokens
+    router = tokens * experts.n * (e + w)
+    weights = tokens * experts.k * (2 * w + e)
+    routed = rows * (2 * h * e + 3 * f * e + f * w)
+    combine = 3 * rows * h * e + tokens * h * w
+    exchanged = 2 * rows * h * e if experts.ep > 1 else 0
+    shared = experts.shared * tokens * t * (3 * f / t * e + f / t * w + h * e)
+    return router + weights + routed + combine + exchanged + shared
 
 
 def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, recompute="none"):
@@ -87,6 +123,10 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
             rows = 2 * N * h * e + 2 * seq * h * e
         f = block.ffn / t
         sliced = (3 * h / t + 2 * block.kv + 3 * f) * N * e + f * N * w
+        if block.experts is not None:       # those blocks' MLP: experts, not one SwiGLU
+            dense_mlp = 3 * f * N * e + f * N * w + N * h * e
+            sliced += block.experts.share * (
+                moe_mlp_bytes(seq, h, block.ffn, t, block.experts, e, w) - dense_mlp)
     core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
     if recompute == "selective":
         core = 0.0

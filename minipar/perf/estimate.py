@@ -265,7 +265,7 @@ def minipar_activation_bytes(config, stage):
         config.tp, config.sequence_parallel, compute_dtype(config.precision),
         config.attention, config.recompute, first=stage == 0, last=stage == pp - 1,
         in_flight=_in_flight(config, stage), pipeline=pipeline,
-        block=act.llama_block(cfg, config.tp))
+        block=act.llama_block(cfg, config.tp, config.ep))
 
 
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
