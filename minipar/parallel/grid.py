@@ -21,8 +21,8 @@ exchange activations).  Each rank belongs to one group of each kind:
   is member j mod ep of the ep group j div ep, which holds one copy of every expert
   (E/ep each) and exchanges tokens by all-to-all; ``edp_comm`` joins the ranks
   holding the same experts (member j div ep of group j mod ep), over which their
-  gradients are reduced.  With ep = 1, ``ep_comm`` is one rank and ``edp_comm`` is
-  ``dp_cp_comm``.
+  gradients are reduced.  With ep = 1 there is no ``ep_comm`` (None) and ``edp_comm``
+  is ``dp_cp_comm``.
 
 The grid is an explicit object passed around, never a global, so a test can build
 several.  ``check_grid_sizes`` validates before any communicator is created.
@@ -80,10 +80,11 @@ class ProcessGrid:
         self.dp_cp_comm = (self.dp_comm if cp == 1 else
                            comm.split(color=c.pp * tp + c.tp, key=c.dp * cp + c.cp))
         self.pp_comm = comm.split(color=(c.dp * cp + c.cp) * tp + c.tp, key=c.pp)
-        j = self.dp_cp_comm.rank
-        self.ep_comm = self.dp_cp_comm.split(color=j // ep, key=j % ep)
-        self.edp_comm = (self.dp_cp_comm if ep == 1 else
-                         self.dp_cp_comm.split(color=j % ep, key=j // ep))
+        self.ep_comm, self.edp_comm = None, self.dp_cp_comm
+        if ep > 1:
+            j = self.dp_cp_comm.rank
+            self.ep_comm = self.dp_cp_comm.split(color=j // ep, key=j % ep)
+            self.edp_comm = self.dp_cp_comm.split(color=j % ep, key=j // ep)
 
     @property
     def is_last_stage(self):
