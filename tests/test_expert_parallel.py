@@ -150,6 +150,27 @@ def test_plan_searches_expert_parallel_layouts_and_needs_them_when_experts_do_no
     assert f"--ep {tight.ranked[0].config.ep}" in train_command(tight.ranked[0].config, 4)
 
 
+def test_the_memory_check_names_the_ep_under_which_the_experts_fit():
+    """llama-small with 32 experts on 4 ranks: under a limit between the need of ep 1 and
+    of ep 4 the check's fixes name `ep` 4 (and nothing smaller fits); ep 4 itself passes.
+    (Measured: 621 MiB predicted at ep 1 refused under --mem-per-rank 0.35; at ep 4,
+    323 MiB predicted and 338-355 MiB peak RSS per rank, README of the experts issue.)"""
+    from dataclasses import replace
+    from minipar.config import TrainConfig
+    from minipar.train.fits import fitting_changes, predicted_peak
+    runtime, data = 116 * 2 ** 20, 60 * 2 ** 20        # fixed: not this test process's RSS
+    whole = TrainConfig(model="llama-small", moe_experts=32, batch_size=8,
+                        data="stdlib-bytes").resolve(4)
+    split = replace(whole, ep=4).resolve(4)
+    need = {ep: predicted_peak(c, runtime, data).total for ep, c in ((1, whole), (4, split))}
+    assert need[4] < 0.6 * need[1]
+    limit = (need[1] + need[4]) / 2
+    fixes = fitting_changes(whole, limit, runtime, data)
+    assert any(f.startswith("`ep` 4 ") for f in fixes), fixes
+    assert not any(f.startswith("`ep` 2 ") for f in fixes) or \
+        predicted_peak(replace(whole, ep=2).resolve(4), runtime, data).total <= limit
+
+
 EXPERTS = ["--model", "llama-tiny", "--n-layer", "2", "--d-model", "32", "--seq-len", "16"]
 REFUSALS = [  # (world size, flags, what the one line must say)
     (2, ["--ep", "2"], "--ep 2 splits the experts of a mixture of experts; set --moe-experts E"),

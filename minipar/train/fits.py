@@ -127,6 +127,10 @@ def _alternatives(config):
         for stage in range(config.zero + 1, 4):
             alt.append((f"`zero` {stage}", dict(zero=stage, bucket_mb=None if stage == 3
                                                else config.bucket_mb)))
+    data_ranks, experts = config.dp * config.cp, config.model_config().moe_experts
+    for ep in range(config.ep + 1, data_ranks + 1):     # split the experts over more ranks
+        if experts and data_ranks % ep == 0 and experts % ep == 0:
+            alt.append((f"`ep` {ep}", dict(ep=ep)))
     if config.attention == "naive" and config.recompute != "full":
         alt.append(("`attention` flash `recompute` full",
                     dict(attention="flash", recompute="full")))
@@ -163,7 +167,7 @@ def check_fits(config):
     else:
         fixes = fitting_changes(config, limit, peak.runtime, peak.data)
         fix = ("it would fit with " + " or ".join(fixes[:3]) if fixes else
-               "no single change of `recompute`, `attention` or `zero` makes it fit")
+               "no single change of `recompute`, `attention`, `zero` or `ep` makes it fit")
         fix += (f"; more ranks cut it too (`minipar plan --ranks N --mem-per-rank "
                 f"{room / 2 ** 30:.3g}` ranks the layouts whose model fits the rest)")
     raise ConfigError(
