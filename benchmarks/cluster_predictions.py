@@ -16,9 +16,9 @@ predate ``wait_cpu_share``, ``model_compute_scale`` and ``comm_gap_s``, so they 
 model without them.  ``benchmarks/recorded/cluster_2026-12-07b`` holds a clean clone's
 run as a newcomer runs it (``env -i``, nothing set): its two profiles, calibrated by the
 code that has them, and their runs (``run_tokens.txt``, ``run_bytes.txt``), 7 of 8
-within 15% each.  ``benchmarks/recorded/cluster_2026-12-07c``: the same for the code of
-stop 45 (idle links before each timed all-reduce, the ring's copies in segments across
-nodes, 3 runs of each layout): 8 of 8 on tokens, 6 of 8 on bytes.
+within 15% each.  ``benchmarks/recorded/cluster_2026-12-07c``: the same once
+the links' model knew the idle link before each timed all-reduce and the ring's copies
+in segments across nodes (3 runs of each layout): 8 of 8 on tokens, 6 of 8 on bytes.
 
 ``--measured``: a file holding the bottom table that ``cluster_links.py`` printed (its
 ``layout placement measured predicted error`` rows); by default the figures recorded on

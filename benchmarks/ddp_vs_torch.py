@@ -44,7 +44,7 @@ per shape (medians of the times, median of the ratios).  The last line,
 
 is the shape's median ratio (with several shapes: the largest of their median ratios).
 Below 1.00x minipar's step is faster.  The shapes (layers, d_model, seq, global batch) are
-the issue's (4,128,128,16), (4,128,128,32), (4,256,256,16); ``--shape`` runs one.  Without
+the shapes (4,128,128,16), (4,128,128,32), (4,256,256,16); ``--shape`` runs one.  Without
 PyTorch installed only minipar's times are printed.  A job that fails or passes
 ``--timeout`` seconds is killed, with its output, and the benchmark stops with an error.
 """

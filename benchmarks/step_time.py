@@ -2,7 +2,7 @@
 
     python benchmarks/step_time.py [--layers 4 --d-model 256 --heads 4 --seq 256 --batch 8]
                                    [--steps 10] [--threads N] [--profile] [--ablate]
-    python benchmarks/step_time.py --table       # the shapes, 1 and 2 threads each
+    python benchmarks/step_time.py --table       # shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads each
     python benchmarks/step_time.py --device cuda [--attention flash] [--layers 12 --d-model 768 ...]
     python benchmarks/step_time.py --arch llama [--kv-heads 2] [--table]
 
@@ -145,7 +145,7 @@ def main(argv=None):
     p.add_argument("--ablate", action="store_true",
                    help="also time minipar without its CPU kernels, and with a sleeping pool")
     p.add_argument("--table", action="store_true",
-                   help="the issue's table: shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads")
+                   help="the table: shapes (4,256,256,8) and (4,128,128,16), 1 and 2 threads")
     args = p.parse_args(argv)
     args.kv_heads = args.kv_heads or args.heads
     if not args.table:

@@ -86,7 +86,7 @@ def main():
         print(f"{data}: {size / 1e6:8.1f} MB on disk; peak RSS per rank "
               + ", ".join(f"{kb / 1024:.1f} MiB" for kb in rss), flush=True)
     growth = max(b - a for a, b in zip(*rows)) / 1024
-    print(f"largest growth of a rank's peak RSS: {growth:+.1f} MiB (the issue asks <= 30 MB)")
+    print(f"largest growth of a rank's peak RSS: {growth:+.1f} MiB (the bound: <= 30 MB)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ are not UTF-8 replaced so both read the same strings), then encodes all of it an
 training time, encoding MB/s and bytes per token.  HF is run twice: with its own
 byte-level pre-split (GPT-2's regex) and with minipar's (GPT-4-style) regex, which
 compares the merge learning alone.  More bytes per token is better (fewer tokens for the
-same text); the last lines check the issue's bounds: minipar's training plus encoding of
+same text); the last lines check the bounds: minipar's training plus encoding of
 the whole stdlib within 90 s, and its bytes per token not more than 3% below HF's.
 ``tokenizers`` is not a dependency of minipar:
 ``pip install tokenizers`` to include it.  Timings on a shared machine are noisy;

@@ -28,11 +28,14 @@ BLANKS = [
      r"rank \d: step 0: 0 all-gathers for 4 layers; ZeRO-3 gathers every layer twice"),
     ("08_pipeline.ipynb", "stage_executor", "08_yours.py", 3,
      r"rank \d: ran nothing; this rank's 1F1B list is F0( [FB]\d){7}"),   # whichever rank stops first
+    ("14_compression.ipynb", "my_diloco", "14_yours.py", 2, "your weights differ from the library's"),
     ("15_elastic.ipynb", "supervise", "15_yours.py", 0,
      r"1 attempt\(s\), exit statuses \[1\]: the injected failures end attempts 1 and 2"),
     ("16_context_parallel.ipynb", "ring_loop", "16_yours.py", 4,
      r"rank (\d): the output of query block \1 \(must see key blocks 0\.\.\1\) differs from one "
      r"process's causal attention by [\d.e+-]+; it covers no key block at all"),
+    ("16_context_parallel.ipynb", "ulysses_swap", "16_yours.py", 4,
+     r"rank \d: sequence_to_heads gave shape \(1, 8, 8, 16\), want \(1, 2, 32, 16\)"),
     ("18_tokens.ipynb", "tokenize_share", "18_yours.py", 2,
      r"rank \d: never opened \S+\.py \(file \d+\), one of its own files"),
     ("19_decoder.ipynb", "cp_attention", "19_yours.py", 2,

@@ -128,7 +128,7 @@ def single(tmp_path_factory, tokens):
                          ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_tokenized_run_equals_one_process(tmp_path, tokens, single, n, flags):
     run = train(tmp_path, "run", n, "--data", tokens, *flags, model=MODEL, batch=8, steps=4)
-    assert_same_run(run, single, rtol=1e-9)        # the issue: fp64 losses within 1e-9
+    assert_same_run(run, single, rtol=1e-9)        # fp64 losses within 1e-9, as every layout
     assert len(run[1]["wte.weight"]) == 300                      # the tokenizer's vocabulary
 
 

@@ -45,7 +45,7 @@ def single(tmp_path_factory):
 
 
 def _cases():
-    """Every (model, attention, layout) of the issue; a representative few run by default."""
+    """Every (model, attention, layout): gpt2 and llama with 2 KV heads, naive and flash, ulysses cp2 and cp4, the hybrid cp4 U=2, ulysses × tp2 and × pp2; a representative few run by default."""
     default = {("gpt2", "naive", "ulysses cp4"), ("llama", "flash", "hybrid cp4 U=2"),
                ("gpt2", "naive", "ulysses cp2 tp2")}
     layouts = {"ulysses cp2": ULYSSES_CP2, "ulysses cp4": ULYSSES_CP4, "hybrid cp4 U=2": HYBRID}

@@ -470,7 +470,7 @@ print("pipelined backward == single backward;  |dL/dh| =", np.abs(h_received.gra
   microseconds (the repository's A100/H100/H200 profiles take 4 µs, a spec-sheet figure), so a small
   model's step is bound by launches, not FLOPs: measured on one H200, at 4 layers and d = 256
   minipar's Python costs 2× PyTorch's per step, while at GPT-2 small's shape the two are level
-  (150 ms against 152 ms, README).
+  (150 ms against 152 ms, docs/benchmarks.md, "GPU").
 - PyTorch removes that cost by capturing the graph (CUDA graphs, `torch.compile` fusing ops into fewer
   kernels); the backward walk you wrote here is what they capture.
 

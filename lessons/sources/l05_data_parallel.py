@@ -517,6 +517,6 @@ and hides only if almost every bucket is ready early — and on GPUs the all-red
 hides: NCCL's kernels run on the SMs and read HBM beside backward's. Hence what large runs do: the ring
 inside the node and a smaller exchange across (hierarchical, lesson 04/20), larger batches per GPU (more
 compute per byte), ZeRO/FSDP (lesson 06), and gradient compression (lesson 14). What *was* measured on
-one H200 (README, "GPU clusters"): a GPT-2-small-shaped step on minipar's CuPy backend, 150 ms against
+one H200 (docs/benchmarks.md, "GPU"): a GPT-2-small-shaped step on minipar's CuPy backend, 150 ms against
 152 ms for PyTorch eager — one GPU; no multi-GPU run of this lesson has been measured.
 ''']

@@ -182,7 +182,7 @@ where the time *could* go, not where it will. Three things to look for in any pr
 GPU: which ops dominate (the GEMMs — `Linear`, `MatMul` — once the model is large enough; at this tiny
 size the elementwise ops and the softmax weigh as much), how large the Python overhead is beside the
 ops (it grows with the number of ops, not their size: on a GPU with small layers it is most of the
-step — the README's H200 measurement found minipar's Python costing 2× PyTorch's at 4 layers of
+step — the H200 measurement of docs/benchmarks.md found minipar's Python costing 2× PyTorch's at 4 layers of
 $d$ = 256), and whether communication shows up at all (with one process it cannot; with `--dp 2` it is
 lesson 05's exposed all-reduce).
 
@@ -416,7 +416,7 @@ for name in ("a100", "h100", "h200"):
 ''', r'''%md
 Faster GPUs shorten the compute, not the wires, so the share of the step spent communicating grows from
 one generation to the next — the reason newer systems raise NVLink domains past one node (NVL72) and
-overlap more. The one measurement of this repository on a GPU (README, "GPU clusters") is a single
+overlap more. The one measurement of this repository on a GPU (docs/benchmarks.md, "GPU") is a single
 H200: a GPT-2-small-shaped step of minipar on CuPy took 150 ms against PyTorch eager's 152 ms; at small
 layers minipar's Python, not the GPU, set the pace — the profile's "Python overhead" row, on a GPU.
 ''']

@@ -69,9 +69,11 @@ class TrainConfig(Outer, Output, Run, Model, Numerics, Layout):
     def layout_name(self):
         """A short name of the layout, e.g. "dp2·tp2·pp2 zero1 sp" or "single"."""
         parts = [f"{k}{v}" for k, v in (("dp", self.dp), ("cp", self.cp), ("tp", self.tp),
-                                        ("pp", self.pp)) if v and v > 1]
+                                        ("pp", self.pp), ("ep", self.ep)) if v and v > 1]
         name = "·".join(parts) or "single"
-        extras = [f"chunks{self.chunks}" if self.chunks > 1 else "",
+        ulysses = self.cp_ulysses or self.cp
+        extras = [f"ulysses{ulysses}" if self.cp > 1 and self.cp_kind == "ulysses" else "",
+                  f"chunks{self.chunks}" if self.chunks > 1 else "",
                   self.schedule if self.pipelined and self.schedule else "",
                   f"zero{self.zero}" if self.zero else "", "sp" if self.sequence_parallel else "",
                   f"recompute-{self.recompute}" if self.recompute != "none" else "",

@@ -100,8 +100,8 @@ def layout_for(config, world, use_plan=True):
     kept = _resolved(replace(config, dp=None), world)
     if kept is not None:
         return kept, "your layout, dp rescaled"
-    dp_only = replace(config, dp=None, cp=1, tp=1, pp=1, chunks=1, schedule=None,
-                      microbatches=None, sequence_parallel=False)
+    dp_only = replace(config, dp=None, cp=1, cp_kind="ring", cp_ulysses=None, tp=1, pp=1,
+                      chunks=1, schedule=None, microbatches=None, sequence_parallel=False, ep=1)
     for candidate in (dp_only, replace(dp_only, balance=False), replace(dp_only, balance=False, zero=0)):
         chosen = _resolved(candidate, world)
         if chosen is not None:

@@ -2,7 +2,7 @@
 
     monitor.py          what did each step cost, on every rank?  ``RunMonitor``: one small
                         gather per step to rank 0, the progress bar, the JSON log (its
-                        format is the module's docstring), MFU
+                        format: docs/log-format.md), MFU
     monitor_text.py     what does a person read?  the header before the first step and the
                         summary after the last
     progress.py         how far along?  a bar on a terminal, a line every few seconds in a file
