@@ -26,7 +26,8 @@ def test_dispatch_gives_the_one_process_layer_and_sends_the_formulas_bytes():
 
 
 LAYOUTS = [  # (ranks, flags): every one against the single process
-    (4, ["--ep", "2", "--zero", "1", "--moe-capacity-factor", "1.0"]),
+    pytest.param(4, ["--ep", "2", "--zero", "1", "--moe-capacity-factor", "1.0"],
+                 marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2"], marks=pytest.mark.slow),
     pytest.param(4, ["--ep", "4"], marks=pytest.mark.slow),
     pytest.param(4, ["--ep", "4", "--zero", "2", "--moe-capacity-factor", "1.0",
@@ -34,11 +35,12 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
     pytest.param(2, ["--ep", "2", "--zero", "2", "--recompute", "full"], marks=pytest.mark.slow),
     # ZeRO-3: each MoE block is two units, its dense weights and its experts, each
     # sharded over its own group
-    (2, ["--ep", "2", "--zero", "3"]),
+    pytest.param(2, ["--ep", "2", "--zero", "3"], marks=pytest.mark.slow),
     pytest.param(4, ["--ep", "2", "--zero", "3", "--recompute", "full"], marks=pytest.mark.slow),
     pytest.param(4, ["--ep", "2", "--zero", "3", "--tp", "2", "--sequence-parallel"],
                  marks=pytest.mark.slow),
     pytest.param(2, ["--ep", "2", "--grad-accum", "2"], marks=pytest.mark.slow),
+    pytest.param(2, ["--ep", "2", "--attention", "flash"], marks=pytest.mark.slow),
     # pipelines: each stage adds its MoE layers' balancing losses and seeds their gradients
     pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2"], marks=pytest.mark.slow),
     pytest.param(2, ["--pp", "2", "--microbatches", "4"], marks=pytest.mark.slow),
@@ -49,7 +51,7 @@ LAYOUTS = [  # (ranks, flags): every one against the single process
     pytest.param(4, ["--pp", "2", "--microbatches", "4", "--ep", "2", "--zero", "1",
                      "--recompute", "full"], marks=pytest.mark.slow),
     # context parallelism: the per-sequence statistics gathered over the cp ranks
-    (4, ["--cp", "2", "--ep", "2", "--moe-capacity-factor", "1.0"]),
+    (4, ["--cp", "2", "--ep", "2", "--zero", "1", "--moe-capacity-factor", "1.0"]),
     pytest.param(2, ["--cp", "2"], marks=pytest.mark.slow),
     pytest.param(4, ["--cp", "4", "--ep", "2"], marks=pytest.mark.slow),
     pytest.param(4, ["--cp", "2", "--dp", "2", "--ep", "4", "--zero", "1",
@@ -86,6 +88,8 @@ def test_expert_parallel_runs_reproduce_one_process(tmp_path, ranks, flags):
 
 
 def test_a_checkpoint_of_ep4_resumes_under_ep2_and_one_process(tmp_path):
+    """The same losses as the uninterrupted run; a model with other experts is refused
+    in one line."""
     common = ["-m", "minipar", "train", *MODEL, "--seed", "0", "--quiet", "--eval-batches", "0",
               "--data", "stdlib-bytes", "--precision", "fp64", "--batch-size", "8", "--steps", "6"]
 
@@ -98,6 +102,11 @@ def test_a_checkpoint_of_ep4_resumes_under_ep2_and_one_process(tmp_path):
         rest = losses(ranks, f"rest{ranks}", "--resume", tmp_path / "ck", *flags)
         np.testing.assert_allclose(first + rest, straight, rtol=1e-12, atol=0,
                                    err_msg=f"resumed on {ranks} ranks {flags}")
+    other = list(common)                                     # a model of 8 experts
+    other[other.index("--moe-experts") + 1] = "8"
+    proc = run_mpi(1, [*other, "--resume", tmp_path / "ck"], check=False, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "moe_experts: checkpoint 4 vs run 8" in proc.stderr
 
 
 def test_a_half_precision_moe_layer_returns_its_input_dtype():

@@ -94,15 +94,17 @@ def choose_bucket_mb(config, prof=None, ranks_per_node=None):
     of ``bucket_size.CANDIDATES_MB`` priced by ``predict``, the run's size by
     ``bucket_size.fastest_bucket_mb``."""
     prof = load_profile(prof)
-    steps = {mb: predict(dataclasses.replace(config, bucket_mb=mb), prof, ranks_per_node).step_s
+    steps = {mb: predict(dataclasses.replace(config, bucket_mb=mb), prof, ranks_per_node,
+                         memory=False).step_s
              for mb in CANDIDATES_MB}
     return fastest_bucket_mb(steps), steps
 
 
-def predict(config, prof, ranks_per_node=None, korthikanti=None):
+def predict(config, prof, ranks_per_node=None, korthikanti=None, memory=True):
     """Prediction for a resolved ``config``.  ``korthikanti``: count activations with
     Korthikanti et al.'s formula (Megatron's kernels) instead of minipar's own
-    (default: for spec-sheet profiles)."""
+    (default: for spec-sheet profiles).  ``memory`` False: the time alone (the memory
+    fields None), as pricing bucket sizes needs — the memory model is most of the cost."""
     if config.bucket_mb is None and config.zero < 3 and config.dp * config.cp > 1:   # as train does
         config = dataclasses.replace(config, bucket_mb=choose_bucket_mb(config, prof,
                                                                          ranks_per_node)[0])
@@ -194,7 +196,9 @@ def predict(config, prof, ranks_per_node=None, korthikanti=None):
     mfu = flops_per_token(cfg) * tokens / step / peak if peak else 0.0
     if korthikanti is None:
         korthikanti = prof.kind == "spec"
-    mem, state, a_bytes, _ = memory_per_rank(config, korthikanti)
+    mem = state = a_bytes = None
+    if memory:
+        mem, state, a_bytes, _ = memory_per_rank(config, korthikanti)
     return Prediction(config, step, tokens / step, mfu, mem, state, a_bytes, bubble,
                       exposed_dp + tp_exposed + cp_exposed,
                       dict(pipeline_s=span, dp_exposed_s=exposed_dp, tp_s=tp_exposed,
