@@ -20,9 +20,14 @@ from minipar.perf.profile import Profile, load_profile
 
 
 def test_flops_per_token_is_the_models():
+    """The estimate reads the model's count; the closed form 6N + 12·L·h·s, N = gpt2's
+    12h² + 13h per layer, the head V·h and the final norm 2h, checks it."""
     for n in ("tiny", "small"):
         cfg = TrainConfig(model=n).model_config()
-        assert flops_per_token(cfg) == GPT(cfg).flops_per_token()
+        h, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
+        n_matmul = L * 12 * h * h + L * 13 * h + V * h + 2 * h
+        assert flops_per_token(cfg) == GPT(cfg).flops_per_token() == \
+            6 * n_matmul + 12 * L * h * cfg.seq_len
 
 
 def test_ring_all_reduce_time_from_links():

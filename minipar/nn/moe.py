@@ -211,18 +211,22 @@ class StepLoad:
             self.aux_sum = self.aux_sum + aux * sequences
 
 
+def moe_modules(module):
+    """The MoE layers inside ``module`` (through wrappers and lists), in no set order."""
+    stack, found = [module], []
+    while stack:
+        m = stack.pop()
+        if isinstance(m, MoE):
+            found.append(m)
+        stack.extend(child for _, child in m.children())
+    return found
+
+
 def moe_layers(module):
     """[(name, MoE)] of the MoE layers ``module`` holds, in order, each named as its
     parameters are (``blocks.3.mlp``), whatever wraps it and whichever pipeline stage
     holds it."""
-    found = {}
-
-    def walk(m):
-        if isinstance(m, MoE):
-            found[id(m.router.weight)] = m
-        for _, child in m.children():
-            walk(child)
-    walk(module)
+    found = {id(m.router.weight): m for m in moe_modules(module)}
     suffix = ".router.weight"
     return [(name[:-len(suffix)], found[id(p)]) for name, p in module.named_parameters()
             if id(p) in found and name.endswith(suffix)]
@@ -248,16 +252,6 @@ def add_balancing_losses(model, loss):
     loss = ops.add(loss, Tensor(total_aux.astype(loss.dtype)))
     return RecordLossSeed.apply(loss, [m.seed for m in layers])
 
-
-def moe_modules(module):
-    """The MoE layers inside ``module`` (through wrappers and lists), in no set order."""
-    stack, found = [module], []
-    while stack:
-        m = stack.pop()
-        if isinstance(m, MoE):
-            found.append(m)
-        stack.extend(child for _, child in m.children())
-    return found
 
 
 class MoE(Module):

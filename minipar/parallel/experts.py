@@ -103,16 +103,9 @@ class ExpertParallelDispatch:
 def apply_expert_parallel(model, ep_comm):
     """Keep on this rank only its experts of every MoE block (the others become None:
     names stay global, ``blocks.3.mlp.experts.5.…``) and dispatch to the group's."""
-    from minipar.nn.moe import MoE
-    for module in _modules(model):
-        if isinstance(module, MoE):
-            dispatch = ExpertParallelDispatch(ep_comm, module.n_experts)
-            lo, hi = dispatch.first, dispatch.first + dispatch.per_rank
-            module.experts = [e if lo <= j < hi else None for j, e in enumerate(module.experts)]
-            module.dispatch = dispatch
-
-
-def _modules(module):
-    yield module
-    for _, child in module.children():
-        yield from _modules(child)
+    from minipar.nn.moe import moe_modules
+    for module in moe_modules(model):
+        dispatch = ExpertParallelDispatch(ep_comm, module.n_experts)
+        lo, hi = dispatch.first, dispatch.first + dispatch.per_rank
+        module.experts = [e if lo <= j < hi else None for j, e in enumerate(module.experts)]
+        module.dispatch = dispatch

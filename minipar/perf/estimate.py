@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
+
+from minipar.nn import make_model
 
 from minipar.perf import activations as act
 from minipar.perf import comm as pcomm
@@ -48,21 +51,12 @@ def compute_dtype(precision):
     return precision if precision in DTYPE_BYTES else "fp32"
 
 
+@lru_cache(maxsize=256)
 def flops_per_token(cfg):
-    """6N + 12·L·h·s: 2 FLOPs per weight forward, 4 backward, plus the attention.  The
-    embeddings are lookups, not matmuls: of the V·h matrices only the head's counts (one,
-    tied or not) — counting the untied embedding too overstated MFU by up to a quarter
-    for GPT-2 small (V = 50 257)."""
-    h, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
-    if cfg.arch == "llama":   # q, o; k, v of the KV heads; gate, up, down; RMSNorm gains
-        kv = cfg.kv_heads * (h // cfg.n_head)
-        n = L * (2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_width + 2 * h) + V * h + h
-        moe = pexp.moe_blocks(cfg)      # a token's active experts: k routed + S shared, router
-        n += moe * (3 * h * cfg.ffn_width * (cfg.moe_top_k + cfg.moe_shared_experts - 1)
-                    + h * cfg.moe_experts)
-    else:
-        n = L * 12 * h * h + L * 13 * h + V * h + 2 * h
-    return 6 * n + 12 * L * h * cfg.seq_len
+    """The model's own count (``GPT.flops_per_token``: 6N + 12·L·h·s, N the weights a
+    token's matmuls use — the head's V·h once, tied or not, a mixture of experts' active
+    ones), read from a model of placeholders built once per configuration."""
+    return make_model(cfg, materialize=False).flops_per_token()
 
 
 @dataclass
