@@ -35,7 +35,7 @@ class ParameterSubset:
 
     def __init__(self, module, keep):
         self.module, self.keep = module, keep
-        self.config = getattr(module, "config", None)
+        self.config = getattr(module, "config", None)   # the model's (ZeRO-3 reads tie_weights)
 
     def named_parameters(self, prefix=""):
         return ((n, p) for n, p in self.module.named_parameters(prefix) if self.keep(n))
