@@ -26,8 +26,9 @@ NAMES = [os.path.basename(p) for p in NOTEBOOKS]
 # The heaviest notebooks (8 to 24 s each on 2 cores) execute in the slow run only: what
 # they drive in the library runs by default in the test files named here; their structure
 # (no outputs, exercises, built from their sources) is checked by default like every lesson's.
-SLOW_NOTEBOOKS = {   # the heaviest (10-24 s each); every other notebook executes by default
+SLOW_NOTEBOOKS = {   # the heaviest (10-35 s each); every other notebook executes by default
     "10_recompute.ipynb": "test_recompute.py, test_train_numerics.py (recompute is bit-identical)",
+    "13_performance.ipynb": "test_perf_plan.py, test_perf_memory.py (a 175B plan: ~25 s of ~35)",
     "15_elastic.ipynb": "test_elastic.py, test_balance.py",
     "21_experts.ipynb": "test_expert_parallel.py, test_moe.py, test_lesson_experts.py (two training runs, two 4-rank launches)",
 }  # and lessons 15 and 21's multi-rank exercises, blank and solved: test_lesson_yours.py
