@@ -19,7 +19,7 @@ and because the tiles live in on-chip memory, it is also much faster on a GPU.
 This lesson: (1) the online softmax that makes tiling possible, (2) the tiles drawn,
 (3) the tile loop — **exercise**: the forward over key tiles — and minipar's tiled
 reference checked against dense attention, forward and backward — **exercise**: the
-backward from the saved log-sum-exp, with $D = \mathrm{rowsum}(dO\circ O)$; (4) the
+tiled backward from the saved log-sum-exp, with $D = \mathrm{rowsum}(dO\circ O)$; (4) the
 memory measured on CPU, (5) the CUDA kernels — only where a GPU is present, (6) the same
 kernels run on the CPU by an emulator, including a race they would hide on one GPU.
 ''',
@@ -203,38 +203,75 @@ for causal in (False, True):
     print(f"causal={causal!s:5}  max |O - O_dense| = {err_out:.1e}   max |grad - grad_dense| = {err_grad:.1e}")
     assert err_out < 1e-12 and err_grad < 1e-12
 ''', r'''%md
-### Exercise 2 — the backward from $O$ and $L$
+### Exercise 2 — the tiled backward, from $O$ and $L$
 
 Forward kept $Q, K, V, O$ and one number per row, $L$. Write
-`my_attention_backward(q, k, v, out, lse, dout, causal)`: rebuild $P = e^{S - L}$ (one tile
-holding all keys is enough here — tiling the backward is the same loop as the forward's),
-compute $D = \mathrm{rowsum}(dO \circ O)$ — one number per query row, from $O$, not from the
-$N\times N$ matrices — and apply the five formulas above. Return `(dq, dk, dv)`.
+`my_flash_backward(q, k, v, out, lse, dout, causal, block_q, block_k)`: the backward of
+FlashAttention-2, walking the same tiles as the forward, with the loops swapped — key tiles
+outside (each key tile's $dK_j$ and $dV_j$ add up privately, over the query tiles), query
+tiles inside ($dQ_i$ receives a share from every key tile it sees). $D = \mathrm{rowsum}(dO
+\circ O)$ is one number per query row, computed once before the loops, from $O$ — not from the
+$N\times N$ matrices. Each tile rebuilds its $P$ from $L$ and applies the five formulas above;
+with `causal=True` the tiles wholly above the diagonal are **skipped**, not masked, and the
+tiles on it are masked as in the forward. Return `(dq, dk, dv, tiles)`, `tiles` the number of
+(query tile, key tile) pairs you computed.
 
-The check compares yours with `flash_backward_reference`, and shows why $D$ may be taken
+The check compares yours with `flash_backward_reference` and with the dense gradients
+of the cell above ($10^{-12}$, float64, $N = 157$, several tile shapes, causal and not), counts
+your tiles against section 2's picture, and measures (`tracemalloc`) that at $N = 1024$ your
+backward never holds anything near one $N\times N$ matrix. It also shows why $D$ may be taken
 from $O$: $\sum_j P_{ij}\,dP_{ij} = \sum_j P_{ij}\,(dO_i \cdot V_j) = dO_i \cdot \sum_j P_{ij} V_j
 = dO_i \cdot O_i$.
-''', r'''%exercise my_attention_backward
-def my_attention_backward(q, k, v, out, lse, dout, causal=False):
-    """(dq, dk, dv) of O = softmax(q kᵀ/sqrt(d), causal) v, from the saved out and lse."""
-    raise NotImplementedError("hint: rebuild P = exp(S - lse) with S masked as in the forward; "
-                              "D = rowsum(dout ∘ out), one number per query row; then dV = Pᵀ dO, "
-                              "dP = dO Vᵀ, dS = P ∘ (dP - D), and dQ, dK from dS, scaled by 1/sqrt(d)")
+''', r'''%exercise my_flash_backward
+def my_flash_backward(q, k, v, out, lse, dout, causal=False, block_q=32, block_k=32):
+    """(dq, dk, dv, tiles) of O = softmax(q kᵀ/sqrt(d), causal) v, from the saved out and lse,
+    over tiles of block_q queries × block_k keys; tiles: how many tiles were computed."""
+    raise NotImplementedError("hint: nothing of the forward's N×N matrices survives: each tile "
+                              "rebuilds its own P from L, and dQ, dK, dV are sums over the tiles "
+                              "that touch their rows")
 ''', r'''
+def tiles_to_compute(n, block_q, block_k, causal):
+    starts_q, starts_k = range(0, n, block_q), range(0, n, block_k)
+    return sum(1 for q0 in starts_q for k0 in starts_k if not causal or k0 <= min(q0 + block_q, n) - 1)
+
 for causal in (False, True):
     out, lse = flash_forward_reference(q, k, v, causal)
-    mine = my_attention_backward(q, k, v, out, lse, g, causal)
     ref = flash_backward_reference(q, k, v, out, lse, g, causal)
-    for name, a, b in zip(("dq", "dk", "dv"), mine, ref):
-        err = np.abs(a - b).max()
-        assert err < 1e-10, f"causal={causal}: {name} differs from flash_backward_reference by {err:.2e}"
+    dense = dense_grads(q, k, v, g, causal)
+    for block_q, block_k in ((32, 32), (64, 16), (50, 157)):
+        dq, dk, dv, tiles = my_flash_backward(q, k, v, out, lse, g, causal, block_q, block_k)
+        where = f"causal={causal}, tiles of {block_q}×{block_k}"
+        for name, mine, theirs, dense_one in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, dense):
+            assert mine.shape == theirs.shape, f"{where}: {name} has shape {mine.shape}, want {theirs.shape}"
+            err = np.abs(mine - theirs).max()
+            assert err < 1e-12, f"{where}: {name} differs from flash_backward_reference by {err:.2e}"
+            err = np.abs(mine - dense_one).max()
+            assert err < 1e-12, f"{where}: {name} differs from the dense gradients by {err:.2e}"
+        want = tiles_to_compute(N, block_q, block_k, causal)
+        assert tiles == want, f"{where}: you computed {tiles} tiles, the tiles that hold a visible key are {want}"
     # D from O equals the softmax Jacobian's term from the N×N matrices
     s = q @ k.swapaxes(-1, -2) / math.sqrt(d)
     if causal:
         s = np.where(np.triu(np.ones((N, N), bool), 1), -np.inf, s)
     p = np.exp(s - lse[..., None])
     assert np.allclose((g * out).sum(-1), (p * (g @ v.swapaxes(-1, -2))).sum(-1), rtol=1e-12, atol=1e-12)
-print("your backward equals flash_backward_reference; rowsum(dO∘O) = rowsum(P∘dP), causal and not")
+
+n_long = 1024                                         # one head: N×N float64 would be 8 MiB
+ql, kl, vl, gl = (rng.standard_normal((1, 1, n_long, 16)) for _ in range(4))
+out_long, lse_long = flash_forward_reference(ql, kl, vl, True)
+tracemalloc.start()
+try:
+    my_flash_backward(ql, kl, vl, out_long, lse_long, gl, True, 64, 64)
+    held = tracemalloc.get_traced_memory()[1]
+finally:
+    tracemalloc.stop()
+square = n_long * n_long * 8
+assert held < square / 4, (f"N={n_long}: your backward held {held / 2**20:.2f} MiB at its peak; "
+                           f"one N×N matrix is {square / 2**20:.0f} MiB")
+print(f"your tiled backward equals flash_backward_reference and the dense gradients (causal and not, "
+      f"three tile shapes); causal skips the tiles above the diagonal; at N = {n_long} it held "
+      f"{held / 2**20:.2f} MiB at its peak, against {square / 2**20:.0f} MiB for one N×N matrix; "
+      "rowsum(dO∘O) = rowsum(P∘dP)")
 ''',
 r'''%md
 ## 4. Memory: O(N) vs O(N²), measured
