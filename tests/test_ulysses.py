@@ -10,6 +10,7 @@ dividing cp, Hkv in H, 2, 1): outputs and dQ, dK, dV to 1e-12 of one process, an
 bytes the transport counted for one attention layer equal to ``ulysses.py``'s formula.
 A Ulysses degree the heads cannot take is refused in one line before any message.
 """
+import dataclasses
 import re
 
 import pytest
@@ -184,3 +185,29 @@ def test_the_ring_hides_its_hops_behind_attention_and_not_the_accumulators():
         assert forward == pytest.approx(3 * max(hop - core_f / 4, 0.0))
         assert backward == pytest.approx(3 * max(hop - core_b / 4, 0.0) + 4 * hop)
     assert forward == 0.0 < backward                         # a fast link: only the accumulators
+
+
+def test_the_ring_pairs_are_priced_by_their_own_curve():
+    """Where the profile has ring attention's chunk-pair curve (the pair's own ops, merge
+    and accumulation: ``calibrate_attention.ring_pair_curve``), the ring's core is its
+    2R-1 pairs off the diagonal and 2 on it, each from that curve; without it, 2R+1
+    attentions over the chunk; Ulysses alone (R = 1) runs the model's attention op."""
+    import copy
+    from minipar.perf.calibrate_attention import ring_pair_curve
+    from minipar.perf.compute import attention_core_s, layer_shape
+    from minipar.perf.context import attention_core_seconds
+    from minipar.perf.profile import load_profile
+    prof = copy.deepcopy(load_profile("cpu"))
+    ring4 = TrainConfig(**LONG, cp=4).resolve(4)
+    x = layer_shape(ring4.model_config(), 4, dtype="fp32")
+    chunk = dataclasses.replace(x, s=2048 // 8)
+    plain_f, plain_b = attention_core_s(prof, chunk)
+    assert attention_core_seconds(prof, x, ring4) == pytest.approx((9 * plain_f, 9 * plain_b))
+    size = 4 * 4 * 256 * 256 * 16
+    prof.attention["ring:naive:fp32"] = [[size / 4, 1.0, 2.0, 3.0, 4.0], [size * 4, 1.0, 2.0, 3.0, 4.0]]
+    assert attention_core_seconds(prof, x, ring4) == pytest.approx((7 * 1.0 + 2 * 3.0, 7 * 2.0 + 2 * 4.0))
+    whole = TrainConfig(**LONG, cp=4, cp_kind="ulysses").resolve(4)
+    heads = dataclasses.replace(x, t=4)
+    assert attention_core_seconds(prof, x, whole) == pytest.approx(attention_core_s(prof, heads))
+    [row] = ring_pair_curve("naive", [(1, 2, 8, 4)])            # measured: size, then 4 positive times
+    assert row[0] == 1 * 2 * 8 * 8 * 4 and len(row) == 5 and min(row[1:]) > 0

@@ -15,7 +15,7 @@ times, 3 by default, with the median of each number kept; the load is written do
   model counts for them (``compute.elementwise_bytes``) — a curve against size per
   dtype (on a CPU, bf16 and fp16 arithmetic is emulated and several times slower);
 - attention (naive and flash), forward and backward, against b·a·s²·d (naive also
-  per dtype);
+  per dtype), and ring attention's chunk pair (``calibrate_attention.py``);
 - AdamW per parameter (fp32, fp64);
 - with ranks, for the world group: all-reduce, all-gather, reduce-scatter and send/recv
   curves, each timed right after compute (``calibrate_curves.py``; placement ``intra``:
@@ -41,6 +41,7 @@ from minipar import backend
 from minipar.backend import xp
 from minipar.perf import host
 from minipar.perf.calibrate_curves import SIZES, comm_curves
+from minipar.perf.calibrate_attention import attention_curve, ring_pair_curve
 from minipar.perf.calibrate_model import median_seconds as _time
 from minipar.perf.calibrate_model import (miniature_overheads, model_compute_scale,
                                           model_pass_seconds, zero3_unit_overhead)
@@ -130,22 +131,6 @@ def stream_rate(n, dtype="fp32"):
     return 3 * a.nbytes / max(_time(add, 9), 1e-9)
 
 
-def attention_curve(kind, shapes, dtype="fp32"):
-    """[[b·a·s²·d, forward s, backward s]] of the attention core."""
-    from minipar.autograd import Tensor
-    from minipar.nn.attention import attention_core
-    pts = []
-    for b, a, s, d in shapes:
-        q, k, v = (Tensor(xp.ones((b, a, s, d), dtype=_dtype(dtype)) * 0.01, requires_grad=True)
-                   for _ in range(3))
-        fwd = _time(lambda: attention_core(q, k, v, kind))
-
-        def both():
-            attention_core(q, k, v, kind).sum().backward()
-        pts.append([float(b * a * s * s * d), fwd, max(_time(both, 7) - fwd, 0.5 * fwd)])
-    return sorted(pts)
-
-
 def optimizer_per_param(dtype, n=1 << 20):
     from minipar.optim import adamw_update
     p, g, m, v = (xp.ones(n, dtype=_dtype(dtype)) for _ in range(4))
@@ -183,6 +168,8 @@ def measure_compute(prof, cfg, micro_rows, dtypes):
     for dt in prof.gemm_curve:          # each dtype at NumPy's own speed (bf16 emulated)
         prof.elementwise_curve[dt] = elementwise_curve(rows, h, dt)
         prof.attention["naive" if dt == "fp32" else f"naive:{dt}"] = attention_curve("naive", att, dt)
+    # the ring's chunk pairs in fp32 (other dtypes: priced as the model's attention op)
+    prof.attention["ring:naive:fp32"] = ring_pair_curve("naive", att, "fp32")
     nbytes, fwd, bwd = prof.elementwise_curve["fp32"][len(rows) // 2]
     prof.mem_bw = 3 * nbytes / (fwd + bwd)   # one rate, the bandwidth view: backward moves 2x
     prof.optimizer_s_per_param = {dt: optimizer_per_param(dt) for dt in ("fp32", "fp64")}

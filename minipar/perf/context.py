@@ -8,9 +8,11 @@ embeddings) is priced on S/C tokens.  Attention, on a/(t·U) heads of a tp rank'
 
     R = 1    one attention over all S positions (Ulysses' heads, whole)
     R > 1    the ring's chunk pairs: with the zig-zag split 2R+1 pairs of c = S/(2R)
-             queries and keys each (2R-2 unmasked pairs and 2 diagonal ones, each of
+             queries and keys each (2R-1 unmasked pairs and 2 diagonal ones, each of
              which the kernels compute whole), with the contiguous split the busiest
-             rank's 4R-1 pairs; each pair priced as an attention over c positions
+             rank's 4R-1 pairs (2 of them diagonal); each pair priced by the profile's
+             ring-pair curve (``ring_pair_seconds``: the pair's own ops, merge and
+             accumulation), else as an attention over c positions
 
 Communication per layer, on the critical path (e bytes a number, d = h/a, Hkv' =
 max(Hkv/t, U) the key/value heads that travel, n = S/C):
@@ -59,8 +61,24 @@ def attention_core_seconds(prof, x, config):
     if ring == 1:
         return attention_core_s(prof, heads)
     pairs = 2 * ring + 1 if config.cp_split == "zigzag" else 4 * ring - 1
-    f, b = attention_core_s(prof, dataclasses.replace(heads, s=x.s // (2 * ring)))
-    return pairs * f, pairs * b
+    f, b, f_diag, b_diag = ring_pair_seconds(prof, dataclasses.replace(heads, s=x.s // (2 * ring)))
+    return (pairs - 2) * f + 2 * f_diag, (pairs - 2) * b + 2 * b_diag
+
+
+def ring_pair_seconds(prof, pair):
+    """(forward, backward, forward on the diagonal, backward on the diagonal) seconds of
+    one ring-attention chunk pair of ``pair.s`` queries and keys: the profile's
+    ``ring:<kind>:<dtype>`` curve (``calibrate_attention.ring_pair_curve``: the pair's
+    own array ops, merge and accumulation), else an attention over ``pair.s`` positions
+    (flash pairs run the model's kernels; profiles without the curve)."""
+    from minipar.perf.compute import attention_core_s
+    from minipar.perf.profile import interp_loglog
+    curve = prof.attention.get(f"ring:{pair.attention}:{pair.dtype}")
+    if not curve:
+        f, b = attention_core_s(prof, pair)
+        return f, b, f, b
+    size = pair.b * max(pair.a // pair.t, 1) * pair.s * pair.s * (pair.h // pair.a)
+    return tuple(interp_loglog([[p[0], p[i]] for p in curve], size) for i in range(1, 5))
 
 
 def all_to_all_seconds(prof, p, nbytes, stride, ranks_per_node):
