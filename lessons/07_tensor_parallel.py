@@ -16,14 +16,11 @@ With t = the number of ranks, in float64:
    (2 f + 2 g, each an all-reduce of b·s·h elements = 2(t-1)/t·b·s·h on a ring; with
    sequence parallelism each all-reduce becomes a reduce-scatter + an all-gather, same bytes).
 
-With ``--regions FILE`` it instead checks the lesson's exercise: FILE defines
-``MyCopyToTP`` (f) and ``MyReduceFromTP`` (g); a Megatron MLP built with them must give
-the output, the input gradient, every weight gradient and the bytes sent in forward and in
-backward of the same MLP built with minipar's ``ColumnParallelLinear`` / ``RowParallelLinear``.
+The lesson's exercises (f and g; sequence parallelism's regions and the vocab-parallel
+loss) run in ``07_yours.py``.
 """
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -36,7 +33,6 @@ from minipar import backend  # noqa: E402
 from minipar.autograd import Tensor, ops  # noqa: E402
 from minipar.comm import Communicator, abort_on_exception, all_reduce  # noqa: E402
 from minipar.nn import GPT, Block, GPTConfig  # noqa: E402
-from minipar.nn.module import Parameter  # noqa: E402
 from minipar.parallel.tensor import (check_tensor_parallel, parallel_attention,  # noqa: E402
                                      parallel_mlp, shard_table, to_tensor_parallel)
 from minipar.parallel.tensor.regions import split_along  # noqa: E402
@@ -80,43 +76,6 @@ def block_run(comm, cfg, x, upstream, sp):
     return max(errs), fwd_attn, fwd_mlp, bwd
 
 
-def check_regions(comm, cfg, x, upstream, path):
-    """The learner's f and g against minipar's, in a column -> row parallel MLP."""
-    spec = importlib.util.spec_from_file_location("my_regions", path)
-    mine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mine)
-    plain = Block(cfg, np.random.default_rng(0), np.random.default_rng(1)).mlp
-    lib = parallel_mlp(copy.deepcopy(plain), comm)
-    A, a = Parameter(lib.fc.weight.data.copy()), Parameter(lib.fc.bias.data.copy())
-    B, b = Parameter(lib.proj.weight.data.copy()), Parameter(lib.proj.bias.data.copy())
-
-    def run(forward):
-        xt = Tensor(x, requires_grad=True)
-        comm.reset_counters()
-        y = forward(xt)
-        fwd = comm.bytes_sent
-        comm.reset_counters()
-        ops.sum(y * upstream).backward()
-        return y.data, xt.grad, fwd, comm.bytes_sent
-
-    want = run(lib)
-    got = run(lambda xt: mine.MyReduceFromTP.apply(
-        ops.linear(ops.gelu(ops.linear(mine.MyCopyToTP.apply(xt, comm=comm), A, a)), B),
-        comm=comm) + b)
-    problems = []
-    for what, g, w in (("output", got[0], want[0]), ("input gradient", got[1], want[1]),
-                       ("fc weight gradient", A.grad, lib.fc.weight.grad),
-                       ("fc bias gradient", a.grad, lib.fc.bias.grad),
-                       ("proj weight gradient", B.grad, lib.proj.weight.grad)):
-        if g is None or rel_err(g, w) > 1e-12:
-            problems.append(what)
-    for what, g, w in (("bytes sent in forward", got[2], want[2]),
-                       ("bytes sent in backward", got[3], want[3])):
-        if g != w:
-            problems.append(f"{what}: yours {g}, minipar's {w}")
-    return problems, {"forward_bytes": want[2], "backward_bytes": want[3]}
-
-
 def gpt_loss_err(comm, cfg, sp):
     ids = np.random.default_rng(2).integers(0, cfg.vocab_size, (2, cfg.seq_len))
     plain = GPT(cfg, seed=0)
@@ -133,8 +92,6 @@ def main():
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--json", help="rank 0 writes the results here")
-    parser.add_argument("--regions", metavar="FILE",
-                        help="check the exercise's MyCopyToTP / MyReduceFromTP from FILE instead")
     args = parser.parse_args()
     abort_on_exception()
     backend.set_backend(args.backend)
@@ -149,15 +106,6 @@ def main():
     x = backend.to_device(rng.normal(size=(b, s, h)))
     upstream = backend.to_device(rng.normal(size=(b, s, h)))
     itemsize = 8
-    if args.regions:
-        problems, sent = check_regions(comm, cfg, x, upstream, args.regions)
-        if problems:
-            raise SystemExit(f"rank {comm.rank}: your f and g differ from minipar's in: "
-                             + "; ".join(problems))
-        if comm.rank == 0:
-            print(f"your f and g: the same output, gradients and bytes as minipar's on {t} ranks "
-                  f"(forward {sent['forward_bytes']} B, backward {sent['backward_bytes']} B per rank)")
-        return
     formula = 8 * b * s * h * (t - 1) / t * itemsize
     rows = []
     for sp in (False, True):

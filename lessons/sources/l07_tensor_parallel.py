@@ -20,7 +20,8 @@ write $f$ and $g$ as autograd functions and run them on two ranks, and you split
 and rows; (2) which slice of each GPT weight a rank owns, drawn from the real slicing code;
 (3) the vocabulary-parallel cross-entropy, which never gathers the logits;
 (4) two ranks under `mpiexec`: exact parity with the single process and the measured
-communication per layer against $8\,b\,s\,h\,(t-1)/t$; (5) sequence parallelism.
+communication per layer against $8\,b\,s\,h\,(t-1)/t$; (5) sequence parallelism — you write its two
+region boundaries and the vocabulary-parallel loss, and run them on two ranks.
 ''', r'''
 import inspect
 import json
@@ -97,11 +98,7 @@ parallel linear layers are nothing but $f$ (or $g$) around an ordinary `ops.line
 ''', r'''
 from minipar.parallel.tensor import (ColumnParallelLinear, CopyToTensorParallelRegion,
                                      ReduceFromTensorParallelRegion, RowParallelLinear)
-from minipar.parallel.tensor.regions import all_reduce_copy
 
-print(inspect.getsource(CopyToTensorParallelRegion))
-print(inspect.getsource(ReduceFromTensorParallelRegion))
-print(inspect.getsource(all_reduce_copy))
 print(inspect.getsource(ColumnParallelLinear.forward))
 print(inspect.getsource(RowParallelLinear.forward))
 ''', r'''%md
@@ -110,40 +107,53 @@ print(inspect.getsource(RowParallelLinear.forward))
 gradient of the input. For the all-reduce use `all_reduce(comm, array)` from `minipar.comm` (a sum over
 the ranks, **in place** on `array` — and the array autograd hands you must not be modified: an upstream
 gradient can be shared by several branches). The cell writes your code to a file; the check runs it on
-two ranks (`07_tensor_parallel.py --regions FILE`) in a column → row parallel MLP, against the same MLP
-made of minipar's `ColumnParallelLinear` / `RowParallelLinear`: output, input gradient, weight gradients
-and the bytes each rank sends in forward and in backward must all agree.
+two ranks (`07_yours.py`): each of your functions alone first — its forward output, its input gradient
+and the bytes it sends each way against the all-reduce's $2(t-1)/t \cdot S$ or nothing — then in a
+column → row parallel MLP against the same MLP made of minipar's `ColumnParallelLinear` /
+`RowParallelLinear` (output, input gradient, weight gradients). A wrong answer is one line naming the
+rank and what your result is instead (this rank's own input, the sum, ...).
 ''', r'''%exercise megatron_f_g
-%%writefile {WORK}/my_regions.py
+%%writefile {MINE}/my_regions.py
 from minipar.autograd.function import Function
 from minipar.comm import all_reduce
 
 
 class MyCopyToTP(Function):
-    """f: identity forward, all-reduce backward."""
+    """f, before a column-parallel layer: identity forward, all-reduce backward."""
 
     @staticmethod
     def forward(ctx, x, comm=None):
-        raise NotImplementedError("hint: f's forward sends nothing: keep comm on ctx and return x")
+        raise NotImplementedError("hint: every rank already holds the whole X and a column-parallel layer "
+                                  "only reads it; backward will need to know the group")
 
     @staticmethod
     def backward(ctx, g):
-        raise NotImplementedError("hint: dL/dX = Σ_r dL/dX_r: sum g over the ranks, into a copy of g")
+        raise NotImplementedError("hint: X fed every rank's slice A_r, so dL/dX has a part from every "
+                                  "rank: Σ_r dL/dY_r·A_rᵀ; the array autograd hands you is not yours to change")
 
 
 class MyReduceFromTP(Function):
-    """g: all-reduce forward, identity backward."""
+    """g, after a row-parallel layer: all-reduce forward, identity backward."""
 
     @staticmethod
     def forward(ctx, x, comm=None):
-        raise NotImplementedError("hint: Z = Σ_r Y_r·B_r: the sum of x over the ranks, into a copy of x")
+        raise NotImplementedError("hint: each rank holds one partial product Y_r·B_r of the same Z; "
+                                  "the array autograd hands you is not yours to change")
 
     @staticmethod
     def backward(ctx, g):
-        raise NotImplementedError("hint: Z is a plain sum, so every rank's partial product gets dL/dZ as it is")
+        raise NotImplementedError("hint: how much does a sum move when one of its terms moves?")
 ''', r'''
-proc = mpirun(2, ["07_tensor_parallel.py", "--backend", BACKEND, "--regions", os.path.join(WORK, "my_regions.py")])
+proc = mpirun(2, ["07_yours.py", "--backend", BACKEND, "--file", os.path.join(MINE, "my_regions.py")])
 print(proc.stdout)
+''', r'''%md
+minipar's two, for comparison (`all_reduce_copy` sums into a new array, leaving its input as it was):
+''', r'''
+from minipar.parallel.tensor.regions import all_reduce_copy
+
+print(inspect.getsource(CopyToTensorParallelRegion))
+print(inspect.getsource(ReduceFromTensorParallelRegion))
+print(inspect.getsource(all_reduce_copy))
 ''', r'''%md
 $f$ sends nothing in forward and one all-reduce of $b\,s\,h$ elements in backward; $g$ the other way
 round — so the two directions of the MLP move the same bytes, as the run shows.
@@ -323,6 +333,80 @@ each rank's tokens — the one optimizer step sums them over the tp group once p
 (`minipar.parallel.step.sum_partial_over_tp`, for the elements whose placement says `tp_partial_grad`) —
 and dropout draws the full mask from the shared generator and keeps its own tokens, so masks match the
 single process exactly (`SequenceParallelDropout`).
+''', r'''%md
+**Exercise — sequence parallelism's two regions and the vocab-parallel loss, on two ranks.** Write the
+two boundaries of the table as autograd functions, and the loss of §3 as one, in a file the check runs
+under `mpiexec` (`07_yours.py`, 2 ranks, float64):
+
+- `MyGatherFromSequence`: forward, this rank's $s/t$ tokens $(b, s/t, h)$ → every rank's, in rank order,
+  $(b, s, h)$ (an all-gather along the sequence, axis 1); backward, the transpose: the gradient
+  $(b, s, h)$ summed over the ranks, this rank's $s/t$ tokens (a reduce-scatter).
+- `MyReduceScatterToSequence`: forward, this rank's partial sum $(b, s, h)$ → the sum over the ranks at
+  this rank's tokens, $(b, s/t, h)$; backward, its transpose.
+- `MyVocabParallelCrossEntropy`: forward(`logits` $(b, s, V/t)$ holding the vocabulary ids from
+  `vocab_start` on, `targets` $(b, s)$) → the mean loss over the $b \cdot s$ rows, one number, the same on
+  every rank; backward → the gradient of this rank's logits (and `None` for the targets), with no message.
+
+From `minipar.comm`: `all_gather(comm, shard, sizes=[...])` concatenates every rank's *flattened* shard in
+rank order (give it the sizes: the parts are equal, so no message is needed to learn them);
+`reduce_scatter(comm, array)` sums over the ranks and returns this rank's chunk of the *flattened* sum;
+`all_reduce(comm, array, op="sum" or "max")` works in place. The check runs each region alone (its forward
+output and input gradient, and the bytes it sends each way against $(t-1)/t \cdot S$), then both around
+minipar's column- and row-parallel arithmetic against minipar's sequence-parallel MLP, then your loss on a
+vocabulary of 11 split 6 + 5: loss and gradient against one process's `cross_entropy` of the whole
+logits (1e-12), and the bytes against minipar's (three numbers per row).
+''', r'''%exercise sequence_parallel
+%%writefile {MINE}/my_sequence_parallel.py
+from minipar.autograd.function import Function
+from minipar.backend import xp
+from minipar.comm import all_gather, all_reduce, reduce_scatter
+
+
+class MyGatherFromSequence(Function):
+    """Before a column-parallel layer: all-gather the tokens forward, reduce-scatter backward."""
+
+    @staticmethod
+    def forward(ctx, x, comm=None):
+        raise NotImplementedError("hint: the collectives join and cut flat arrays; a rank's tokens are "
+                                  "one contiguous slab only when the sequence is the leading axis")
+
+    @staticmethod
+    def backward(ctx, g):
+        raise NotImplementedError("hint: every rank's slice of the layer read all the tokens, so a token's "
+                                  "gradient has a part from every rank, and it belongs to one rank")
+
+
+class MyReduceScatterToSequence(Function):
+    """After a row-parallel layer: reduce-scatter the tokens forward, all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, comm=None):
+        raise NotImplementedError("hint: g's all-reduce, cut in half: only the first half, and the rest "
+                                  "waits for the next layer")
+
+    @staticmethod
+    def backward(ctx, g):
+        raise NotImplementedError("hint: the forward kept a share of a sum: which collective is its transpose?")
+
+
+class MyVocabParallelCrossEntropy(Function):
+    """Mean cross-entropy of logits (b, s, V/t) holding the ids from vocab_start on; targets (b, s)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, comm=None, vocab_start=0):
+        raise NotImplementedError("hint: log Σ_j exp(z_j) over the whole vocabulary needs each rank's max "
+                                  "and sum; z_y lives on one rank only (§3)")
+
+    @staticmethod
+    def backward(ctx, g):
+        raise NotImplementedError("hint: d(log Σ exp z)/dz is the softmax and d(-z_y)/dz the one-hot: "
+                                  "both restricted to this rank's columns")
+''', r'''
+proc = mpirun(2, ["07_yours.py", "--backend", BACKEND, "--file", os.path.join(MINE, "my_sequence_parallel.py")])
+print(proc.stdout)
+''', r'''%md
+minipar's regions (`gather_along` and `reduce_scatter_along` in `regions.py` do the axis moves) and its
+loss are `GatherFromSequenceRegion`, `ReduceScatterToSequenceRegion` and `VocabParallelCrossEntropy`.
 
 Activation memory per layer (bytes, 16-bit activations, $a$ heads) by Korthikanti et al.'s formulas
 (their Table 2, `minipar.perf.activations.korthikanti_layer_bytes`) — computed, not measured here:
