@@ -30,23 +30,29 @@ def zero1_step(weights, grads, m, v, step, lr):
 ''',
     "zero3_step": r'''
 %%writefile {MINE}/zero3.py
-"""Your ZeRO-3 step (lesson 06): run under mpiexec by 06_yours.py."""
+"""Your ZeRO-3 step with prefetch (lesson 06): run under mpiexec by 06_yours.py."""
 from minipar.backend import xp
-from minipar.comm import all_gather, reduce_scatter
+from minipar.comm import all_gather_async, reduce_scatter
 
 
 def zero3_step(comm, shards, shape, x, target):
-    """Forward and backward of h <- tanh(h @ W_i), holding one full W at a time; returns
-    (my rows' loss, my shard of each layer's gradient of the global mean loss)."""
-    hs = [x]
-    for shard in shards:
-        W = all_gather(comm, shard).reshape(shape)     # gather before use ...
+    """Forward and backward of h <- tanh(h @ W_i), the next layer's gather in flight while a
+    layer computes; returns (my rows' loss, my shard of each layer's gradient of the
+    global mean loss)."""
+    L = len(shards)
+    hs, coming = [x], all_gather_async(comm, shards[0])
+    for i in range(L):
+        W = coming.wait().reshape(shape)                   # layer i's weight, gathered
+        coming = all_gather_async(comm, shards[min(i + 1, L - 1)])   # prefetch: the next layer's
+                                                           # (after the top, the top's again, for backward)
         hs.append(xp.tanh(hs[-1] @ W))
-        del W                                          # ... free after use
+        del W                                              # free after use
     loss = 0.5 * float(xp.sum((hs[-1] - target) ** 2)) / len(x)
-    dy, grads = (hs[-1] - target) / len(x), [None] * len(shards)
-    for i in reversed(range(len(shards))):
-        W = all_gather(comm, shards[i]).reshape(shape)  # again, for backward
+    dy, grads = (hs[-1] - target) / len(x), [None] * L
+    for i in reversed(range(L)):                           # coming: layer i's gather, for backward
+        W = coming.wait().reshape(shape)
+        if i > 0:
+            coming = all_gather_async(comm, shards[i - 1])     # prefetch the layer below
         dz = dy * (1 - hs[i + 1] ** 2)
         dW, dy = hs[i].T @ dz, dz @ W.T
         del W

@@ -212,38 +212,50 @@ needed, in forward and again in backward (`minipar/parallel/sync/zero3.py`):
 print(inspect.getsource(Zero3Sync.run_unit))
 print(inspect.getsource(Zero3Sync.release_unit))
 ''', r'''%md
-**Exercise — ZeRO-3's gather and free, on four ranks.** The library needs autograd boundaries to know
-when backward reaches a unit; strip that away and the mechanism is short. A stack of layers
+**Exercise — ZeRO-3's gather, prefetch and free, on four ranks.** The library needs autograd boundaries
+to know when backward reaches a unit; strip that away and the mechanism is short. A stack of layers
 $h_{i+1} = \tanh(h_i W_i)$, $W_i$ of shape `shape`, loss $= \frac{1}{B}\sum_\text{rows} \frac12\|h_L - t\|^2$.
 Rank $r$ keeps only `shards[i]`: chunk $r$ of $W_i$ flattened (`chunk_bounds` order, what `all_gather`
 concatenates and `reduce_scatter` hands back). Write `zero3_step(comm, shards, shape, x, target)`: forward
 and backward by hand over this rank's rows, returning its loss and, per layer, **its shard of the
-gradient of the global-batch loss** — while holding at most one layer's full weight at any moment.
+gradient of the global-batch loss**.
 
-The check (`06_yours.py`, 4 ranks, float64, three SGD steps) watches every array your `all_gather` returns
-and refuses a gather while an earlier full weight is still alive (Python frees an array the moment
-nothing refers to it: a name still bound to it keeps it). It counts the gathers and the bytes — ZeRO-3's
-$3\frac{p-1}{p}\Psi$ — and compares the loss and every gradient shard with one process on the whole batch.
+Gathering a layer just before using it leaves the compute idle while its weight travels. So gather
+**one layer ahead**, with the non-blocking `all_gather_async(comm, shard)`: it hands the gather to the
+communicator's progress thread and returns a handle at once; `handle.wait()` returns the full flat
+weight. While layer $i$ computes, the gather of the next layer — $i+1$ in forward, $i-1$ in backward — is
+already in flight; and a layer's full weight is dropped as soon as the layer is done, so that at most
+**two** full weights exist at any moment: the one computing and the next.
+
+The check (`06_yours.py`, 4 ranks, float64, three SGD steps) puts a spy in place of your
+`all_gather_async` and records the events of each step in order: a gather issued, its handle waited, the
+first matmul with the weight it returned (the layer's compute), the weight freed (Python frees an array
+the moment nothing refers to it: a name still bound to it keeps it). It checks the **order** — layer
+$i+1$'s gather issued before layer $i$'s compute (in backward, $i-1$'s) — and refuses a gather that would
+make three full weights alive or in flight; then the gathers and the bytes — ZeRO-3's $3\frac{p-1}{p}\Psi$
+— and the loss and every gradient shard against one process on the whole batch, to $10^{-12}$.
 ''', r'''%exercise zero3_step
 %%writefile {MINE}/zero3.py
-"""Your ZeRO-3 step (lesson 06): run under mpiexec by 06_yours.py."""
+"""Your ZeRO-3 step with prefetch (lesson 06): run under mpiexec by 06_yours.py."""
 from minipar.backend import xp
-from minipar.comm import all_gather, reduce_scatter
+from minipar.comm import all_gather_async, reduce_scatter
 
 
 def zero3_step(comm, shards, shape, x, target):
-    """Forward and backward of h <- tanh(h @ W_i), holding one full W at a time; returns
-    (my rows' loss, my shard of each layer's gradient of the global mean loss)."""
+    """Forward and backward of h <- tanh(h @ W_i), the next layer's gather in flight while a
+    layer computes, at most two full weights held; returns (my rows' loss, my shard of each
+    layer's gradient of the global mean loss)."""
     loss, grads = 0.0, [xp.zeros_like(s) for s in shards]
     return loss, grads
 ''', r'''
 proc = mpirun(4, ["06_yours.py", "--file", f"{MINE}/zero3.py", "--backend", BACKEND])
 print(proc.stdout)
 ''', r'''%md
-Peak parameter memory is one layer's full weight plus the shards — $\Psi/N$ plus the largest unit —
-at the price of two all-gathers per step instead of one. The library adds what makes it fast: it gathers
-unit $i+1$ while unit $i$ computes (prefetch: two full units alive, not one), and it learns *when* backward
-reaches a unit from the autograd graph itself instead of a hand-written loop.
+Peak parameter memory is two layers' full weights plus the shards — $\Psi/N$ plus two units — at the
+price of two all-gathers per step instead of one, each hidden behind the compute of the layer before it
+when the compute is the longer of the two. The library does the same with its units (one transformer
+block each), and learns *when* backward reaches a unit from the autograd graph itself instead of a
+hand-written loop.
 
 ## 5. Communication: bytes counted
 
@@ -375,6 +387,5 @@ its gather; where it is not, runs keep the gathers inside a node — PyTorch's H
 node and replicates across, DeepSpeed's ZeRO++ hpZ keeps a second copy of the weights sharded inside
 each node for backward's gathers. Megatron's distributed optimizer shards only the optimizer state
 (stage 1), over the whole data-parallel group, across nodes. All of them prefetch the next unit's
-gather while the current one computes (in this lesson's exercise, one unit at a time: the simplest
-correct order, not the fastest).
+gather while the current one computes, as your exercise does.
 ''']
