@@ -24,20 +24,22 @@ class MyBucketHooks:
 ''',
     "my_ddp": r'''
 %%writefile {MINE}/ddp.py
-"""Your bucketed all-reduce (lesson 05): run under mpiexec by 05_yours.py."""
+"""Your overlapped DDP (lesson 05): run under mpiexec by 05_yours.py."""
 from minipar.backend import xp
-from minipar.comm import all_reduce
+from minipar.comm import all_reduce_async
 from minipar.parallel.buckets import make_buckets
 
 
 class MyDDP:
-    """Gradients in buckets; each bucket all-reduced the moment its last gradient arrives."""
+    """Gradients in buckets; each bucket's all-reduce started the moment its last gradient
+    arrives, and waited for only after backward."""
 
     def __init__(self, model, comm, bucket_bytes):
         self.comm = comm
         self.buckets = make_buckets(model.parameters(), bucket_bytes)
         self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self.arrived = {id(b): 0 for b in self.buckets}
+        self.in_flight = []                               # (bucket, its flat buffer, handle)
         for p in model.parameters():
             p.register_hook(self.grad_ready)
 
@@ -46,18 +48,19 @@ class MyDDP:
         self.arrived[id(bucket)] += 1
         if self.arrived[id(bucket)] == len(bucket.params):
             self.arrived[id(bucket)] = 0                  # ready for the next backward
-            self.all_reduce_bucket(bucket)
-
-    def all_reduce_bucket(self, bucket):
-        flat = xp.concatenate([p.grad.reshape(-1) for p in bucket.params])
-        all_reduce(self.comm, flat, algorithm="ring")     # the sum over ranks, in place
-        flat /= self.comm.size                            # ... and the mean
-        offset = 0
-        for p in bucket.params:
-            p.grad = flat[offset:offset + p.size].reshape(p.shape)
-            offset += p.size
+            flat = xp.concatenate([p.grad.reshape(-1) for p in bucket.params])
+            handle = all_reduce_async(self.comm, flat, algorithm="ring")   # returns at once
+            self.in_flight.append((bucket, flat, handle))
 
     def finish(self):
-        """Every bucket left during backward: nothing to wait for here."""
+        """After backward: wait for every bucket, then every .grad is the mean over the ranks."""
+        for bucket, flat, handle in self.in_flight:
+            handle.wait()                                 # the sum over ranks, in place
+            flat /= self.comm.size                        # ... and the mean
+            offset = 0
+            for p in bucket.params:
+                p.grad = flat[offset:offset + p.size].reshape(p.shape)
+                offset += p.size
+        self.in_flight = []
 ''',
 }

@@ -45,8 +45,9 @@ That formula assumes the communication costs the computation nothing. §4 measur
 
 Plan: (1) two ranks under `mpiexec` reproduce the single process and gradient accumulation in float64,
 and you write the average over replicas with uneven shares; (2) the buckets of a model, and you write
-the hook that launches them, then the whole DDP — hooks, one ring all-reduce per bucket — run on two
-ranks and checked bucket by bucket against the ring's bytes and one process; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
+the hook that launches them, then the whole DDP — hooks that start one non-blocking ring all-reduce per
+bucket and return — run on two ranks, its overlap checked by the order of events, and timed against the
+blocking version across a simulated network link; (3) one step of both ranks on a timeline; (4) overlap vs no overlap, on this
 machine and on a slow network — and why overlap can lose here.
 ''', r'''
 import inspect
@@ -254,44 +255,105 @@ print(inspect.getsource(DDPSync._grad_ready))
 print(inspect.getsource(DDPSync._launch))
 print(inspect.getsource(allreduce_hook))
 ''', r'''%md
-**Exercise — your DDP, on two ranks.** Now the whole mechanism, run by `mpiexec`: write `MyDDP(model,
-comm, bucket_bytes)`. It cuts the parameters into buckets with `make_buckets` (the same cut as the
-library's), puts a hook on every parameter, and when a bucket's last gradient arrives it packs the
-bucket's gradients into one flat buffer, all-reduces it with minipar's ring (`all_reduce(comm, flat,
-algorithm="ring")`, blocking — the library runs it on a progress thread instead, §4), turns the sum
-into the mean, and gives every parameter its averaged gradient back. `finish()` is called after
-backward; when it returns every `param.grad` must be the mean over the ranks.
+**Exercise — your DDP, overlapped, on two ranks.** Now the whole mechanism, run by `mpiexec`: write
+`MyDDP(model, comm, bucket_bytes)`. It cuts the parameters into buckets with `make_buckets` (the same cut
+as the library's) and puts a hook on every parameter. When a bucket's last gradient arrives, the hook
+packs the bucket's gradients into one flat buffer and *starts* its all-reduce with minipar's ring —
+`all_reduce_async(comm, flat, algorithm="ring")`, which hands the collective to the communicator's progress
+thread and returns a handle at once — and returns, so that backward goes on computing the earlier layers
+while the bucket travels. `finish()` is called after backward: it waits for every handle
+(`handle.wait()`), turns each sum into the mean, and gives every parameter its averaged gradient back;
+when it returns every `param.grad` must be the mean over the ranks.
 
 The cell below does not run your class here: `%%writefile` saves it to a file, and the next cell starts
 `05_yours.py` on 2 ranks, which imports it on every rank and trains 3 AdamW steps (float64, 16 KiB
-buckets) each rank on its half of the global batch, beside one process on the whole batch. It checks,
-bucket by bucket, the bytes each rank sent while that bucket's gradients arrived — the ring's
-$2\frac{p-1}{p}S$ in $2(p-1)$ messages, and nothing left over for `finish()` — and then every gradient
-and loss against the single process. A failure names the rank, the step, the bucket and the number
-that is wrong.
+buckets) each rank on its half of the global batch, beside the library's `DDPSync` on the same ranks and
+one process on the whole batch. Overlap is checked by the **order of events**, not by durations (which a
+busy machine would decide): the check puts a spy in place of your `all_reduce_async` and counts the
+gradients as autograd produces them, so it knows that bucket 0 — the head — was started after the first
+gradient, with every other gradient still to compute, and that no handle was waited before backward
+returned (a `wait()` inside the hook blocks backward exactly as a blocking all-reduce would; the check
+says so). Then the bytes — the ring's $2\frac{p-1}{p}S$ per bucket — and every gradient and loss against
+`DDPSync` and the single process, to $10^{-12}$. A failure names the rank, the step, the bucket and what
+is wrong.
 ''', r'''%exercise my_ddp
 %%writefile {MINE}/ddp.py
-"""Your bucketed all-reduce (lesson 05): run under mpiexec by 05_yours.py."""
+"""Your overlapped DDP (lesson 05): run under mpiexec by 05_yours.py."""
 from minipar.backend import xp
-from minipar.comm import all_reduce
+from minipar.comm import all_reduce_async
 from minipar.parallel.buckets import make_buckets
 
 
 class MyDDP:
-    """Gradients in buckets; each bucket all-reduced the moment its last gradient arrives."""
+    """Gradients in buckets; each bucket's all-reduce started the moment its last gradient
+    arrives, and waited for only after backward."""
 
     def __init__(self, model, comm, bucket_bytes):
         self.comm = comm
         self.buckets = make_buckets(model.parameters(), bucket_bytes)
 
     def finish(self):
-        """After backward: every parameter's .grad is the mean over the ranks."""
+        """After backward: wait for every bucket; then every .grad is the mean over the ranks."""
 ''', r'''
 proc = mpirun(2, ["05_yours.py", "--file", f"{MINE}/ddp.py", "--backend", BACKEND])
 print(proc.stdout)
 ''', r'''%md
-That is DDP: everything else in `DDPSync` is about speed (the progress thread, flat buffers that the
-gradients live in so nothing is packed, §4's overlap) or about options (`no_sync` for accumulation,
+**What it buys, across a wire.** On this machine the two ranks share memory and two cores, and moving a
+bucket *is* CPU work (§4 shows what that does to overlap). Across a network card the bytes move without
+the CPU. Lesson 20's simulated cluster makes such a card: two nodes (Linux network namespaces) of one rank
+each, joined by a link shaped to 0.1 Gbit/s. `05_yours.py --time 6` runs your class there on a larger
+model (4 blocks, $d = 64$, float32, 64 KiB buckets) twice, alternating step by step: as you wrote it, and
+with the spy waiting for each all-reduce inside the hook that started it — the blocking DDP, the same
+code otherwise. It needs root, `ip` and `tc`; without them the cell shows the figures recorded on this
+course's machine (`benchmarks/recorded/ddp_overlap_2026-12-08/`, with the command that made them).
+Timings are printed, never asserted: they depend on how busy the machine is.
+''', r'''
+def can_build_a_cluster():
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "mpl05-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "mpl05-probe"], capture_output=True)
+    return probe.returncode == 0
+
+
+def cluster(*args):
+    """python -m minipar cluster ACTION --prefix mpl05 ARGS...; timing runs leave check mode off."""
+    env = {k: v for k, v in ENV.items() if k != "MINIPAR_COMM_CHECK"}
+    action, *rest = map(str, args)
+    proc = subprocess.run([sys.executable, "-m", "minipar", "cluster", action, "--prefix", "mpl05", *rest],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"cluster {' '.join(map(str, args))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+GBIT = 0.1                                   # the link between the two nodes, Gbit/s
+if can_build_a_cluster():
+    cluster("down")
+    print(cluster("up", "--nodes", 2, "--ranks-per-node", 1, "--inter-gbps", GBIT))
+    try:
+        out = cluster("run", "--", "lessons/05_yours.py", "--file", f"{MINE}/ddp.py", "--time", 6)
+    finally:
+        cluster("down")
+    timed = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    print(f"measured now, 2 nodes x 1 rank, {GBIT} Gbit/s between them:")
+else:
+    recorded = os.path.join(ROOT, "benchmarks", "recorded", "ddp_overlap_2026-12-08")
+    timed = json.load(open(os.path.join(recorded, "timing.json")))
+    GBIT = timed["inter_gbps"]
+    print(f"no root / ip / tc here: the figures recorded in {os.path.relpath(recorded, ROOT)}, "
+          f"{GBIT} Gbit/s between the nodes ({timed['machine']}):")
+wire = sum(timed["bucket_bytes"]) / (GBIT * 1e9 / 8)
+print(f"  {timed['buckets']} buckets, {sum(timed['bucket_bytes']) / 2**20:.1f} MiB of gradients: "
+      f"{wire * 1e3:.0f} ms on the wire per step (a 2-rank ring sends S)")
+print(f"  step time, median of {timed['steps']}: overlapped {timed['overlapped_s'] * 1e3:.0f} ms, "
+      f"blocking {timed['blocking_s'] * 1e3:.0f} ms; overlapped / blocking = "
+      f"{timed['overlapped_s'] / timed['blocking_s']:.2f}")
+print(f"  blocking - overlapped = {(timed['blocking_s'] - timed['overlapped_s']) * 1e3:.0f} ms: what overlap hid "
+      f"of the {wire * 1e3:.0f} ms on the wire")
+''', r'''%md
+That is DDP: everything else in `DDPSync` is about speed (flat buffers that the gradients live in so
+nothing is packed, a ring stepped from the hooks when the ranks fill the cores — §4) or about options (`no_sync` for accumulation,
 half-precision buckets, compression hooks in lesson 14).
 
 ## 3. One step, drawn
