@@ -25,4 +25,44 @@ def scaler_update(scale, clean_steps, overflows_left, found_inf, *, growth_facto
         scale, clean_steps = scale * growth_factor, 0
     return scale, clean_steps, hysteresis
 ''',
+    "amp_step": r'''
+%%writefile {MINE}/my_amp_step.py
+import math
+
+import numpy as np
+from minipar.comm import all_reduce
+
+
+def amp_step(comm, model, masters, optimizer, scaler, x, y, max_norm):
+    """One fp16 training step of data parallelism; returns (this rank's loss, the norm or None if skipped)."""
+    params = model.parameters()
+    S = scaler.scale
+    _, loss = model(x, y)
+    (loss * S).backward()                                  # half gradients of S·loss
+    # the mean over the replicas, as DDP takes it: g/p on every rank, summed in half precision
+    flat = np.concatenate([p.grad.reshape(-1) for p in params]) * (1.0 / comm.size)
+    all_reduce(comm, flat)
+    grads = flat.astype(np.float32) * (1.0 / S)            # unscaled, in fp32
+    # one message: this rank's share of ||g||² and its overflow flag, summed over the ranks
+    found_inf = float(not np.isfinite(grads).all())
+    total = all_reduce(comm, np.array([np.sum(grads.astype(np.float64) ** 2) / comm.size, found_inf]))
+    for p in params:
+        p.grad = None
+    if total[1] > 0:                                       # an inf or NaN on some rank: every rank skips
+        scaler.update(True)
+        return loss.item(), None
+    norm = math.sqrt(total[0])
+    if norm > max_norm:
+        grads *= max_norm / (norm + 1e-6)
+    start = 0
+    for m in masters:
+        m.grad = grads[start:start + m.data.size].reshape(m.shape)
+        start += m.data.size
+    optimizer.step()                                       # AdamW on the fp32 masters
+    optimizer.zero_grad()
+    for p, m in zip(params, masters):
+        p.data[...] = m.data.astype(p.data.dtype)           # publish: round into the half weights
+    scaler.update(False)
+    return loss.item(), norm
+''',
 }

@@ -26,7 +26,8 @@ Plan: (1) the formats and their range; (2) where gradients live on that scale;
 (3) an underflow that scaling rescues; (4) why accumulation must be fp32;
 (5) why master weights — **exercise**: a small update on a half weight and on a
 master; (6) the dynamic scale — **exercise**: its update rule — and a training run
-with overflows and recovery, against fp32 and bf16; (7) skipping agreed across ranks.
+with overflows and recovery, against fp32 and bf16; (7) skipping agreed across ranks —
+**exercise**: the whole mixed-precision step of a data-parallel run, on two ranks.
 ''', r'''
 import inspect
 import json
@@ -445,6 +446,56 @@ travels in the all-reduce that sums the gradient norm, one sum over every rank o
 replicas; `parallel/norm.py`). A sum of flags ≥ 0 is > 0 exactly when one is, and the
 norm comes out as the sum over the norm's own groups would give it.
 
+### Exercise 3 — the whole step, on two data-parallel ranks
+
+Write `amp_step(comm, model, masters, optimizer, scaler, x, y, max_norm)`: one training step of an
+fp16 data-parallel run on this rank's rows, in the order of the trainer's step:
+
+1. forward, then **scale**: backward of the loss times S = `scaler.scale`, which leaves the half
+   gradients of S·loss in the model's `p.grad`;
+2. **all-reduce the gradients** as DDP does: every half gradient times 1/p, in one flat fp16 buffer,
+   summed by one `all_reduce(comm, buffer)` — the mean over the replicas, half the bytes of fp32 on the wire;
+3. **unscale into fp32**: the buffer's fp32 copy, times 1/S;
+4. **one all-reduce for the norm and the decision**: the two float64 numbers [Σ g²/p, flag] summed over
+   the ranks, flag 1 where this rank's fp32 gradient holds an inf or NaN, else 0 (each replica holds the
+   whole gradient, so the sum over p of them counts it p times: hence the 1/p);
+5. a summed flag above 0: **skip** — nothing is updated, `scaler.update(True)` applies exercise 2's rule,
+   return `(loss, None)`;
+6. else the norm is the root of the first number; **clip** as minipar does (times max_norm/(norm + 1e-6)
+   where norm > max_norm); each master's slice of the gradient goes into its `master.grad`,
+   `optimizer.step()` runs AdamW on the fp32 masters (then `optimizer.zero_grad()`); **publish**: each
+   half weight becomes its master rounded to fp16; `scaler.update(False)`; return `(loss, norm)`.
+
+Either way the half gradients are dropped (`p.grad = None`) before the next step. `masters` are the fp32
+`Parameter`s of `model.parameters()`, in that order; `loss` is `loss.item()` of this rank's rows.
+
+Why the flag rides in the norm's message even here: in DDP the gradients' all-reduce already carries an
+inf from one replica to all (inf + x = inf), but under ZeRO or tensor parallelism each rank checks a
+different part of the gradient, and the trainer's one step serves every layout; a message of two
+numbers costs the latency of a message of one.
+
+The check (`09_yours.py`, 2 ranks) runs your step beside minipar's own — the same GPT under
+`DDPSync(half_dtype=float16)` and `parallel.step.Optimizer` with `DynamicLossScaler(comm=world)` — for 6
+steps, an inf planted into rank 1's gradient at steps 3 and 4: after every step the decision, the scale,
+the norm, the masters and AdamW's m and v by name, the half weights against the rounded masters, and
+the bytes and messages of the step (one all-reduce of the N half gradients and one of two numbers:
+2(p-1)/p·(2N + 16) bytes). A wrong step is one line that names the rank, the step and what differs.
+''', r'''%exercise amp_step
+%%writefile {MINE}/my_amp_step.py
+import math
+
+import numpy as np
+from minipar.comm import all_reduce
+
+
+def amp_step(comm, model, masters, optimizer, scaler, x, y, max_norm):
+    """One fp16 training step of data parallelism; returns (this rank's loss, the norm or None if skipped)."""
+    raise NotImplementedError("hint: one stage at a time, in the order above; the check names the "
+                              "first step and quantity where your run parts from minipar's")
+''', r'''
+proc = mpirun(2, ["09_yours.py", "--backend", BACKEND, "--file", os.path.join(MINE, "my_amp_step.py")])
+print(proc.stdout)
+''', r'''%md
 ## Summary
 
 - fp16: 5 exponent bits; range 6e-8 .. 65504. bf16: fp32's range, 8 significant bits (7 stored + the implicit 1),
