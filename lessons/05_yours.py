@@ -204,7 +204,9 @@ def check(comm, MyDDP, time_steps=None):
     model, library, oracle = GPT(CFG, seed=0), GPT(CFG, seed=0), GPT(CFG, seed=0)
     names = {id(q): n for n, q in model.named_parameters()}
     spy = Spy(comm, model)
-    MyDDP.__init__.__globals__.update(all_reduce_async=spy.all_reduce_async, all_reduce=spy.all_reduce)
+    module = getattr(MyDDP.__init__, "__globals__", None)       # the learner's module
+    assert module is not None, "MyDDP defines no __init__(self, model, comm, bucket_bytes) of its own"
+    module.update(all_reduce_async=spy.all_reduce_async, all_reduce=spy.all_reduce)
     ddp, library_ddp = MyDDP(model, comm, BUCKET_BYTES), DDPSync(library, comm, bucket_bytes=BUCKET_BYTES)
     buckets = make_buckets(model.parameters(), BUCKET_BYTES)        # the library's cut
     opts = [AdamW(m.named_parameters(), lr=LR) for m in (model, library, oracle)]

@@ -301,7 +301,7 @@ print(proc.stdout)
 **What it buys, across a wire.** On this machine the two ranks share memory and two cores, and moving a
 bucket *is* CPU work (§4 shows what that does to overlap). Across a network card the bytes move without
 the CPU. Lesson 20's simulated cluster makes such a card: two nodes (Linux network namespaces) of one rank
-each, joined by a link shaped to 0.1 Gbit/s. `05_yours.py --time 6` runs your class there on a larger
+each, joined by a link shaped to 0.1 Gbit/s. `05_yours.py --time 4` runs your class there on a larger
 model (4 blocks, $d = 64$, float32, 64 KiB buckets) twice, alternating step by step: as you wrote it, and
 with the spy waiting for each all-reduce inside the hook that started it — the blocking DDP, the same
 code otherwise. It needs root, `ip` and `tc`; without them the cell shows the figures recorded on this
@@ -332,7 +332,7 @@ if can_build_a_cluster():
     cluster("down")
     print(cluster("up", "--nodes", 2, "--ranks-per-node", 1, "--inter-gbps", GBIT))
     try:
-        out = cluster("run", "--", "lessons/05_yours.py", "--file", f"{MINE}/ddp.py", "--time", 6)
+        out = cluster("run", "--", "lessons/05_yours.py", "--file", f"{MINE}/ddp.py", "--time", 4)
     finally:
         cluster("down")
     timed = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
