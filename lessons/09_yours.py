@@ -20,6 +20,10 @@ the second, and steps again.  After every step, on every rank:
 - **the messages**: what this rank sent in the step must be one all-reduce of the fp16
   gradients and one of the two float64 numbers [Σg²/p, flag] — measured on this rank's
   own ``all_reduce`` of arrays of those sizes, and against 2(p-1)/p·(2N + 16) bytes.
+
+Two ranks exactly: on two, an fp16 sum a + b rounds the same whichever way it is added,
+so your step and minipar's agree to the bit; on more, the rounding depends on the order
+the all-reduce adds in.
 """
 import os
 import sys
@@ -99,8 +103,10 @@ def check_state(comm, step, model, masters, optimizer, oracle_sync, oracle_opt):
 
 
 def check(comm, amp_step):
-    backend.set_default_dtype(np.float32)
     p, r = comm.size, comm.rank
+    assert p == 2, (f"this check runs on 2 ranks (mpiexec -n 2), not {p}: on more, an fp16 sum rounds by the "
+                    "order its all-reduce adds in, and yours need not add in DDP's order")
+    backend.set_default_dtype(np.float32)
     step_now = [0]
     oracle_model = GPT(CFG, seed=0)
     plant_inf(comm, dict(oracle_model.named_parameters())[PLANTED_IN], step_now)   # before DDP's hooks
