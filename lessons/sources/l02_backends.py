@@ -17,11 +17,12 @@ This lesson covers the three things a training framework needs around that seam:
 1. **where** an array lives (host vs device) and how to move it: `to_host`, `to_device`;
 2. **in what precision** it is stored: fp64 / fp32 / fp16 / bf16 and their limits;
 3. **how many bytes** are alive: the memory counter that ZeRO, recomputation and the training log
-   read, used here to measure and predict the activation memory of a GPT forward.
+   read — you write it — used here to measure and predict the activation memory of a GPT forward.
 
-Two exercises: **you write** the float32 → bfloat16 rounding, and the count of every byte a GPT's
-forward keeps for backward; both are checked against what minipar does (solutions:
-`lessons/solutions/02_backends.py`).
+Three exercises: **you write** the float32 → bfloat16 rounding; the memory counter itself (live
+bytes per dtype and their peak, as arrays are made, viewed and freed); and the count of every byte
+a GPT's forward keeps for backward. Each is checked against what minipar does, bit for bit or to
+the byte (solutions: `lessons/solutions/02_backends.py`).
 ''', r'''
 import inspect
 import time
@@ -145,8 +146,9 @@ exponent — that is correct: 1.9961 rounds up to 2.0, and the largest float32 r
 ''', r'''%exercise to_bf16
 def to_bf16(x):
     """float32 array -> float32 array of the nearest bfloat16 values (ties to even)."""
-    raise NotImplementedError("hint: bits = x.view(np.uint32); add np.uint32(0x7FFF) plus the kept last bit "
-                              "((bits >> 16) & 1), clear the low 16 bits (& 0xFFFF0000) and view as float32")
+    raise NotImplementedError("hint: work on the 32-bit patterns (a uint32 view); rounding to nearest "
+                              "is an addition that carries into the kept bits exactly when the dropped "
+                              "half is past halfway, and a tie must leave the last kept bit 0")
 ''', r'''
 rng = np.random.default_rng(5)
 x = (rng.normal(size=100_000) * 10.0 ** rng.uniform(-40, 38, size=100_000)).astype(np.float32)
@@ -222,9 +224,121 @@ assert errors["fp16"] < errors["bf16"]      # 10 mantissa bits beat 7
 ## 3. Measuring activation memory
 
 Every `Tensor`'s data, every gradient and every array a `Function` saves for backward is
-registered with `backend.memory`, a counter of **live bytes** and their **peak**. Here is how it
-counts (`minipar/backend.py`): a weak reference subtracts an array's bytes when Python frees it, and
-a view is counted as the array that owns its memory, so nothing is counted twice.
+registered with `backend.memory`, a counter of **live bytes** and their **peak** — the figure ZeRO,
+recomputation and the training log (`peak_mem_bytes`) are judged by. You write it.
+
+**Exercise.** Write `MyMemoryCounter`: `track(a)` registers an array and returns it unchanged;
+`live` is the number of bytes of all registered arrays still alive, `live_by_dtype` the same per
+dtype name (`"float32"`, …), `peak` the largest `live` since the last `reset_peak()`, which sets
+it to `live`. Three facts decide what a byte is:
+
+- an array is **freed** when Python drops its last reference, not when the program says so — so
+  the counter must hear of it then, without itself keeping the array alive (the standard library
+  has exactly the tool: a reference that does not count, with a callback when its target dies);
+- a **view** (a transpose, a slice, `q, k, v` cut from one `qkv`) has no memory of its own: it
+  reads its base's (`a.base`, perhaps through several views), and the base lives as long as any
+  view does — count the memory's owner, once, however many views of it are registered;
+- some things passed in are not arrays with memory of their own to watch (a Python float, a NumPy
+  scalar): they are not counted.
+
+The check registers a sequence of arrays, views and scalars with yours and with minipar's
+`MemoryCounter`, deletes some, and then watches every array a tiny GPT's training forward and
+backward registers, comparing `live`, `peak` and the bytes per dtype after each step — to the byte.
+''', r'''%exercise MyMemoryCounter
+import weakref
+
+
+class MyMemoryCounter:
+    """Bytes held by live tracked arrays, in all and per dtype, and the peak since the last reset."""
+
+    def __init__(self):
+        self.live = 0
+        self.peak = 0
+        self.live_by_dtype = {}        # dtype name -> live bytes
+
+    def track(self, a):
+        """Count the bytes of the array that owns a's memory, once; uncount them when it is freed."""
+        raise NotImplementedError("hint: who owns a view's memory, and how can the counter learn "
+                                  "that an array was freed without keeping it alive itself?")
+
+    def reset_peak(self):
+        raise NotImplementedError("hint: the peak since now")
+''', r'''
+import gc
+
+
+def by_dtype(counter):
+    """Live bytes per dtype of a minipar MemoryCounter, from the arrays it holds weak references to."""
+    out = {}
+    for ref in list(counter._seen.values()):
+        a = ref()
+        if a is not None:
+            out[str(a.dtype)] = out.get(str(a.dtype), 0) + a.nbytes
+    return out
+
+
+def compare(step, mine, lib):
+    """One line naming what differs between the two counters after `step`, or None."""
+    for what, m, r in (("live", mine.live, lib.live), ("peak", mine.peak, lib.peak)):
+        if m != r:
+            return f"after {step}: your {what} is {m:,} bytes, minipar's {r:,}"
+    ref = by_dtype(lib)
+    for dt in sorted(set(ref) | {k for k, v in mine.live_by_dtype.items() if v}):
+        if mine.live_by_dtype.get(dt, 0) != ref.get(dt, 0):
+            return (f"after {step}: your live {dt} bytes are {mine.live_by_dtype.get(dt, 0):,}, "
+                    f"minipar's {ref.get(dt, 0):,}")
+    return None
+
+
+def check_counter():
+    mine, lib = MyMemoryCounter(), backend.MemoryCounter()
+    both = lambda a: (mine.track(a), lib.track(a))[1]
+    arrays = {}
+    steps = [
+        ("tracking a float32 (64, 64)", lambda: arrays.update(w=both(np.ones((64, 64), np.float32)))),
+        ("tracking it again", lambda: both(arrays["w"])),
+        ("tracking its transpose (a view)", lambda: arrays.update(wT=both(arrays["w"].T))),
+        ("tracking a slice of that view", lambda: both(arrays["wT"][3:9, ::2])),
+        ("tracking a float16 (100,) and an int64 (7,)",
+         lambda: arrays.update(h=both(np.zeros(100, np.float16)), i=both(np.arange(7)))),
+        ("tracking a flattened copy of the transpose", lambda: arrays.update(c=both(arrays["wT"].reshape(-1)))),
+        ("tracking a NumPy scalar and a Python float", lambda: (both(np.float32(2.0)), both(3.0))),
+        ("deleting the (64, 64) array (its transpose still holds it)", lambda: arrays.pop("w")),
+        ("deleting the transpose too", lambda: arrays.pop("wT")),
+        ("reset_peak()", lambda: (mine.reset_peak(), lib.reset_peak())),
+        ("deleting the float16 array", lambda: arrays.pop("h")),
+    ]
+    for step, do in steps:
+        do()
+        if problem := compare(step, mine, lib):
+            return problem
+    # then every array minipar registers while it builds, runs and trains a tiny GPT
+    library_track = backend.memory.track
+    backend.memory.track = lambda a: (mine.track(a), lib.track(a), library_track(a))[2]
+    try:
+        model = GPT(config_from_preset("tiny"), seed=0)
+        if problem := compare("building the tiny GPT", mine, lib):
+            return problem
+        ids = np.random.default_rng(0).integers(0, 256, size=(2, 64))
+        _, loss = model(ids, ids)
+        if problem := compare("a training forward", mine, lib):
+            return problem
+        loss.backward()
+        if problem := compare("its backward", mine, lib):
+            return problem
+        del loss, _, model
+        gc.collect()
+        return compare("freeing the model, its graph and its gradients", mine, lib)
+    finally:
+        del backend.memory.track          # minipar's own method again
+
+
+problem = check_counter()
+assert problem is None, problem
+print("MyMemoryCounter == minipar's MemoryCounter (live, peak and bytes per dtype), to the byte, "
+      "on views, scalars and frees and through a tiny GPT's forward and backward")
+''', r'''%md
+minipar's counter (`minipar/backend.py`) is the same idea without the per-dtype split:
 ''', r'''
 print(inspect.getsource(backend.MemoryCounter.track))
 ''', r'''%md
@@ -257,8 +371,6 @@ def activation_bytes(B, N, L, d, H, V):
     raise NotImplementedError("hint: 4 bytes x (B·N·(L·(25d + 2HN + 2) + the per-token floats outside the "
                               "blocks) + the shared (N, d) position lookup) + the 4-byte loss")
 ''', r'''
-import gc
-
 from minipar.autograd import no_grad
 from minipar.perf.activations import minipar_peak_activation_bytes
 
