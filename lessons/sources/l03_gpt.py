@@ -20,8 +20,10 @@ x &\leftarrow x + \text{MLP}(\text{LN}_2(x))\\
 \end{aligned}
 $$
 
-Two exercises: **you write** causal attention and the AdamW step, each checked against minipar's
-own (solutions: `lessons/solutions/03_gpt.py`).
+Two exercises: **you write** a whole transformer block's forward — layer norms, causal
+attention, MLP, residuals — from minipar's elementary ops, checked against minipar's `Block`
+(output and every gradient, to $10^{-12}$ in float64); and the AdamW step, checked against
+minipar's optimizer (solutions: `lessons/solutions/03_gpt.py`).
 ''', r'''
 import inspect
 import json
@@ -85,33 +87,15 @@ from minipar.nn.attention import CausalSelfAttention
 
 print(inspect.getsource(CausalSelfAttention.forward))
 print(inspect.getsource(naive_attention))
-''', r'''%md
-**Exercise.** Write `causal_attention(q, k, v)` in NumPy for arrays of shape $(\dots, N, d_h)$:
-scores scaled by $1/\sqrt{d_h}$, $-\infty$ above the diagonal, a softmax along the last axis that
-cannot overflow (subtract each row's maximum first), then $P v$.
-''', r'''%exercise causal_attention
-def causal_attention(q, k, v):
-    """softmax(q kᵀ / sqrt(d_h) + causal mask) v for arrays of shape (..., N, d_h)."""
-    raise NotImplementedError("hint: S = q @ np.swapaxes(k, -1, -2) / sqrt(d_h); S[..., t, s] = -inf where "
-                              "s > t (np.triu(np.ones((N, N), bool), k=1)); P = exp(S - S.max(-1)) / row sums; "
-                              "return P @ v")
 ''', r'''
 block = model.blocks[0]
 h = block.ln_1(x0)
 q, k, v = block.attn.split_heads(block.attn.qkv(h))           # each (B, H, N, d_head)
-print("q, k, v:", q.shape)
-mine = causal_attention(q.data, k.data, v.data)
-np.testing.assert_allclose(mine, naive_attention(q, k, v).data, atol=1e-6)   # float32
-
-rng = np.random.default_rng(3)                                # and in float64, with large scores
-q64, k64, v64 = (rng.normal(scale=4.0, size=(2, 3, 7, 5)) for _ in range(3))
-lib = naive_attention(Tensor(q64), Tensor(k64), Tensor(v64)).data
-np.testing.assert_allclose(causal_attention(q64, k64, v64), lib, rtol=1e-12, atol=1e-12)
-assert np.allclose(causal_attention(q64, k64, v64)[..., 0, :], v64[..., 0, :])   # row 0 sees itself only
+print("q, k, v:", q.shape, "  scores and P per sequence:", (q @ ops.transpose(k, (0, 1, 3, 2))).shape[1:])
 N = q.shape[2]
 y = block.attn.proj(ops.reshape(ops.transpose(naive_attention(q, k, v), (0, 2, 1, 3)), (1, N, cfg.d_model)))
 assert np.allclose(block.attn(h).data, y.data, atol=1e-6)
-print("causal_attention == naive_attention (float32 and float64); the module = heads merged, then proj")
+print("the module = heads split, attention per head, heads merged side by side, then proj")
 ''', r'''%md
 ## 3. MLP, residuals and LayerNorm
 
@@ -146,6 +130,83 @@ rng = np.random.default_rng(0)
 for std in (0.02, target):
     stream = sum(rng.normal(0, std, size=100_000) for _ in range(2 * cfg.n_layer))
     print(f"per-write std {std:.4f} -> residual std after {2 * cfg.n_layer} writes {stream.std():.4f}")
+''', r'''%md
+### Exercise: a whole block
+
+You have seen every part; now assemble them. Write `my_block_forward(block, x)`: the forward of a
+GPT block on `x` of shape $(B, N, d)$, using `block`'s parameters (`block.ln_1.weight`,
+`block.attn.qkv.weight`, …, `block.mlp.proj.bias`; `block.attn.n_head` heads; `ln.eps`) and
+minipar's elementary ops — `@`, `+`, `*`, `/`, `ops.mean`, `ops.pow`, `ops.reshape`,
+`ops.transpose`, indexing, `ops.masked_fill`, `ops.softmax`, `ops.gelu` — so that autograd
+differentiates your forward. Not allowed: the block's modules themselves, `ops.layer_norm`,
+`ops.linear` and `naive_attention` (each is one of the things you write).
+
+1. LayerNorm from its definition (section 3): the mean and the (biased) variance over the feature
+   axis, then $\gamma\hat x + \beta$;
+2. attention (section 2): one projection to $[q \mid k \mid v]$, split into heads the way
+   `split_heads` orders the columns, scores scaled by $1/\sqrt{d_h}$, the causal mask, softmax,
+   $Pv$, the heads merged back side by side, the output projection;
+3. the MLP: fc, GELU, proj; and the two residual additions.
+
+The check runs it in float64 on a small block whose parameters are all random (so a LayerNorm
+$\gamma$ that is left out, or a bias, shows), and compares the output and the gradient of every
+parameter and of $x$ with minipar's `Block`, to $10^{-12}$.
+''', r'''%exercise my_block_forward
+def my_block_forward(block, x):
+    """One pre-LN GPT block on x (B, N, d), built from minipar's ops and block's parameters:
+    x + attention(LN_1(x)), then that + MLP(LN_2(that))."""
+    raise NotImplementedError("hint: follow the two equations of the block at the top of the lesson, "
+                              "one sublayer at a time; the check names the first output or gradient "
+                              "that differs")
+''', r'''
+backend.set_default_dtype(np.float64)
+small = config_from_preset("tiny", n_layer=2, d_model=16, n_head=4, seq_len=8)
+test_block = GPT(small, seed=3).blocks[1]
+rng = np.random.default_rng(5)
+for name, p in test_block.named_parameters():                # nothing left at 1 or 0
+    p.data[...] = rng.normal(scale=0.5, size=p.shape)
+backend.set_default_dtype(np.float32)
+x_test = rng.normal(size=(2, small.seq_len, small.d_model))
+upstream = rng.normal(size=x_test.shape)                      # dL/d(output)
+
+def output_and_gradients(forward):
+    test_block.zero_grad()
+    x = Tensor(x_test.copy(), requires_grad=True)
+    out = forward(x)
+    if not isinstance(out, Tensor) or not out.requires_grad:
+        return out, None
+    out.backward(upstream)
+    return out.data, {"x": x.grad, **{n: p.grad for n, p in test_block.named_parameters()}}
+
+def first_difference(what, mine, ref):
+    """None if mine == ref to 1e-12 (relative to ref's largest entry), else one line saying where."""
+    if mine is None:
+        return f"{what} is None: no gradient reached it"
+    if np.shape(mine) != ref.shape:
+        return f"{what} has shape {np.shape(mine)}, the Block's {ref.shape}"
+    err = np.nan_to_num(np.abs(mine - ref), nan=np.inf)
+    if err.max() <= 1e-12 * (1 + np.abs(ref).max()):
+        return None
+    i = np.unravel_index(err.argmax(), err.shape)
+    return f"{what}{[int(j) for j in i]} is {mine[i]:+.10g}, the Block's {ref[i]:+.10g}"
+
+def check_my_block():
+    """One line naming the first output or gradient that differs from minipar's Block, or None."""
+    ref_out, ref_grads = output_and_gradients(test_block)
+    out, grads = output_and_gradients(lambda x: my_block_forward(test_block, x))
+    if grads is None:
+        return "your output is not a Tensor recorded by autograd: build it from minipar's ops"
+    if problem := first_difference("output", out, ref_out):
+        return problem
+    for name in ref_grads:
+        if problem := first_difference(f"dL/d {name}", grads[name], ref_grads[name]):
+            return problem
+    return None
+
+problem = check_my_block()
+assert problem is None, problem
+print(f"my_block_forward == minipar's Block (float64, 1e-12): the output and the gradients of x "
+      f"and of all {len(list(test_block.parameters()))} parameters")
 ''', r'''%md
 ## 4. Counting parameters
 
@@ -188,9 +249,9 @@ very same function on a flat shard.
 ''', r'''%exercise adamw_step
 def adamw_step(p, g, m, v, t, lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
     """One AdamW step on arrays, in place on p, m and v; t counts from 1."""
-    raise NotImplementedError("hint: m *= beta1; m += (1 - beta1) * g; the same for v with g * g; "
-                              "m_hat = m / (1 - beta1**t), v_hat = v / (1 - beta2**t); "
-                              "p -= lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * p)")
+    raise NotImplementedError("hint: the update rule above, term by term; m and v start at zero, "
+                              "which is what the (1 - beta**t) corrections undo; the arrays must "
+                              "change in place, since the caller keeps them")
 ''', r'''
 from minipar.optim import adamw_update
 
@@ -350,7 +411,7 @@ plt.xlabel("step"); plt.ylabel("loss"); plt.legend(); plt.grid(alpha=0.3); plt.s
 | here | there |
 |---|---|
 | `GPT`, `Block`, `CausalSelfAttention`, `MLP` | nanoGPT's classes of the same names; Hugging Face `GPT2LMHeadModel`; Megatron-Core's `GPTModel` built from `TransformerBlock` / `TransformerLayer` |
-| your `causal_attention`, `naive_attention` | `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (which dispatches to flash kernels: lesson 11) |
+| the attention inside your `my_block_forward`, `naive_attention` | `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (which dispatches to flash kernels: lesson 11) |
 | your `adamw_step`, `adamw_update` on plain arrays | `torch.optim.AdamW` (`foreach=True` / `fused=True` run it over many tensors at once); DeepSpeed's `FusedAdam` / `DeepSpeedCPUAdam`; ZeRO applies it to a flat shard (lesson 06) |
 | `clip_grad_norm(params, 1.0)` | `torch.nn.utils.clip_grad_norm_` (with sharded parameters the norm needs an all-reduce: lesson 06) |
 | `lr_at` (warm-up + cosine) | `torch.optim.lr_scheduler.LambdaLR` / `CosineAnnealingLR`; Megatron's `--lr-warmup-iters`, `--lr-decay-style cosine` |
