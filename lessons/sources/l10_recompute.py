@@ -29,8 +29,9 @@ backward runs forward once more, with the graph, to back-propagate through it.
 - `--recompute selective`: checkpoint only the attention core q, k, v → y: the 5as/h
   term disappears, and the re-run costs no weight matmul.
 
-Plan: (1) `checkpoint` on a small function — **exercise**: write its backward;
-(2) why the random state must be restored; (3) memory measured per layer against a
+Plan: (1) `checkpoint` on a small function; (2) why the random state must be
+restored — **exercise**: write the checkpoint, forward and backward, and run a GPT
+block with dropout through it; (3) memory measured per layer against a
 per-op count — **exercise**: Korthikanti's formula; (4) memory vs sequence length;
 (5) the compute price, measured with its noise; (6) bit-identity on a GPT.
 ''', r'''
@@ -88,50 +89,6 @@ same = all(np.array_equal(a, b) for a, b in zip(plain[1], ckpt[1]))
 print("gradients identical:", same)
 assert same and ckpt[0] < plain[0] / 4
 ''', r'''%md
-### Exercise 1 — checkpoint's backward
-
-A checkpoint is an autograd `Function` (lesson 01) whose forward runs `fn` with the
-graph switched off, so nothing inside is kept but the inputs it saves. The forward is
-written below; write the **backward**: rebuild Tensors from the saved inputs (with
-`requires_grad` where `ctx.needs_input_grad` asks for a gradient — its first entry is
-`fn`'s), run `fn` again *with* the graph, back-propagate `g` through that fresh copy
-(`out.backward(g)`: the weights inside `fn` receive their `.grad` right there), and
-return one gradient per forward argument — `None` for `fn`, then each input's.
-
-The check compares yours with plain autograd (the gradients must be identical, bit for
-bit) and with the library's `checkpoint` (it must keep exactly as many bytes).
-''', r'''%exercise my_checkpoint
-class MyCheckpoint(Function):
-    @staticmethod
-    def forward(ctx, fn, *arrays):
-        ctx.run = fn
-        ctx.save_for_backward(*arrays)              # the inputs: all that is kept
-        with set_grad_enabled(False):               # no graph: fn's activations are freed
-            out = fn(*[Tensor(a) for a in arrays])
-        return out.data
-
-    @staticmethod
-    def backward(ctx, g):
-        raise NotImplementedError("hint: make Tensors of ctx.saved (requires_grad as "
-                                  "ctx.needs_input_grad[1:] says), re-run ctx.run on them under "
-                                  "set_grad_enabled(True), back-propagate g from that output, and "
-                                  "return None for fn followed by each input's .grad")
-
-
-def my_checkpoint(fn, *inputs):
-    return MyCheckpoint.apply(fn, *inputs)
-''', r'''
-mine = held_after_forward(my_checkpoint)
-assert all(np.array_equal(a, b) for a, b in zip(plain[1], mine[1])), "gradients differ from autograd's"
-assert mine[0] == ckpt[0], f"yours keeps {mine[0]} bytes, minipar's checkpoint {ckpt[0]}"
-print(f"your checkpoint: gradients identical to plain autograd, {mine[0] / 1e6:.2f} MB held "
-      "(as minipar's)")
-''', r'''%md
-The library's version (`minipar/recompute.py`) adds one thing to yours, the random
-generator's state — the next section says why:
-''', r'''
-print(inspect.getsource(Checkpoint))
-''', r'''%md
 ## 2. Dropout: restore the random state
 
 The re-run must draw the *same* dropout masks, or backward differentiates a different
@@ -159,6 +116,106 @@ restored, forgotten = grad_of_w("restored"), grad_of_w("forgotten")
 print("state restored:     identical =", np.array_equal(reference, restored))
 print("state not restored: identical =", np.array_equal(reference, forgotten))
 assert np.array_equal(reference, restored) and not np.array_equal(reference, forgotten)
+''', r'''%md
+### Exercise 1 — a checkpoint, forward and backward
+
+Write the checkpoint yourself: an autograd `Function` (lesson 01) with two halves.
+
+- **forward**`(ctx, fn, generator, *arrays)`: run `fn` on Tensors of `arrays` with the graph
+  switched off (`set_grad_enabled(False)`), so nothing inside is kept; keep what backward will need
+  to run it again — the inputs, saved with `ctx.save_for_backward` so that the memory counter sees
+  them, and, when a `generator` is given, its state (`rng_state`); return the output's array.
+- **backward**`(ctx, g)`: run `fn` again on fresh Tensors of the saved inputs — with the graph this
+  time, the inputs asking for a gradient where `ctx.needs_input_grad` does (its first two entries
+  are `fn`'s and `generator`'s), and the generator set back to the saved state for the re-run, then
+  returned to where backward found it; back-propagate `g` through that copy (the parameters inside
+  `fn` receive their `.grad` right there) and return one gradient per forward argument: `None` for
+  `fn` and for `generator`, then each input's.
+
+The check runs the tanh chain through it, and then a GPT block with dropout 0.1 in float64: the
+gradients of every block parameter and of the input must equal plain autograd's **bit for bit**,
+the bytes held between forward and backward must be exactly those of minipar's `checkpoint` (and
+far below the plain block's), and the generator must end where plain training leaves it.
+''', r'''%exercise my_checkpoint
+class MyCheckpoint(Function):
+    """out = fn(*inputs), keeping only the inputs (and the random state) for backward;
+    backward runs fn again, with the graph, and back-propagates through that copy."""
+
+    @staticmethod
+    def forward(ctx, fn, generator, *arrays):
+        raise NotImplementedError("hint: which of fn's arrays does backward need, and which can it "
+                                  "make again? keep only the first kind (the input, and where the "
+                                  "random draws started)")
+
+    @staticmethod
+    def backward(ctx, g):
+        raise NotImplementedError("hint: recreate the forward exactly, with the graph this time, and "
+                                  "back-propagate g through the copy; the check names what differs")
+
+
+def my_checkpoint(fn, *inputs, generator=None):
+    return MyCheckpoint.apply(fn, generator, *inputs)
+''', r'''
+def differs(mine, ref):
+    """One line naming the first gradient not bit-identical to plain autograd's, or None."""
+    for name, r in ref.items():
+        m = mine.get(name)
+        if m is None or np.shape(m) != r.shape:
+            return f"the gradient of {name} is {'missing' if m is None else f'of shape {np.shape(m)}'}"
+        if not np.array_equal(m, r):
+            i = np.unravel_index(np.argmax(np.abs(m - r)), r.shape)
+            return f"the gradient of {name}{[int(j) for j in i]} is {float(m[i])!r}, plain autograd's {float(r[i])!r}"
+    return None
+
+gen_net = GPT(GPTConfig(n_layer=2, d_model=32, n_head=4, seq_len=32, dropout=0.1), seed=0)
+block, block_generator = gen_net.blocks[0], gen_net.dropout_rng
+x_block = rng.standard_normal((4, 32, 32))
+upstream = rng.standard_normal(x_block.shape)
+generator_start = rng_state(block_generator)
+
+def block_run(wrap=None):
+    """A block's forward and backward: bytes held in between (beyond its input), gradients, and
+    where the generator ends."""
+    set_rng_state(block_generator, generator_start)
+    block.zero_grad()
+    gc.collect()
+    start = memory.live
+    x = Tensor(x_block.copy(), requires_grad=True)
+    y = wrap(block, x, generator=block_generator) if wrap else block(x)
+    held = memory.live - start - x.data.nbytes
+    y.backward(upstream)
+    grads = {"x": x.grad, **{n: p.grad.copy() for n, p in block.named_parameters()}}
+    return held, grads, rng_state(block_generator)
+
+def check_my_checkpoint():
+    held, grads = held_after_forward(my_checkpoint)
+    names = [f"weights[{i}]" for i in range(len(weights))] + ["x"]
+    if problem := differs(dict(zip(names, grads)), dict(zip(names, plain[1]))):
+        return f"tanh chain: {problem}"
+    if held != ckpt[0]:
+        return f"tanh chain: yours holds {held:,} bytes after forward, minipar's checkpoint {ckpt[0]:,}"
+    (plain_held, plain_grads, plain_end), (lib_held, _, _) = block_run(), block_run(checkpoint)
+    held, grads, end = block_run(my_checkpoint)
+    if problem := differs(grads, plain_grads):
+        return f"GPT block with dropout: {problem}"
+    if held != lib_held:
+        return (f"GPT block: yours holds {held:,} bytes between forward and backward, minipar's "
+                f"checkpoint {lib_held:,} (the plain block {plain_held:,})")
+    if end != plain_end:
+        return "GPT block: after your backward the generator is not where plain training leaves it"
+    return None
+
+problem = check_my_checkpoint()
+assert problem is None, problem
+plain_held, lib_held = block_run()[0], block_run(checkpoint)[0]
+print(f"your checkpoint: gradients bit-identical to plain autograd on the tanh chain and on a GPT block "
+      f"with dropout; the block holds {lib_held / 1e3:.0f} kB between forward and backward, "
+      f"against {plain_held / 1e3:.0f} kB without a checkpoint (as minipar's checkpoint)")
+''', r'''%md
+The library's version (`minipar/recompute.py`) is yours, plus the weight-gradient deferral of a
+zero-bubble pipeline (lesson 08) handed on to the re-run:
+''', r'''
+print(inspect.getsource(Checkpoint))
 ''', r'''%md
 ## 3. Memory per layer, measured
 
