@@ -171,12 +171,12 @@ def gelu(a):
     return ops.gelu(Tensor(a)).data
 ''', r'''%exercise mlp_split
 def split_mlp(fc_w, fc_b, proj_w, rank, t):
-    raise NotImplementedError("hint: chunk_bounds(4h, t) gives t + 1 edges; rank r's fc columns (and fc bias "
-                              "entries) and proj rows lie between edges r and r + 1")
+    raise NotImplementedError("hint: a hidden unit of the MLP is one column of fc (and its bias) and one "
+                              "row of proj: a rank keeps whole hidden units, in the lesson's cut")
 
 def partial_mlp(x, fc_w_r, fc_b_r, proj_w_r):
-    raise NotImplementedError("hint: the column-parallel half is GELU of x times A_r plus a_r, the row-parallel "
-                              "half multiplies that by B_r; proj's bias is not added here: once, after the sum")
+    raise NotImplementedError("hint: up to proj, a rank's hidden units need nothing from the other ranks; "
+                              "a bias added by every rank would be counted t times in the sum")
 ''', r'''
 from minipar.nn.layers import MLP, Dropout
 

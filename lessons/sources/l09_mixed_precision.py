@@ -231,9 +231,8 @@ does to three (w0, delta) pairs.
 ''', r'''%exercise half_weight_after
 def half_weight_after(w0, delta, steps, master):
     """The fp16 weight after `steps` updates of +delta from w0 (see above); a np.float16."""
-    raise NotImplementedError("hint: keep w in np.float16 (master=False) or np.float32 "
-                              "(master=True), add delta `steps` times, round the sum to the "
-                              "same dtype after every addition, and return np.float16(w)")
+    raise NotImplementedError("hint: the two cases differ only in the format that holds w "
+                              "between one addition and the next; the model reads w in fp16")
 ''', r'''
 def library_half_weight(w0, delta, steps):
     """The same through minipar: an fp16 layer with its fp32 master."""
@@ -298,10 +297,8 @@ The check feeds one sequence of overflow flags to yours and to the library's
 def scaler_update(scale, clean_steps, overflows_left, found_inf, *, growth_factor=2.0,
                   backoff_factor=0.5, growth_interval=2000, hysteresis=2, min_scale=1.0):
     """One step of the dynamic loss scale: returns (scale, clean_steps, overflows_left)."""
-    raise NotImplementedError("hint: on an overflow reset clean_steps to 0, and either spend "
-                              "one of overflows_left or (when overflows_left <= 1) back off, never "
-                              "below min_scale; on a clean step refill overflows_left and grow "
-                              "the scale every growth_interval clean steps")
+    raise NotImplementedError("hint: the two bullets above, one branch each; the check names "
+                              "the first step where your three numbers part from the library's")
 ''', r'''
 rules = dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3, hysteresis=2,
              min_scale=2.0 ** 10)
