@@ -4,8 +4,11 @@ The notebooks are found by glob, so a new ``lessons/NN_topic.ipynb`` is tested w
 touching this file.  Each runs in a fresh kernel whose working directory is ``lessons/``
 (where a lesson's mpiexec script lives), with the Agg matplotlib backend and one BLAS
 thread, and with the solutions of ``lessons/solutions/NN_topic.py`` put into its
-exercise cells (see ``lessons/make_notebooks.py``).  A blank exercise must fail its check
-with the hint; the notebooks must be what their sources build.
+exercise cells (see ``lessons/make_notebooks.py``).  The course folder (``MINE``, where
+the multi-rank exercises write their files) is a temporary one holding every lesson's
+solved files, as a learner's holds them after the earlier lessons: lesson 12's capstone
+composes them.  A blank exercise must fail its check with the hint; the notebooks must
+be what their sources build.
 """
 import glob
 import importlib.util
@@ -47,9 +50,20 @@ def _kernel_env():
     return env
 
 
+def course_folder(path):
+    """``path`` filled as a learner's course folder is after every lesson: each solution
+    that is a ``%%writefile {MINE}/name.py`` (or lesson 07's ``{WORK}/``) cell, written."""
+    for notebook in NAMES:
+        for code in solutions(notebook).values():
+            first, _, body = code.lstrip("\n").partition("\n")
+            if first.startswith(("%%writefile {MINE}/", "%%writefile {WORK}/")):
+                (path / first.rsplit("/", 1)[1]).write_text(body)
+    return path
+
+
 @pytest.fixture(scope="module")
-def kernel_env():
-    env = _kernel_env()
+def kernel_env(tmp_path_factory):
+    env = {**_kernel_env(), "MINIPAR_MINE": str(course_folder(tmp_path_factory.mktemp("mine")))}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)          # the kernel subprocess inherits os.environ
     yield env

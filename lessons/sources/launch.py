@@ -4,7 +4,10 @@ No thread variables: minipar gives each rank (cores // ranks on the node) BLAS t
 itself, as it does for the README's commands.  Collectives run in check mode
 (MINIPAR_COMM_CHECK=1): a misused collective fails on every rank with one message
 instead of hanging the notebook (about 50 µs per call; ``bench comm --check-overhead``).
-``MINE`` is the folder the multi-rank exercises write the learner's code to (``yours.py``).
+``MINE`` is the course folder the multi-rank exercises write the learner's code to
+(``yours.py``): ``lessons/mine/`` (git-ignored), or the folder ``MINIPAR_MINE`` names (the
+tests point it at a temporary one).  It outlives the notebook, so that a later lesson finds
+the pieces written in earlier ones: lesson 12's capstone composes lessons 05, 07, 08 and 16's.
 
 ``MPIEXEC`` is the one that goes with the kernel's Python (``yours.find_mpiexec``): a
 Jupyter kernel started from another environment does not have the virtual environment's
@@ -22,7 +25,8 @@ ENV = dict(os.environ, MINIPAR_COMM_CHECK="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            PATH=os.path.dirname(MPIEXEC) + os.pathsep + os.environ.get("PATH", ""))
 BACKEND = os.environ.get("MINIPAR_BACKEND", "numpy")   # "cupy" on GPU nodes
-MINE = tempfile.mkdtemp(prefix="minipar_yours_")     # %%writefile {MINE}/...: exercises run by mpiexec
+MINE = os.environ.get("MINIPAR_MINE") or os.path.join(ROOT, "lessons", "mine")   # %%writefile {MINE}/...
+os.makedirs(MINE, exist_ok=True)                      # your code, kept for the later lessons
 
 def mpirun(n, args, timeout=300, env=None, check=True):
     """mpiexec -n N python ARGS..., from lessons/, every rank on this kernel's Python; ``env``
