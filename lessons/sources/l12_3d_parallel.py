@@ -6,7 +6,7 @@ from launch import LAUNCH   # the cell that defines mpirun() for the lesson's ru
 NOTEBOOK = "12_3d_parallel.ipynb"
 
 CELLS = [r'''%md
-# 12 · 3D parallelism: putting it together
+# 12 · 3D parallelism: your pieces, one training step
 
 Each kind of parallelism splits a different thing and has a different price:
 
@@ -27,9 +27,13 @@ and makes the same update as one process. (Context parallelism, lesson 16, adds 
 tp and dp; with `cp = 1` it disappears from every formula here.)
 
 Plan: (1) the grid — **exercises**: a rank's coordinates, and the members of its groups, checked
-against `ProcessGrid`'s own splits; (2) one model trained under five layouts, one loss curve;
-(3) where each layout's time goes, from the training log, and the pipeline's bubble from its trace.
+against `ProcessGrid`'s own splits; (2) the capstone — **exercise**: your DDP, f and g, 1F1B executor
+and ring attention composed into one training step on 8 ranks, with the gradient rules only a
+composed step has, against the library's losses; (3) one model trained under three layouts, one loss
+curve; (4) where each layout's time goes, from the training log, and the pipeline's bubble from its
+trace.
 ''', r'''
+import importlib
 import inspect
 import json
 import os
@@ -143,7 +147,135 @@ print(inspect.getsource(coordinates))
 init = inspect.getsource(ProcessGrid.__init__).splitlines()
 print("\n".join(line for line in init if "split" in line or "coordinates" in line))
 ''', r'''%md
-## 2. One model, five layouts
+## 2. The capstone: your pieces, one 3D training step
+
+From lesson 05 to 16 you wrote each mechanism alone, and each was checked alone. Now they run together:
+one training step on 8 ranks, composed of **your** pieces, that must reproduce the library's training
+of the same layout to $10^{-9}$ in float64, step after step.
+
+Every `%%writefile {MINE}/…` cell of the course saved your code into one folder, `MINE` (below): it
+outlives the notebooks, so this lesson finds what the earlier ones wrote. The capstone takes from it:
+
+| piece | file | lesson | how it enters the step |
+|---|---|---|---|
+| DDP: buckets all-reduced from the gradient hooks | `ddp.py` (`MyDDP`) | 05 | you build it (`wire`) and finish it |
+| f and g, the tensor-parallel regions | `my_regions.py` | 07 | the check puts them into the library's tp layers |
+| the 1F1B stage executor | `stage.py` (`run_stage`) | 08 | you run it on this rank's stage |
+| ring attention | `ring.py` (`ring_attention`) | 16 | the check makes it every attention core's forward (its backward is the library's, from your output and log-sum-exp) |
+
+Lesson 06's ZeRO does not enter: its pieces are a one-process ZeRO-1 and a ZeRO-3 step, and ZeRO-3
+under a pipeline would gather every layer again for every micro-batch (the library refuses it); data
+parallelism here is your DDP.
+
+### The rules only a composed step has
+
+Each piece alone was right. Put together, four facts decide whether the gradient and its norm are
+those of one process on the whole batch:
+
+1. **Average over dp × cp.** The ranks that hold the same weights and see different data are the
+   replicas (dp) *and* the context-parallel ranks (cp): a cp rank's loss is the mean over its
+   positions, and the global mean is the mean of the dp·cp ranks' means (every rank holds as many
+   tokens). Their group is `grid.dp_cp_comm` (with cp = 1, `grid.dp_comm`).
+2. **Sum the sequence-parallel parts over tp.** With sequence parallelism the layer norms, the
+   positions' table and the biases after a row-parallel layer run on this tp rank's $s/t$ tokens
+   only: every tp rank holds the whole weight, but a gradient from its own tokens, and the weight's
+   gradient is their sum, $dW = \sum_r dW_r$. Without sequence parallelism the same weights see every
+   token on every tp rank: their gradient is already whole, and a sum would make it $t$ times too large.
+3. **Count every element once in the norm.** $\lVert g\rVert^2$ of the whole model is a sum over
+   what every rank holds, but a weight replicated on the $t$ tp ranks is held $t$ times (weight
+   $w = 1/t$), and the dp·cp replicas hold the same gradient (divide by the copies, dp·cp); tp slices
+   and pipeline stages hold different elements (summed). So one all-reduce over every rank of
+   $\sum w\,g^2 / (dp\cdot cp)$ gives $\lVert g\rVert^2$ (squares in float64).
+4. **Fold the found-inf flag into that all-reduce.** Under fp16 a step is skipped when any gradient
+   anywhere holds inf or NaN, and the ranks must agree, or their weights part ways. Flags are $\ge 0$,
+   so their sum is their "any": the all-reduce carries $[\sum w\,g^2/(dp\cdot cp),\ \text{flag}]$, one
+   collective for both.
+
+After your norm the check does what the library's optimizer does next: clips to 0.05 when
+$\lVert g\rVert$ is larger, and takes the AdamW step.
+''', r'''%md
+### Exercise 3 — the 3D step
+
+Write three functions in `step3d.py`:
+
+- `wire(grid, module, bucket_bytes)`: once per run, your `MyDDP` over the group of rule 1; return it.
+- `gradients_3d(grid, ddp, stage, actions, held, sequence_parallel)`: one step's forward and backward
+  — the micro-batches through your 1F1B executor over the pipeline's group (`stage` is this rank's
+  stage of the model in lesson 08's interface, `actions` its 1F1B list), your DDP's finish, and
+  rule 2. Afterwards every `h.param.grad` of `held` is this rank's piece of the gradient of the
+  global batch's mean loss.
+- `norm_and_overflow(grid, held)`: rules 3 and 4; returns `(norm, overflow)`, the same on every rank.
+
+`grid` is a `ProcessGrid(comm, dp=, tp=, pp=, cp=)`: its sizes `grid.dp`, `grid.tp`, `grid.pp`,
+`grid.cp` and its groups `grid.tp_comm`, `grid.cp_comm`, `grid.dp_comm`, `grid.dp_cp_comm`,
+`grid.pp_comm` and `grid.world` (every rank). `held` lists this rank's parameters: `h.name` (its name in
+the whole model), `h.param` (`h.param.grad`) and `h.replicated_over_tp` (True when every tp rank holds
+all of it; False for a tp slice).
+
+The next cell starts `12_yours.py` on 8 ranks, for two layouts of a tiny GPT (2 blocks, $d = 16$, 4
+heads, 16 tokens; 8 sequences in 4 micro-batches; 3 AdamW steps in float64):
+
+- **dp2 × tp2 × pp2**: your DDP over the replicas, your f and g in every block, your executor;
+- **cp2 × tp2 × pp2** with sequence parallelism: your ring attention over the cp pair, your DDP over
+  it too, sequence parallelism's all-gather and reduce-scatter in place of f and g.
+
+Beside yours, on the same ranks, the library's training step of the same layout (`parallelize`,
+`build_optimizer`, `train_step`: what `minipar train` runs) and one process on the whole batch.
+Every step it checks that your stage ran every micro-batch, every gradient against one process's
+(its tp piece, $10^{-10}$), your norm against one process's, and your loss after the update against
+the library's ($10^{-9}$); rank 0 prints both losses. Then, on its own, the found-inf rule in fp16:
+your norm of the gradients cast to fp16, and one rank's inf, which every rank must see, through no
+more messages than one all-reduce of two numbers sends. A failure names the rank, the layout and
+step, the parameter and the rule whose absence would explain it.
+
+Your DDP is a piece that knows no pipeline: it starts a bucket's all-reduce whenever the bucket's last
+gradient arrives — with 4 micro-batches, 4 times a step. The gradient is still the mean, but the bytes
+are 4 times the library's, whose synchroniser stays quiet (`no_sync`) until the last micro-batch.
+''', r'''%exercise capstone_step
+%%writefile {MINE}/step3d.py
+"""Your 3D training step (lesson 12): your pieces composed over the grid; run under
+mpiexec by 12_yours.py."""
+from minipar.backend import xp
+from minipar.comm import all_reduce
+
+from ddp import MyDDP            # lesson 05
+from stage import run_stage      # lesson 08
+
+
+def wire(grid, module, bucket_bytes):
+    """Once per run: your DDP over the ranks that hold the same weights and see different
+    data (rule 1); returns it."""
+    return None
+
+
+def gradients_3d(grid, ddp, stage, actions, held, sequence_parallel):
+    """One step's forward and backward: the micro-batches through your executor over the
+    pipeline, your DDP's finish, rule 2; then every held .grad is this rank's piece of the
+    gradient of the global batch's mean loss."""
+
+
+def norm_and_overflow(grid, held):
+    """(||g|| of the whole model, whether any rank's gradient holds inf or NaN), the same
+    on every rank, from one all-reduce (rules 3 and 4)."""
+    return 0.0, False
+''', r'''
+capstone = importlib.import_module("12_yours")      # lessons/12_yours.py: the check
+print(f"your course folder: {MINE}")
+missing = capstone.missing_piece(MINE)              # a piece an earlier lesson writes
+assert missing is None, missing
+proc = mpirun(8, ["12_yours.py", "--file", f"{MINE}/step3d.py", "--backend", BACKEND], timeout=600)
+print(proc.stdout)
+''', r'''%md
+Your losses are the library's, and the library's are one process's: the composition is exact. The
+library writes the same rules once, in its optimizer step (`minipar/parallel/step.py`) and its global
+norm (`minipar/parallel/norm.py`) — rule 2, and rules 3 and 4 in one all-reduce:
+''', r'''
+from minipar.parallel.norm import GlobalNorm
+from minipar.parallel.step import sum_partial_over_tp
+print(inspect.getsource(sum_partial_over_tp))
+print(inspect.getsource(GlobalNorm.summed_with_flag))
+''', r'''%md
+## 3. One model, three layouts
 
 The same tiny GPT (4 layers, $d = 16$, 4 heads, 8 tokens, global batch 8) for 6 AdamW steps in
 float64 under each layout, through the command line — exactly what one would launch on a cluster
@@ -154,7 +286,8 @@ mpiexec -n 8 python -m minipar train --dp 2 --tp 2 --pp 2 --schedule 1f1b --micr
         --precision fp64 --steps 6 --log-json log.json --trace trace.json
 ```
 
-The pipeline layouts run 1F1B with 4 micro-batches and write a trace of their last step. The log
+One process, data parallelism alone, and the 3D layout (dp2 × tp2 × pp2, what your capstone composed).
+The pipeline layout runs 1F1B with 4 micro-batches and writes a trace of its last step. The log
 starts with a `{"header": ...}` line and ends with a `{"final": ...}` one; `step_records(path)`
 returns the step records in between.
 ''', r'''
@@ -163,8 +296,7 @@ MODEL = ["--n-layer", "4", "--d-model", "16", "--n-head", "4", "--seq-len", "8",
          "--steps", "6", "--precision", "fp64", "--seed", "0", "--data", os.path.join(ROOT, "README.md"),
          "--quiet", "--eval-batches", "0", "--backend", BACKEND]
 PIPE = ["--schedule", "1f1b", "--microbatches", "4"]
-LAYOUTS = {"1": (1, []), "dp4": (4, ["--dp", "4"]), "tp2×dp2": (4, ["--tp", "2", "--dp", "2"]),
-           "pp2×dp2": (4, ["--pp", "2", "--dp", "2", *PIPE]),
+LAYOUTS = {"1": (1, []), "dp4": (4, ["--dp", "4"]),
            "dp2×tp2×pp2": (8, ["--dp", "2", "--tp", "2", "--pp", "2", *PIPE])}
 logs, traces = {}, {}
 for name, (n, flags) in LAYOUTS.items():
@@ -177,19 +309,19 @@ for name, (n, flags) in LAYOUTS.items():
 ''', r'''
 fig, ax = plt.subplots(figsize=(6, 3.5))
 base = np.array([r["loss"] for r in logs["1"]])
-for (name, log), style in zip(logs.items(), ["-", "--", "-.", ":", (0, (1, 3))]):
+for (name, log), style in zip(logs.items(), ["-", "--", ":"]):
     losses = np.array([r["loss"] for r in log])
     ax.plot(losses, linestyle=style, lw=4 if name == "1" else 2, alpha=0.5 if name == "1" else 1, label=name)
     err = np.max(np.abs(losses - base) / base)
     print(f"{name:12} losses {np.round(losses, 10)}  max rel. diff vs 1 rank {err:.1e}")
     np.testing.assert_allclose(losses, base, rtol=1e-10, atol=0)
-ax.set_xlabel("step"); ax.set_ylabel("loss"); ax.set_title("five layouts, one loss curve (float64)")
+ax.set_xlabel("step"); ax.set_ylabel("loss"); ax.set_title("three layouts, one loss curve (float64)")
 ax.legend(fontsize=8); plt.show()
 ''', r'''%md
 The curves lie on top of each other: every layout computes the single-process step, up to the order
 of floating-point sums.
 
-## 3. Where the time goes
+## 4. Where the time goes
 
 Every rank times its own step and the log keeps each rank's split (`per_rank`), which adds up to
 the step:
@@ -244,24 +376,24 @@ for name, r in rows.items():
 sent = {name: sum(r["dp_bytes_sent"] for r in log) for name, log in logs.items()}
 assert sent["1"] == 0 and sent["dp4"] > 0       # one process's "communication" is its loss's read
 ''', r'''%md
-The tp layout's communication bar contains its tensor-parallel all-reduces: 2 in forward and 2 in
+The 3D layout's communication bar contains its tensor-parallel all-reduces: 2 in forward and 2 in
 backward per layer, each blocking both ranks of the pair until the slower one arrives.
 
 ### The pipeline's bubble, from its trace
 
 The trace of the last step holds, per stage (of the first replica and first tp rank), its spans:
-**F** and **B** cover the stage's own forward and backward only — in the tp layout that includes its
+**F** and **B** cover the stage's own forward and backward only — under tp that includes its
 tp all-reduces, which are part of computing the stage's layers — and the receives and sends are
 spans of their own. So the bubble is measured as the share of rank-time not spent in F or B:
 
 $$\text{bubble} = 1 - \frac{\sum_\text{stages} \text{busy}}{pp \cdot \text{makespan}},$$
 
 and the simulator of lesson 08, fed each stage's measured mean F and B times, predicts it for the
-same schedule. Here both pipeline layouts' traces, redrawn from the JSON, the bubble recomputed from
-their spans (it must be the log's `measured_bubble`) and set beside the simulated one:
+same schedule. Here the 3D layout's trace, redrawn from the JSON, the bubble recomputed from its
+spans (it must be the log's `measured_bubble`) and set beside the simulated one:
 ''', r'''
-fig, axes = plt.subplots(2, 1, figsize=(10, 4.2))
-for ax, name in zip(axes, [n for n in LAYOUTS if traces[n] is not None]):
+fig, ax = plt.subplots(figsize=(10, 2.4))
+for name in [n for n in LAYOUTS if traces[n] is not None]:
     timelines = {}
     for e in traces[name]["traceEvents"]:
         if e["ph"] == "X":
@@ -282,7 +414,7 @@ The white gaps are the bubble; the thin bars under the rows are receives (waitin
 and sends. With equal stages and every stage running whenever it has work, the 1F1B bubble is
 $(p-1)/(m+p-1) = 1/5$ for $p = 2$, $m = 4$. The simulator drops the first assumption — it is fed
 each stage's measured mean F and B times (the last stage also runs the head and the loss) — but
-keeps the second. On this machine the second fails: 4 or 8 ranks share 2 cores, so a stage that has
+keeps the second. On this machine the second fails: 8 ranks share 2 cores, so a stage that has
 work is often not running at all — its F or B span stretches when it is preempted, and its
 neighbour meanwhile sits in a receive — and the measured bubble comes out above the simulated one by
 however much the scheduler interfered in this run. On devices of their own the two agree within a
@@ -293,7 +425,12 @@ few points (minipar's tests check it with one deliberately slowed stage at m = 4
 - One `ProcessGrid` composes the three: tp innermost (adjacent ranks), dp across replicas, pp
   across stages; every rank holds one tp, one dp and one pp sub-communicator, each one
   `comm.split(colour = the fixed coordinates, key = the varying one)`.
-- With `--batch-size` the global batch, every layout reproduces the single process: the five loss
+- Composed, the pieces need four rules no piece has alone: the gradient averaged over dp × cp (one
+  group, `dp_cp_comm`); a replicated weight's sequence-parallel parts summed over tp; every element
+  counted once in the norm ($w = 1/t$ over tp, divided by the dp·cp copies); and the fp16 found-inf
+  flag in the norm's one all-reduce over every rank. With them, your DDP, f and g, executor and ring
+  attention reproduce the library's losses exactly.
+- With `--batch-size` the global batch, every layout reproduces the single process: the three loss
   curves coincide to $10^{-10}$ in float64.
 - Choosing a layout is choosing which cost to pay: tp's per-layer all-reduces (blocking, on the
   critical path: fast links only), pp's bubble (more micro-batches, interleaving, ZB-H1), dp's
