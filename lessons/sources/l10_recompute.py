@@ -183,6 +183,7 @@ def block_run(wrap=None):
     x = Tensor(x_block.copy(), requires_grad=True)
     y = wrap(block, x, generator=block_generator) if wrap else block(x)
     held = memory.live - start - x.data.nbytes
+    block_generator.random(3)             # the later blocks' dropout draws, between forward and backward
     y.backward(upstream)
     grads = {"x": x.grad, **{n: p.grad.copy() for n, p in block.named_parameters()}}
     return held, grads, rng_state(block_generator)
@@ -202,7 +203,8 @@ def check_my_checkpoint():
         return (f"GPT block: yours holds {held:,} bytes between forward and backward, minipar's "
                 f"checkpoint {lib_held:,} (the plain block {plain_held:,})")
     if end != plain_end:
-        return "GPT block: after your backward the generator is not where plain training leaves it"
+        return ("GPT block: after your backward the generator is not where plain training leaves it "
+                "(the draws made after this block's forward would repeat)")
     return None
 
 problem = check_my_checkpoint()
