@@ -20,8 +20,9 @@ $$\text{FLOPs/token} = 6N + 12\,L\,h\,s \qquad \text{MFU} = \frac{\text{FLOPs/to
 Plan: FLOPs per token — **exercise**: from a config; this machine's roofline; one real step
 profiled; predicted against measured step times; memory per rank — **exercise**: a layer's
 activations with tensor and sequence parallelism; the model against Megatron's published times;
-planning a 175B model — **exercise**: the ring all-reduce's α-β time; choosing a layout: global batch,
-micro-batches, memory; what changes on GPU nodes.
+planning a 175B model — **exercise**: the ring all-reduce's α-β time — **exercise**: a layout's step
+time, term by term (compute, exposed communication, the bubble), against the model and a measured run;
+choosing a layout: global batch, micro-batches, memory; what changes on GPU nodes.
 ''', r'''
 import inspect
 import os
@@ -197,7 +198,7 @@ must equal what the built optimizer holds (`Optimizer.memory_bytes()`).
 ''', r'''
 from minipar.train import setup
 from minipar.perf.memory import model_state_bytes
-rows = []
+rows, measured_configs = [], []
 for kw in (dict(), dict(recompute="full"), dict(recompute="selective"), dict(batch_size=8)):
     c = TrainConfig(model="tiny", steps=4, quiet=True, eval_batches=0, **{"batch_size": 4, **kw})
     run = setup(c); run.warmup = 1
@@ -207,6 +208,7 @@ for kw in (dict(), dict(recompute="full"), dict(recompute="selective"), dict(bat
     resolved = run.config                  # the config the run resolved and ran with
     assert model_state_bytes(resolved.model_config(), resolved) == run.optimizer.memory_bytes(), kw
     rows.append((str(kw or "baseline"), np.median(ts[1:]), predict(resolved, prof).step_s))
+    measured_configs.append(resolved)
 names, meas, pred = zip(*rows)
 x = np.arange(len(rows))
 plt.bar(x - 0.2, np.array(meas) * 1e3, 0.4, label="measured")
@@ -227,8 +229,8 @@ calibrations — so the calibration sees the same slow and fast spells of the ma
 ## Memory per rank: ZeRO stages and recomputation
 
 Model state (`perf/memory.py`) is exact — as just checked. Activations follow Korthikanti et al.
-2022: per layer $sbh(34 + 5as/h)$ bytes, divided by $t$ with tensor + sequence parallelism, $2sbh$
-with full recomputation. Here: a 175B model's rank with $t=8$, $p=8$ and 64-way data parallelism.
+2022: per layer $sbh(34 + 5as/h)$ bytes on one rank without parallelism (exercise 2 cuts them with
+tensor and sequence parallelism), $2sbh$ with full recomputation. Here: a 175B model's rank with $t=8$, $p=8$ and 64-way data parallelism.
 ''', r'''
 from minipar.perf.models import with_vocab
 from minipar.perf import activations as act
@@ -256,20 +258,42 @@ assert states[0] > states[1] > states[2]           # each ZeRO stage shards one 
 ''', r'''%md
 ### Exercise 2 — a layer's activations with tensor and sequence parallelism
 
-Write `layer_bytes(s, b, h, a, t)`: the bytes one layer keeps for backward (16-bit, no
-recomputation; Korthikanti et al.) when tensor parallelism splits its matmuls over $t$ ranks and
-sequence parallelism splits the rest (LayerNorms, dropouts, residuals) along the sequence over the
-same $t$ ranks. The check compares yours with `minipar.perf.activations.korthikanti_layer_bytes`.
+Write `layer_bytes(s, b, h, a, t, sp)`: the bytes one layer keeps for backward on one rank (16-bit
+values, 1-byte dropout masks, no recomputation; Korthikanti et al.), with tensor parallelism of degree
+$t$ and, if `sp`, sequence parallelism over the same $t$ ranks. What one layer keeps, for $s$ tokens
+of $b$ sequences, hidden size $h$, $a$ heads:
+
+| where | tensor kept | bytes |
+|---|---|---|
+| attention | input of the QKV projection (LayerNorm's output) | $2sbh$ |
+| | $Q$ and $K$, for $QK^\top$ | $4sbh$ |
+| | softmax output; its dropout mask; the dropout's output, for $PV$ | $2as^2b + as^2b + 2as^2b$ |
+| | $V$, for $PV$ | $2sbh$ |
+| | input of the output projection | $2sbh$ |
+| | dropout mask after the projection | $sbh$ |
+| MLP | input of the first linear (LayerNorm's output) | $2sbh$ |
+| | GELU's input and output | $8sbh + 8sbh$ |
+| | dropout mask after the second linear | $sbh$ |
+| LayerNorms | the inputs of both | $4sbh$ |
+
+Tensor parallelism (lesson 07) cuts what lies *between* a column-parallel linear and the row-parallel
+one after it — the heads, the MLP's $4h$ columns — over the $t$ ranks; what lies outside those regions
+(the LayerNorms, the inputs of the first linears, the dropouts after the second) stays whole on every
+rank. Sequence parallelism cuts exactly those along the sequence. The check compares yours with
+`minipar.perf.activations.korthikanti_layer_bytes` (Table 2 of the paper), with and without `sp`.
 ''', r'''%exercise layer_bytes
-def layer_bytes(s, b, h, a, t):
-    """Activation bytes of one layer with tensor + sequence parallelism of degree t (16-bit)."""
-    raise NotImplementedError("hint: with sequence parallelism nothing of the layer stays replicated: "
-                              "the whole s·b·h·(34 + 5·a·s/h) is split over the t ranks")
+def layer_bytes(s, b, h, a, t, sp):
+    """Activation bytes one rank keeps of one layer, tensor parallelism of degree t (and, if sp,
+    sequence parallelism over the same t ranks), 16-bit."""
+    raise NotImplementedError("hint: sort the table's rows into the two kinds the paragraph below it "
+                              "names, and sum each kind")
 ''', r'''
 for s, b, h, a, t in [(2048, 1, 12288, 96, 8), (1024, 4, 4096, 32, 4), (128, 8, 768, 12, 1), (4096, 1, 8192, 64, 2)]:
-    mine, theirs = layer_bytes(s, b, h, a, t), act.korthikanti_layer_bytes(s, b, h, a, t, sp=True)
-    assert np.isclose(mine, theirs), f"s={s} b={b} h={h} a={a} t={t}: yours {mine}, library {theirs}"
-print("yours matches korthikanti_layer_bytes(sp=True); the library's, every row of Korthikanti's Table 2:")
+    for sp in (False, True):
+        mine, theirs = layer_bytes(s, b, h, a, t, sp), act.korthikanti_layer_bytes(s, b, h, a, t, sp=sp)
+        assert np.isclose(mine, theirs, rtol=1e-12), \
+            f"s={s} b={b} h={h} a={a} t={t} sp={sp}: yours {mine:.6g} bytes, korthikanti_layer_bytes {theirs:.6g}"
+print("yours matches korthikanti_layer_bytes, with and without sp; the library's, every row of Korthikanti's Table 2:")
 print(inspect.getsource(act.korthikanti_layer_bytes))
 ''', r'''%md
 ## The model against published times
@@ -315,8 +339,8 @@ sending one $S/p$ chunk to the neighbour. The check compares yours with
 ''', r'''%exercise ring_all_reduce_s
 def ring_all_reduce_s(p, S, alpha, bw):
     """Seconds of a ring all-reduce of S bytes over p ranks (latency alpha, bandwidth bw bytes/s)."""
-    raise NotImplementedError("hint: 2(p-1) steps, each paying the latency alpha once and moving "
-                              "S/p bytes at bw")
+    raise NotImplementedError("hint: count the steps of the two phases, and what one step costs: "
+                              "each is a message of the α-β model")
 ''', r'''
 from minipar.perf import comm as pcomm
 from minipar.perf.profile import Profile
@@ -327,6 +351,126 @@ for p, S in [(8, 2 ** 28), (2, 2 ** 10), (3, 10 ** 6), (64, 2 ** 30)]:
 print("yours matches collective_seconds; the library's:")
 print(inspect.getsource(pcomm.collective_seconds))
 ''', r'''%md
+### Exercise 4 — a layout's step time, term by term
+
+`predict` is long because it prices everything; its skeleton is short, and it answers "how long per
+step?" for any layout. Write `my_step_time(config, prof)` for a resolved config on dp × tp × pp
+ranks, returning its terms in a dict:
+
+- **Compute, from FLOPs**, at the profile's GEMM rate `prof.peak(dtype) · prof.efficiency["gemm"]`.
+  One micro-batch holds $b = B/(\text{dp}\cdot m)$ sequences ($m$: `microbatches` with a pipeline,
+  `grad_accum` without). One layer's forward on one tp rank is the weights' GEMMs, $24\,bsh^2/t$ FLOPs,
+  and the attention core (scores and $PV$), $4\,bs^2h/t$. Backward is two passes of the same size:
+  **B**, the input gradients — the weights' GEMMs once more and the core twice (it has no weights:
+  both its gradients are input gradients) — and **W**, the weights' gradients, the weights' GEMMs once
+  more (lesson 08's zero-bubble schedules move W around). Recomputation (lesson 10) adds forward work to
+  B: the core for `selective`, the whole layer for `full` — its tp collectives included. The last stage,
+  whose pace the pipeline follows, also runs the head: $2\,bsh\lceil V/t\rceil$ FLOPs forward, twice
+  that in B.
+- **Tensor parallelism**: per layer 2 all-reduces of the micro-batch's activations ($bsh\cdot e$
+  bytes, $e$ per number) in forward and 2 in backward (with sequence parallelism an all-gather and a
+  reduce-scatter each: the same time). They sit between the layer's GEMMs: all exposed.
+- **The pipeline**: the stage's times per micro-batch $t_f, t_b, t_w$, and $t_\text{comm}$, one
+  activation ($bsh\cdot e$, divided by $t$ with sequence parallelism) sent to the next stage. 1F1B takes
+  $(m + p - 1)(t_f + t_b + t_w) + 2(p-1)\,t_\text{comm}$: in the steady state a send hides behind the
+  next micro-batch, only the fill and the drain wait for them. The bubble is
+  $1 - m(t_f + t_b + t_w)/\text{pipeline}$, lesson 08's $(p-1)/(m+p-1)$ when sends are free.
+- **Data parallelism**: the rank's gradients, all-reduced over dp ranks bucket by bucket —
+  `gradient_buckets(config)` gives their bytes in the order backward completes them. With
+  `config.overlap`, bucket $i$ of $n$ is ready at $(i+1)/n$ of the last micro-batch's backward
+  $t_b + t_w$, and starts once it is ready and the bucket before it is done; without, every bucket
+  waits for the backward's end. Exposed is what runs past the backward's end.
+- **The step**: the pipeline plus the exposed data-parallel time.
+
+Every collective is `pcomm.collective_seconds(prof, kind, p, nbytes, where)` (exercise 3's ring;
+`"p2p"` a send between two ranks), with `where = pcomm.placement(p, stride, prof.ranks_per_node)`:
+ranks are numbered tp fastest, then dp, then pp, so a tp group's ranks are 1 apart, a dp group's $t$,
+neighbouring stages $\text{dp}\cdot t$ — inside a node or across nodes.
+
+The check runs five layouts, 1.3B to 175B parameters, on an *A100 that only computes* — the a100
+profile's peak, GEMM efficiency and links, with memory-bound work free — and compares each term with
+`predict`'s breakdown: $t_w$ and $t_\text{comm}$ to $10^{-9}$; $t_f$, $t_b$ and the exposed
+data-parallel time to 2 % (yours leaves out the few small tp collectives of the embeddings, the head
+and the loss); the pipeline and the step to 3 %, the bubble to 0.03 (`predict` times the schedule
+with lesson 08's simulator, in which a send also delays the steady state, or — past 200 actions — with
+the closed form on stage-time ratios rounded to two digits).
+''', r'''
+import math
+from minipar.parallel.buckets import bucket_bytes
+from minipar.perf import memory as pmem
+from minipar.perf.profile import DTYPE_BYTES
+
+
+def gradient_buckets(config):
+    """Bytes of each gradient bucket the last stage's rank all-reduces over data parallelism, in the
+    order backward completes them (``perf.memory.rank_buckets``, as ``predict`` counts them)."""
+    item = 2 if config.precision in ("fp16", "bf16") else DTYPE_BYTES[config.precision]
+    return [n * item for n, _ in pmem.rank_buckets(
+        config.model_config(), bucket_bytes(config), config.precision, config.dp,
+        tp=config.tp, pp=config.pp, chunks=config.chunks, pp_rank=config.pp - 1)]
+
+
+compute_only = Profile("a100, compute only", kind="spec", peak_flops=dict(a100.peak_flops),
+                       efficiency={k: a100.efficiency[k] for k in ("gemm", "intra", "inter")},
+                       mem_bw=math.inf, links=a100.links, ranks_per_node=a100.ranks_per_node)
+''', r'''%exercise my_step_time
+def my_step_time(config, prof):
+    """The step of resolved ``config`` on profile ``prof``, term by term (see above): a dict of
+    t_f, t_b, t_w, t_comm (one micro-batch on the last stage, seconds), pipeline_s, bubble,
+    dp_exposed_s and step_s."""
+    raise NotImplementedError("hint: build it in the order of the list above — a layer, the stage, the "
+                              "pipeline, the buckets — and let the check name the first term that differs")
+''', r'''
+def gpt(n_layer, d_model, n_head, **kw):
+    return with_vocab(TrainConfig(model="gpt2", n_layer=n_layer, d_model=d_model, n_head=n_head,
+                                  seq_len=2048, precision="bf16", **kw), 51200)
+
+layouts = {
+    "dp 8, 2 accumulated": gpt(24, 2048, 16, batch_size=64, grad_accum=2, bucket_mb=100).resolve(8),
+    "dp 4 × tp 8, no overlap": gpt(24, 4096, 32, batch_size=16, tp=8, overlap=False, bucket_mb=200).resolve(32),
+    "dp 4 × pp 2, selective": gpt(24, 2048, 16, batch_size=64, pp=2, microbatches=8, recompute="selective",
+                                  bucket_mb=25).resolve(8),
+    "dp 4 × tp 4 (sp) × pp 4, full": gpt(48, 8192, 64, batch_size=128, tp=4, pp=4, microbatches=16,
+                                         sequence_parallel=True, recompute="full", bucket_mb=100).resolve(64),
+    "175B: dp 2 × tp 8 × pp 8": gpt(96, 12288, 96, batch_size=64, tp=8, pp=8, microbatches=32,
+                                    bucket_mb=100).resolve(128),
+}
+TOLERANCE = dict(t_w=1e-9, t_comm=1e-9, t_f=0.02, t_b=0.02, dp_exposed_s=0.02, pipeline_s=0.03, step_s=0.03)
+print(f"{'layout (yours, seconds)':<31}{'t_f':>7}{'t_b':>7}{'t_w':>7}{'bubble':>8}{'dp exp.':>8}{'step':>8}"
+      f"{'predict':>8}{'full a100':>10}")
+for name, config in layouts.items():
+    mine, model = my_step_time(config, compute_only), predict(config, compute_only, memory=False)
+    theirs = dict(model.breakdown, step_s=model.step_s)
+    for term, tolerance in TOLERANCE.items():
+        error = abs(mine[term] - theirs[term]) / theirs[term] if theirs[term] else abs(mine[term])
+        allowed = f"{tolerance:.0%}" if tolerance >= 0.01 else f"{tolerance:.0e}"
+        assert error <= tolerance, (f"{name}: {term} is {mine[term]:.6g} s, predict's {theirs[term]:.6g} s "
+                                    f"(off by {error:.2%}, allowed {allowed})")
+    assert abs(mine["bubble"] - model.bubble) <= 0.03, \
+        f"{name}: bubble {mine['bubble']:.3f}, predict's {model.bubble:.3f} (allowed ±0.03)"
+    print(f"{name:<31}{mine['t_f']:7.3f}{mine['t_b']:7.3f}{mine['t_w']:7.3f}{mine['bubble']:8.1%}"
+          f"{mine['dp_exposed_s']:8.3f}{mine['step_s']:8.2f}{model.step_s:8.2f}"
+          f"{predict(config, a100, memory=False).step_s:10.2f}")
+print("your step model is predict's, term by term, on five layouts")
+''', r'''%md
+The last column prices the same layouts on the full a100 profile: memory-bound work (LayerNorms,
+GELU, the softmax, the residuals), small GEMMs' lower efficiency and the per-kernel overhead are what
+yours leaves out: from an eighth to a half more here — why a FLOPs-only estimate of a step
+is a floor.
+
+Now yours beside the one-process runs measured above, on the profile calibrated on this machine
+(printed, not checked: the measured times move with the machine's load):
+''', r'''
+print(f"{'run':<28}{'measured ms':>12}{'predict ms':>11}{'yours ms':>9}")
+for (name, measured, predicted), config in zip(rows, measured_configs):
+    print(f"{name:<28}{measured * 1e3:12.1f}{predicted * 1e3:11.1f}{my_step_time(config, prof)['step_s'] * 1e3:9.1f}")
+''', r'''%md
+On this CPU yours is far below both: at the tiny model's size a step is mostly what FLOPs do not
+count — each autograd op's Python and the elementwise passes (the profile's per-op overhead and
+elementwise curves, which `predict` adds). On a GPU at scale, FLOPs and the exposed communication are
+most of the step, and a model of this size is what planners such as Calculon start from.
+''',
+ r'''%md
 ## Choosing a layout
 
 `plan` ranks layouts by predicted step time; three questions decide what it may choose from, in this
