@@ -11,8 +11,9 @@ data message (not check mode's or setup's tiny metadata exchanges), which makes 
 volumes checkable: a ring all-reduce of S bytes over n ranks must show
 ``bytes_sent == 2(n-1)/n·S`` (up to uneven chunks) on every rank.
 
-Device arrays (CuPy) are handed to MPI directly when ``cuda_aware=True`` (or
-``MINIPAR_CUDA_AWARE=1``) and staged through a host copy otherwise.
+Device arrays (CuPy) reach MPI by the communicator's *transport* (``transport=`` or
+``MINIPAR_TRANSPORT``: pageable, staging, cuda-aware, or auto — see ``device_paths.py``):
+directly where MPI is CUDA-aware, else through pinned host buffers in chunks.
 
 Collectives run on a private duplicate of the user's communicator (a *context*, as MPI
 does internally), so user point-to-point messages can never match a collective's, and
@@ -33,12 +34,14 @@ from __future__ import annotations
 
 import os
 
-import numpy  # host staging buffers only; compute goes through minipar.backend.xp
+import numpy
 from mpi4py import MPI
 
-from minipar.backend import backend_name, is_device_array, to_host, xp
+from minipar.backend import backend_name, xp
 from minipar.comm import watchdog
 from minipar.comm.counters import Counters
+from minipar.comm.device_paths import CudaAwarePath, PageablePath, resolve
+from minipar.comm.staging import staging_path
 
 _HOST = numpy.ndarray
 _BYTE = MPI.BYTE
@@ -59,43 +62,49 @@ def _env_flag(name: str) -> bool:
 
 
 class Request:
-    """A pending isend/irecv.  ``wait()`` completes it (and copies a staged receive
-    back to the device); ``test()`` says whether it has completed, without blocking."""
+    """A pending isend/irecv: one MPI request, or one per chunk (staging).  ``wait()``
+    completes it (and copies a staged receive to the device); ``test()`` says whether it
+    has completed, without blocking."""
 
     __slots__ = ("mpi", "finish", "comm", "peer", "kind")
 
-    def __init__(self, mpi_request, finish=None, comm=None, peer=None, kind="wait"):
-        self.mpi = mpi_request
+    def __init__(self, mpi_requests, finish, comm, peer, kind):
+        self.mpi = mpi_requests
         self.finish = finish  # host->device copy for staged receives
         self.comm, self.peer, self.kind = comm, peer, kind  # for the watchdog's report
 
     def wait(self):
-        if self.comm is not None and self.comm.hang_timeout is not None:
-            watchdog.watched(self.comm, self.peer, self.kind, self.mpi.Wait)
-        else:
-            self.mpi.Wait()
+        self.comm._watch(self.peer, self.kind, MPI.Request.Waitall, self.mpi)
+        self._done()
+
+    def test(self) -> bool:
+        done = MPI.Request.Testall(self.mpi)
+        if done:
+            self._done()
+        return done
+
+    def _done(self):
+        self.comm._stream_ready = False  # the caller may now queue device work
         if self.finish is not None:
             self.finish()
             self.finish = None
-
-    def test(self) -> bool:
-        done = self.mpi.Test()
-        if done and self.finish is not None:
-            self.finish()
-            self.finish = None
-        return done
 
 
 class Transport:
     """rank/size, ``split``, buffer-based p2p and traffic counters over an MPI comm."""
 
-    def __init__(self, mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
-                 hang_timeout=None, _is_context=False):
+    def __init__(self, mpi_comm=None, *, check=None, cuda_aware=None, transport=None,
+                 ranks_per_node=None, hang_timeout=None, _is_context=False):
         self.mpi = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
         self.check = _env_flag("MINIPAR_COMM_CHECK") if check is None else bool(check)
-        self.cuda_aware = _env_flag("MINIPAR_CUDA_AWARE") if cuda_aware is None else bool(cuda_aware)
+        self.transport = resolve(transport, cuda_aware)  # before any message: one clear line
+        self.cuda_aware = self.transport == "cuda-aware"
+        self.path = staging_path() if self.transport == "staging" else \
+            {"pageable": PageablePath, "cuda-aware": CudaAwarePath}[self.transport]()
+        self._plain = not self.path.splits_messages  # host arrays straight to MPI
+        self._stream_ready = False  # see device_paths: one stream sync per step
         rpn = ranks_per_node or int(os.environ.get("MINIPAR_RANKS_PER_NODE", "0") or 0)
         self.ranks_per_node = rpn or None  # None: nodes from MPI's shared-memory split
         self._hang_timeout = watchdog.register(hang_timeout)  # None: the process-wide one
@@ -131,13 +140,14 @@ class Transport:
 
     def _like(self, mpi_comm, is_context):
         """A communicator of my class over ``mpi_comm`` with my settings (check, timeout, ...)."""
-        return type(self)(mpi_comm, check=self.check, cuda_aware=self.cuda_aware,
+        return type(self)(mpi_comm, check=self.check, transport=self.transport,
                           ranks_per_node=self.ranks_per_node,
                           hang_timeout=self._hang_timeout, _is_context=is_context)
 
     def context(self, name: str) -> "Transport":
         """A private duplicate (created collectively on first use) sharing the counters."""
         if self._is_context:
+            self._stream_ready = False  # a collective starts: it may have queued packing
             return self
         ctx = self._contexts.get(name)
         if ctx is None:
@@ -145,6 +155,7 @@ class Transport:
             ctx.cache = self.cache if name == "coll" else {}
             self._contexts[name] = ctx
             self._children.append(ctx)
+        ctx._stream_ready = False  # a collective starts: it may have queued packing
         return ctx
 
     def workspace(self, count, dtype):
@@ -179,45 +190,29 @@ class Transport:
         for c in self._children:
             c.reset_counters()
 
-    # ----------------------------------------------------------- buffers
-    def _out(self, buf):
-        """(message spec, None) for a send buffer; stages device arrays to host."""
-        if type(buf) is _HOST or not is_device_array(buf):
-            return [buf, MPI.BYTE]
-        if self.cuda_aware:
-            _device_sync(buf)
-            return [buf, MPI.BYTE]
-        return [to_host(buf), MPI.BYTE]
-
-    def _in(self, buf):
-        """(message spec, finish) for a receive buffer; ``finish`` copies host->device."""
-        if type(buf) is _HOST:
-            return [buf, MPI.BYTE], None
-        if is_device_array(buf) and not self.cuda_aware:
-            host = numpy.empty(buf.shape, dtype=buf.dtype)
-            return [host, MPI.BYTE], lambda: buf.set(host)
-        if is_device_array(buf):
-            _device_sync(buf)
-        return [buf, MPI.BYTE], None
-
     # ----------------------------------------------------------- p2p
-    def send(self, buf, dest, tag=0):
+    def _watch(self, peer, kind, call, *args):
+        """A blocking MPI call, watched under a hang timeout."""
         if self.hang_timeout is None:
-            self.mpi.Send(self._out(buf), dest, tag)
+            return call(*args)
+        return watchdog.watched(self, peer, kind, call, *args)
+
+    def send(self, buf, dest, tag=0):
+        if self._plain and type(buf) is _HOST:
+            self._watch(dest, "send", self.mpi.Send, [buf, _BYTE], dest, tag)
         else:
-            watchdog.watched(self, dest, "send", self.mpi.Send, self._out(buf), dest, tag)
+            self.path.send(self, buf, dest, tag)
+        self._stream_ready = False
         c = self.counters
         c.bytes_sent += buf.nbytes
         c.msgs_sent += 1
 
     def recv(self, buf, source, tag=0):
-        spec, finish = self._in(buf)
-        if self.hang_timeout is None:
-            self.mpi.Recv(spec, source, tag)
+        if self._plain and type(buf) is _HOST:
+            self._watch(source, "recv", self.mpi.Recv, [buf, _BYTE], source, tag)
         else:
-            watchdog.watched(self, source, "recv", self.mpi.Recv, spec, source, tag)
-        if finish:
-            finish()
+            self.path.recv(self, buf, source, tag)
+        self._stream_ready = False
         c = self.counters
         c.bytes_recv += buf.nbytes
         c.msgs_recv += 1
@@ -225,18 +220,15 @@ class Transport:
 
     def sendrecv(self, sendbuf, dest, recvbuf, source, tag=0):
         """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
-        if type(sendbuf) is _HOST and type(recvbuf) is _HOST and self.hang_timeout is None:
-            self.mpi.Sendrecv([sendbuf, _BYTE], dest, tag, [recvbuf, _BYTE], source, tag)
-        else:  # (the line above is the hot path, kept lean)
-            spec, finish = self._in(recvbuf)
-            send = self._out(sendbuf)
-            if self.hang_timeout is None:
-                self.mpi.Sendrecv(send, dest, tag, spec, source, tag)
+        if self._plain and type(sendbuf) is _HOST and type(recvbuf) is _HOST:
+            if self.hang_timeout is None:  # (the hot path, kept lean)
+                self.mpi.Sendrecv([sendbuf, _BYTE], dest, tag, [recvbuf, _BYTE], source, tag)
             else:  # what it waits for is what it receives
                 watchdog.watched(self, source, "sendrecv", self.mpi.Sendrecv,
-                                 send, dest, tag, spec, source, tag)
-            if finish:
-                finish()
+                                 [sendbuf, _BYTE], dest, tag, [recvbuf, _BYTE], source, tag)
+        else:
+            self.path.sendrecv(self, sendbuf, dest, recvbuf, source, tag)
+        self._stream_ready = False
         c = self.counters
         c.bytes_sent += sendbuf.nbytes
         c.bytes_recv += recvbuf.nbytes
@@ -245,43 +237,35 @@ class Transport:
         return recvbuf
 
     def isend(self, buf, dest, tag=0) -> Request:
-        spec = self._out(buf)
-        keep_alive = None
-        if spec[0] is not buf:  # the staged host copy must outlive the send
-            keep_alive = lambda _host=spec[0]: None  # noqa: E731
-        req = Request(self.mpi.Isend(spec, dest, tag), keep_alive, self, dest, "isend (wait)")
+        if self._plain and type(buf) is _HOST:
+            reqs, finish = [self.mpi.Isend([buf, _BYTE], dest, tag)], None
+        else:
+            reqs, finish = self.path.isend(self, buf, dest, tag)
         c = self.counters
         c.bytes_sent += buf.nbytes
         c.msgs_sent += 1
-        return req
+        return Request(reqs, finish, self, dest, "isend (wait)")
 
     def irecv(self, buf, source, tag=0) -> Request:
-        spec, finish = self._in(buf)
+        if self._plain and type(buf) is _HOST:
+            reqs, finish = [self.mpi.Irecv([buf, _BYTE], source, tag)], None
+        else:
+            reqs, finish = self.path.irecv(self, buf, source, tag)
         c = self.counters
         c.bytes_recv += buf.nbytes
         c.msgs_recv += 1
-        return Request(self.mpi.Irecv(spec, source, tag), finish, self, source, "irecv (wait)")
+        return Request(reqs, finish, self, source, "irecv (wait)")
 
     @staticmethod
     def wait(req):
         req.wait()
 
     def waitall(self, reqs):
-        if self.hang_timeout is None:
-            MPI.Request.Waitall([r.mpi for r in reqs])
-        else:
-            watchdog.watched(self, [r.peer for r in reqs], "waitall", MPI.Request.Waitall,
-                          [r.mpi for r in reqs])
+        self._watch([r.peer for r in reqs], "waitall", MPI.Request.Waitall,
+                    [m for r in reqs for m in r.mpi])
         for r in reqs:
-            if r.finish is not None:
-                r.finish()
-                r.finish = None
+            r._done()
 
     def __repr__(self):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
-
-def _device_sync(buf):
-    """Finish queued kernels before MPI reads/writes device memory directly."""
-    import cupy  # only reached with a CuPy array in hand
-    cupy.cuda.get_current_stream().synchronize()

@@ -22,9 +22,14 @@ Devices: ``MINIPAR_FAKE_CUPY_DEVICES=N`` (default 1) pretends to have N GPUs, of
 the physical card).  Every array records the device that was current when it was made
 (``a.device``, ``a.data.device_id``), and ``cupy._made_on`` counts the arrays made per device.
 
+Streams (``_streams.py``): kernels run at once (the null stream); copies queued on a side stream
+run when waited for, so a missing wait on one reads stale bytes; ``cupy._counts.stream_log``
+records them in order, and pinned allocations are counted.
+
 Not modelled: device memory (``a.data.ptr`` is a host address; MPI reads "device" arrays only when
-``MINIPAR_CUDA_AWARE=1`` stands in for CUDA-aware MPI), streams and asynchrony (``synchronize``
-is only counted: a missing sync goes unseen), timings (meaningless), NVRTC (g++ compiles instead),
+``MINIPAR_CUDA_AWARE=1`` or ``MINIPAR_TRANSPORT=cuda-aware`` stands in for CUDA-aware MPI), the
+null stream's asynchrony (``synchronize`` of it is only counted: a missing one goes unseen),
+timings (meaningless), NVRTC (g++ compiles instead),
 memory-pool numbers (live bytes of fake arrays and their peak since ``free_all_blocks``),
 ``OutOfMemoryError`` (never raised), CuPy's type promotion and out-of-bounds indexing (wraps)
 where they differ from NumPy's, NumPy functions CuPy lacks (all of NumPy is forwarded, and
@@ -39,7 +44,7 @@ import weakref
 
 import numpy
 
-from cupy import _counters
+from cupy import _counters, _streams
 from cupy._counters import counts as _counts  # fake-only: syncs, launches, GEMMs, upcasts
 
 __version__ = "14.0.0+fake"   # what it imitates: CuPy 14 takes ml_dtypes' bfloat16
@@ -127,13 +132,17 @@ class ndarray:
 
     @property
     def __cuda_array_interface__(self):
-        if os.environ.get("MINIPAR_CUDA_AWARE", "0").lower() in ("0", "", "false", "no", "off"):
-            raise AttributeError("fake cupy: only MINIPAR_CUDA_AWARE=1 (as CUDA-aware MPI) reads it")
+        if os.environ.get("MINIPAR_CUDA_AWARE", "0").lower() in ("0", "", "false", "no", "off") \
+                and os.environ.get("MINIPAR_TRANSPORT") != "cuda-aware":
+            raise AttributeError("fake cupy: only MINIPAR_CUDA_AWARE=1 or MINIPAR_TRANSPORT="
+                                 "cuda-aware (as CUDA-aware MPI) reads it")
         a = self._a
         return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False),
                 "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
 
     def get(self, stream=None, order="C", out=None, blocking=True):
+        if _streams.copy_to_host(self._a, out, stream, blocking):
+            return out
         _counts.read()
         host = numpy.array(self._a, order=order, copy=True)
         if out is not None:
@@ -149,8 +158,9 @@ class ndarray:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
         if not (self._a.flags.c_contiguous or self._a.flags.f_contiguous):
             raise RuntimeError("Cannot set to non-contiguous array")
-        self._a[...] = arr
         _counts.h2d += 1
+        if not _streams.copy_to_device(self._a, arr, stream):
+            self._a[...] = arr
 
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed. "
@@ -330,6 +340,7 @@ class Device:
 
     def synchronize(self):
         _counts.synchronize()
+        _streams.synchronize_all()
 
     @property
     def pci_bus_id(self):
@@ -357,10 +368,12 @@ _current_device = 0
 _made_on = collections.Counter()   # fake-only: arrays made per device
 _pool = MemoryPool()
 get_default_memory_pool = lambda: _pool  # noqa: E731
-_Stream = type("Stream", (), {"synchronize": lambda self: _counts.synchronize()})  # nothing queued
 _PROPS = {"name": b"fake-cupy (NumPy + minipar CPU emulator)", "major": 9, "minor": 0,
           "sharedMemPerBlockOptin": 227 * 1024}  # as an H100/H200
-cuda = _module("cuda", Stream=_Stream, get_current_stream=lambda: _Stream(), Device=Device,
+cuda = _module("cuda", Stream=_streams.Stream, Event=_streams.Event, Device=Device,
+               get_current_stream=_streams.get_current_stream,
+               alloc_pinned_memory=_streams.alloc_pinned_memory,
+               PinnedMemoryPointer=_streams.PinnedMemoryPointer,
                get_device_id=lambda: _current_device,
                driver=_module("cuda.driver", CUDADriverError=CUDADriverError),
                runtime=_module("cuda.runtime", getDeviceCount=lambda: len(_VISIBLE),

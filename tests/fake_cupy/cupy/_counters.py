@@ -13,6 +13,8 @@ can count them exactly even though it cannot time them:
 - ``gemms``: (entry, operand ranks, operand dtypes) per matrix product.  ``matmul`` with a
   half operand of three or more dimensions is CuPy 14.2's batched path, which casts both
   operands to fp32 and runs without tensor cores (CuPy PR 10317): ``batched_half_matmuls``;
+- ``stream_log``, ``pinned_allocs``, ``pinned_bytes``: side streams' copies and waits, and
+  pinned host allocations (``_streams.py``);
 - ``upcasts``: (op, shape, input dtypes, result dtype) for every result wider than a half
   input of its size where the code did not ask for it (no ``astype``, no ``dtype=``) and no
   operand of its size was that wide already: NumPy 2's promotion, e.g. fp16 array · float32
@@ -50,6 +52,8 @@ class Counts:
     def reset(self):
         self.syncs = self.d2h = self.h2d = self.launches = 0
         self.gemms, self.upcasts, self.raw = [], [], []
+        self.pinned_allocs = self.pinned_bytes = 0
+        self.stream_log = []   # asynchronous copies and waits, in order (``_streams.py``)
 
     # ------------------------------------------------------------ recording
     def read(self):

@@ -1,0 +1,120 @@
+"""The transport's device paths (``minipar/comm/device_paths.py``, ``staging.py``), checked on
+the fake CuPy of ``tests/fake_cupy``, whose side streams queue copies until something waits
+for them and record them in order (``tests/fake_cupy/cupy/_streams.py``).
+
+- staging: the copy-out of chunk i+1 and the copy-in of chunk i-1 are in flight while MPI
+  carries chunk i; pinned buffers are reused; the collectives' fuzz passes through it;
+- every path (pageable, staging, cuda-aware) delivers the same bytes and counts the same;
+- cuda-aware: one stream sync per step on a collective's context, one per message on a
+  user's communicator; CUDA-awareness is asked of MPI, and the override is kept;
+- a transport that is not built (nccl) or not known is refused in one line.
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from mpi4py import MPI
+
+from minipar.comm.cuda_aware import QUERY, mpi_says_cuda_aware
+from minipar.comm.device_paths import resolve
+from tests.mpirun import REPO, run_mpi
+
+FAKE_CUPY = os.path.join(REPO, "tests", "fake_cupy")
+ON_FAKE_CUPY = dict(PYTHONPATH=os.pathsep.join([FAKE_CUPY, REPO]), OMP_NUM_THREADS="1")
+CHUNKS = 5   # transport_paths.py's message: 300 bytes in 64-byte chunks
+
+
+@pytest.fixture(scope="module")
+def paths():
+    proc = subprocess.run([sys.executable, "tests/scripts/transport_paths.py"], cwd=REPO,
+                          env=dict(os.environ, **ON_FAKE_CUPY), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def positions(order, *entry):
+    """Where each occurrence of ``entry`` (a prefix of a log tuple) stands in ``order``."""
+    return [i for i, e in enumerate(order) if tuple(e[:len(entry)]) == entry]
+
+
+def test_staging_overlaps_copy_out_wire_and_copy_in(paths):
+    order = paths["order"]
+    copies = [e for e in order if e[0] == "queue"]
+    d2h_stream = {e[1] for e in copies if e[2] == "d2h"}
+    h2d_stream = {e[1] for e in copies if e[2] == "h2d"}
+    assert len(d2h_stream) == len(h2d_stream) == 1 and d2h_stream != h2d_stream != {"null"}
+    sends = positions(order, "wire", "send")
+    d2h_queued, d2h_ran = positions(order, "queue", *d2h_stream, "d2h"), positions(order, "run", *d2h_stream)
+    h2d_queued, h2d_ran = positions(order, "queue", *h2d_stream, "h2d"), positions(order, "run", *h2d_stream)
+    assert len(sends) == len(d2h_ran) == len(h2d_ran) == CHUNKS, order
+    for i in range(CHUNKS):
+        assert d2h_ran[i] < sends[i], f"chunk {i} sent before its copy-out ran"
+        if i + 1 < CHUNKS:   # chunk i+1 leaves the device while chunk i is on the wire
+            assert d2h_queued[i + 1] < sends[i] < d2h_ran[i + 1], f"chunk {i}: {order}"
+        if i >= 1:           # chunk i-1 enters the device while chunk i is on the wire
+            assert h2d_queued[i - 1] < sends[i] < h2d_ran[i - 1], f"chunk {i}: {order}"
+    # the compute stream is ordered after the last copy-in, without the host waiting for it
+    assert order[-3] == ["stream waits", "null", *h2d_stream] and order[-1][:2] == ["run", *h2d_stream]
+    assert paths["delivered"]
+
+
+def test_pinned_buffers_are_reused(paths):
+    assert paths["pinned"] == [4, 4]   # two slots each way, for the first message and after
+
+
+def test_every_path_delivers_the_same_bytes_and_counts_them_alike(paths):
+    assert paths["same_bytes"] == {name: [True] * 4 for name in ("pageable", "staging", "cuda-aware")}
+    counts = paths["counters"]
+    assert counts["staging"] == counts["cuda-aware"] == counts["pageable"] == [674, 674, 5, 5]
+
+
+def test_cuda_aware_syncs_once_per_step_in_a_collective_context(paths):
+    # a sendrecv, then an irecv and an isend posted together: two steps, three messages
+    assert paths["syncs"] == {"context": 2, "user": 4}
+
+
+def test_cuda_awareness_is_asked_of_mpi_and_the_override_kept(monkeypatch):
+    if MPI.Get_library_version().startswith(("MPICH", "Open MPI")):
+        assert hasattr(ctypes.CDLL(MPI.__file__), QUERY)   # asked, not assumed
+    assert isinstance(mpi_says_cuda_aware(), bool)
+    monkeypatch.delenv("MINIPAR_TRANSPORT", raising=False)
+    monkeypatch.setenv("MINIPAR_CUDA_AWARE", "1")
+    assert resolve() == "cuda-aware"
+    monkeypatch.setenv("MINIPAR_CUDA_AWARE", "0")
+    assert resolve() == "pageable"      # the NumPy backend: nothing to stage
+    assert resolve("staging") == "staging" and resolve(cuda_aware_flag=True) == "cuda-aware"
+
+
+@pytest.mark.parametrize("name, why", [
+    ("nccl", "transport 'nccl' is not built in minipar yet"),
+    ("gloo", "unknown transport 'gloo'; choose one of auto, pageable, staging, cuda-aware, nccl")])
+def test_a_transport_not_built_is_refused_in_one_line(name, why):
+    with pytest.raises(ValueError, match=why) as err:
+        resolve(name)
+    assert "\n" not in str(err.value)
+
+
+def fuzz(nprocs, transport, more=(), chunk=256):
+    env = dict(ON_FAKE_CUPY, MINIPAR_TRANSPORT=transport, MINIPAR_STAGING_CHUNK_BYTES=str(chunk),
+               MINIPAR_COMM_CHECK="1", MINIPAR_HANG_TIMEOUT="60")
+    proc = run_mpi(nprocs, ["tests/scripts/transport_fuzz.py", *more], timeout=300, env=env)
+    assert f"transport fuzz OK {transport}" in proc.stdout
+
+
+def test_the_collectives_fuzz_passes_through_the_staging_transport():
+    fuzz(2, "staging", ["--quick", "--big", "3000"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nprocs", [3, 4])
+def test_the_whole_fuzz_passes_through_the_staging_transport(nprocs):
+    fuzz(nprocs, "staging", ["--big", "70001"] if nprocs == 3 else [])
+
+
+@pytest.mark.slow
+def test_the_whole_fuzz_passes_through_the_cuda_aware_transport():
+    fuzz(3, "cuda-aware", ["--big", "70001"])
