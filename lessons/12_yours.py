@@ -29,7 +29,10 @@ Every step it checks, naming the rank, step, parameter and rule when one fails:
   sequence-parallel parts, no sum where a replicated weight's gradient is whole;
 - the norm equals one process's (relative 1e-10), else which count is off: a weight
   replicated over tp counted tp times, a replica's gradient counted dp × cp times;
-- after the update, the loss equals the library's (relative 1e-9): rank 0 prints both.
+- after the update, the loss equals the library's (relative 1e-9): rank 0 prints both, and
+  the bytes each sent over dp × cp for the gradients (lesson 05's DDP, which knows no
+  pipeline, all-reduces at every micro-batch's backward; the library's synchroniser once,
+  after the last).
 
 Then, on its own, the found-inf rule in float16: the gradients cast to fp16, the
 norm's float64 sum; then one rank's gradient overflowing (an inf in one element) must
@@ -50,6 +53,7 @@ except ImportError:  # run from a checkout without installing: use the repositor
 import numpy as np
 
 from minipar import backend
+from minipar.autograd import Function, Tensor
 from minipar.backend import to_device, to_host, xp
 from minipar.comm import all_reduce
 from minipar.data import shard_rows
@@ -110,7 +114,6 @@ class ModelStage:
         return to_device(self._rows(self.x, i))
 
     def forward(self, x, i):
-        from minipar.autograd import Tensor
         inp = x if self.first else Tensor(x, requires_grad=True)
         out = self.stage(inp)
         self.outputs[i] = out
@@ -118,7 +121,6 @@ class ModelStage:
         return xp.ascontiguousarray(out.data), (inp, out)   # what your executor sends
 
     def loss(self, i, y):
-        from minipar.autograd import Tensor
         logits = Tensor(self.outputs[i].data, requires_grad=True)
         loss = self.loss_fn(logits, to_device(self._rows(self.y, i))) * (1.0 / MICRO)
         loss.backward()
@@ -150,7 +152,6 @@ def your_regions(regions):
 def your_ring_cores(model, ring_attention):
     """Every attention core becomes ring attention whose forward is yours (lesson 16);
     its backward is the library's, from your output and log-sum-exp."""
-    from minipar.autograd import Function
     from minipar.nn.module import Module
     from minipar.parallel.context.ring import RingAttention
 
@@ -166,7 +167,7 @@ def your_ring_cores(model, ring_attention):
         backward = RingAttention.backward
 
     class YourRingCore(Module):
-        def __init__(self, core):
+        def __init__(self, core):     # zigzag False: your ring's rank r holds block r of the sequence
             self.comm, self.kind, self.zigzag, self.implementation = (
                 core.comm, core.kind, False, core.implementation)
 
@@ -178,8 +179,9 @@ def your_ring_cores(model, ring_attention):
 
 
 def build_yours(config, grid, cfg, ring_file):
-    """Your side: the tensor-parallel model (your f and g inside), your ring attention
-    under cp, this rank's stage; returns (module, held, placements)."""
+    """Your side: the tensor-parallel model (where your f and g go), your ring attention
+    under cp, this rank's stage; returns (its module, the tensor-parallel model, the
+    held parameters, the placements that cut one process's tensors to this rank's piece)."""
     from minipar.parallel.context import apply_context_parallel
     from minipar.parallel.pipeline.stage import RankStages
     from minipar.parallel.placement import tp_placements
@@ -222,7 +224,7 @@ class OneProcess:
         _, loss = self.model(to_device(x), to_device(y))
         loss.backward()
         grads = {n: to_host(p.grad) for n, p in self.params.items()}
-        return loss.item(), grads, float(np.sqrt(sum(np.sum(g * g) for g in grads.values())))
+        return grads, float(np.sqrt(sum(np.sum(g * g) for g in grads.values())))
 
     def update(self, norm, step):
         clip_and_update(((p.data, p.grad, self.m[n], self.v[n]) for n, p in self.params.items()),
@@ -247,9 +249,13 @@ def check_gradients(grid, held, table, want, where, sequence_parallel):
         if h.param.grad is None:
             raise AssertionError(f"{where}: {h.name} has no gradient after gradients_3d")
     grads = [to_host(h.param.grad).astype(np.float64) for h in held]
-    mean_dp_cp = [to_host(all_reduce(grid.dp_cp_comm, to_device(g.copy()))) / grid.dp_cp_comm.size
-                  for g in grads]
-    sum_tp = [to_host(all_reduce(grid.tp_comm, to_device(g.copy()))) for g in grads]
+    flat = np.concatenate([g.reshape(-1) for g in grads])
+    ends = np.cumsum([g.size for g in grads])[:-1]
+
+    def over(comm, scale):
+        summed = to_host(all_reduce(comm, to_device(flat.copy()))) * scale
+        return [part.reshape(g.shape) for part, g in zip(np.split(summed, ends), grads)]
+    mean_dp_cp, sum_tp = over(grid.dp_cp_comm, 1.0 / grid.dp_cp_comm.size), over(grid.tp_comm, 1.0)
     n_data = grid.dp * grid.cp
     for h, got, avg, summed in zip(held, grads, mean_dp_cp, sum_tp):
         ref = table[h.name].piece(want[h.name])
@@ -269,7 +275,8 @@ def check_gradients(grid, held, table, want, where, sequence_parallel):
         elif n_data > 1 and close(got, n_data * ref):
             why = f"it is {n_data}x one process's: a sum over dp x cp, not the mean"
         else:
-            why = f"it differs by {np.abs(got - ref).max() / np.abs(ref).max():.1e} relative"
+            why = (f"it differs by {np.abs(got - ref).max() / np.abs(ref).max():.1e} relative, which no "
+                   f"missing rule explains: look at the pieces (f and g, the executor, the ring)")
         raise AssertionError(f"{where}, {h.name} ({kind}): your gradient is not one process's: {why}")
 
 
@@ -360,13 +367,15 @@ def train_layout(comm, layout, wire, gradients_3d, norm_and_overflow, folder):
         stage = ModelStage(module, xr, yr, (ROWS // grid.dp // MICRO, n_tokens, cfg.d_model))
         for h in held:
             h.param.grad = None
+        grid.dp_cp_comm.reset_counters()
         with your_regions(regions):
             gradients_3d(grid, ddp, stage, actions, held, config.sequence_parallel)
+        dp_bytes = grid.dp_cp_comm.bytes_sent
         assert stage.ran == {"F": MICRO, "B": MICRO}, (
             f"{layout}, step {step}: stage {grid.coords.pp} ran {stage.ran['F']} of {MICRO} forwards "
             f"and {stage.ran['B']} of {MICRO} backwards: the micro-batches go through your 1F1B "
             f"executor (stage.py, lesson 08) over the pipeline's group")
-        _, want, want_norm = one.gradients(x, y)
+        want, want_norm = one.gradients(x, y)
         check_gradients(grid, held, table, want, f"{layout}, step {step}", config.sequence_parallel)
         norm, overflow = norm_and_overflow(grid, held)
         assert not overflow, (f"{layout}, step {step}: every gradient is finite, and your "
@@ -376,12 +385,16 @@ def train_layout(comm, layout, wire, gradients_3d, norm_and_overflow, folder):
         one.update(want_norm, step + 1)
         mine = global_loss(grid, sum(stage.losses.values()) if stage.last else 0.0)
         rows = [parallel.local_tokens(shard_rows(a, lib_grid.coords.dp, lib_grid.dp)) for a in (x, y)]
-        lib = global_loss(lib_grid, train_step(parallel, optimizer, *rows, grad_clip=CLIP).local_loss)
+        lib_grid.dp_cp_comm.reset_counters()
+        library_step = train_step(parallel, optimizer, *rows, grad_clip=CLIP)
+        lib_dp_bytes = lib_grid.dp_cp_comm.bytes_sent      # its gradient sync
+        lib = global_loss(lib_grid, library_step.local_loss)
         assert abs(mine - lib) <= 1e-9 * abs(lib), (
             f"{layout}, step {step}: your loss {mine!r}, the library's {lib!r}")
         if comm.rank == 0:
-            print(f"{layout} step {step}: loss yours {mine:.15f}  library's {lib:.15f}  "
-                  f"|diff| {abs(mine - lib):.1e}; norm {norm:.12f} = one process's", flush=True)
+            print(f"{layout} step {step}: loss yours {mine:.15f}, library's {lib:.15f} (|diff| "
+                  f"{abs(mine - lib):.1e}); norm = one process's; rank 0 sent over dp x cp {dp_bytes} "
+                  f"bytes, the library {lib_dp_bytes}", flush=True)
     fp16_norm = check_found_inf(grid, held, norm_and_overflow)
     if comm.rank == 0:
         print(f"{layout} fp16: norm {fp16_norm:.6f} summed in float64; rank {OVERFLOWING_RANK}'s inf "
@@ -395,17 +408,25 @@ def check(comm, wire, layout):
     for name, function in zip(("gradients_3d", "norm_and_overflow"), functions):
         if function is None:
             raise AssertionError(f"step3d.py defines no {name}: keep the names the exercise gives")
-    for name in (LAYOUTS if layout in (None, "all") else [layout]):
+    for name in (LAYOUTS if layout in (None, "all") else [layout]):     # refusal() checked it
         train_layout(comm, name, wire, *functions, folder)
 
 
+def refusal(argv):
+    """One line for what cannot run, said before any message: a layout not known, or a
+    piece of an earlier lesson missing beside ``--file``; None when all is there."""
+    layout = argv[argv.index("--layout") + 1] if "--layout" in argv[:-1] else "all"
+    if layout not in ("all", *LAYOUTS):
+        return f"--layout {layout}: choose one of {', '.join(LAYOUTS)}, or all"
+    if "--file" in argv[:-1]:
+        return missing_piece(os.path.dirname(os.path.abspath(argv[argv.index("--file") + 1])))
+    return None
+
+
 if __name__ == "__main__":
-    if "--file" in sys.argv[:-1]:
-        folder = os.path.dirname(os.path.abspath(sys.argv[sys.argv.index("--file") + 1]))
-        missing = missing_piece(folder)
-        if missing:
-            if os.environ.get("PMI_RANK", "0") == "0":
-                print(missing, file=sys.stderr, flush=True)
-            sys.exit(1)
+    if (refused := refusal(sys.argv)) is not None:
+        if os.environ.get("PMI_RANK", "0") == "0":      # one line, not one per rank
+            print(refused, file=sys.stderr, flush=True)
+        sys.exit(1)
     main(__doc__, check, "wire",
          ("--layout", f"one of {', '.join(LAYOUTS)}, or all (the default) (optional)"))

@@ -230,7 +230,8 @@ step, the parameter and the rule whose absence would explain it.
 
 Your DDP is a piece that knows no pipeline: it starts a bucket's all-reduce whenever the bucket's last
 gradient arrives — with 4 micro-batches, 4 times a step. The gradient is still the mean, but the bytes
-are 4 times the library's, whose synchroniser stays quiet (`no_sync`) until the last micro-batch.
+are 4 times the library's, whose synchroniser stays quiet (`no_sync`) until the last micro-batch: each
+step's line ends with both counts, what rank 0 sent over dp × cp.
 ''', r'''%exercise capstone_step
 %%writefile {MINE}/step3d.py
 """Your 3D training step (lesson 12): your pieces composed over the grid; run under
