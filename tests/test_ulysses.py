@@ -211,3 +211,28 @@ def test_the_ring_pairs_are_priced_by_their_own_curve():
     assert attention_core_seconds(prof, x, whole) == pytest.approx(attention_core_s(prof, heads))
     [row] = ring_pair_curve("naive", [(1, 2, 8, 4)])            # measured: size, then 4 positive times
     assert row[0] == 1 * 2 * 8 * 8 * 4 and len(row) == 5 and min(row[1:]) > 0
+
+
+def test_the_hybrids_rings_share_the_link_they_cross():
+    """Hybrid U = 2 over 2 nodes of 2: both ranks of a node hop to the other node at once
+    (two rings side by side), so a hop moves twice the block through the link; the ring
+    alone (stride 1) crosses with one flow per direction."""
+    import copy
+    from minipar.perf.comm import Cyclic
+    from minipar.perf.context import comm_seconds_per_layer, crossing_flows
+    from minipar.perf.compute import layer_shape
+    from minipar.perf.profile import load_profile
+    assert (crossing_flows(1, 2), crossing_flows(2, 2), crossing_flows(2, 4), crossing_flows(8, 4)) == (1, 2, 2, 4)
+    assert crossing_flows(1, Cyclic(2, 2)) == 2
+    prof = copy.deepcopy(load_profile("cpu"))
+    prof.cost_params, prof.collectives = {}, {}
+    prof.links = {"intra": {"alpha": 0.0, "bw": 1e12}, "inter": {"alpha": 1e-4, "bw": 1e8}}
+    prof.attention["ring:naive:fp32"] = [[1.0, 0.0, 0.0, 0.0, 0.0], [1e12, 0.0, 0.0, 0.0, 0.0]]
+    config = TrainConfig(**LONG, cp=4, cp_kind="ulysses", cp_ulysses=2).resolve(4)
+    x = layer_shape(config.model_config(), 4, dtype="fp32")
+    block = 2 * 4 * 2 * (2048 // 2) * 16 * 4                  # K,V of 2 heads, S/R positions
+    forward, backward = comm_seconds_per_layer(prof, x, config, ranks_per_node=2)
+    hop = 1e-4 + 2 * block / 1e8
+    swaps = comm_seconds_per_layer(prof, x, config, ranks_per_node=4)[0] - block / 1e12   # one node: less its hop
+    assert forward == pytest.approx(hop + swaps, rel=1e-6)
+    assert backward == pytest.approx(3 * hop + swaps, rel=1e-6)

@@ -28,13 +28,15 @@ max(Hkv/t, U) the key/value heads that travel, n = S/C):
                        accumulator (the same bytes) that nothing overlaps.
 
 A hop goes to the next ring rank (stride t·U in the grid), an all-to-all within a group
-of U ranks at stride t: where such a group spans nodes, the slow link prices it.
+of U ranks at stride t: where such a group spans nodes, the slow link prices it, and a
+hop that crosses it shares it with the other rings' hops crossing at the same moment
+(``crossing_flows``: the hybrid's U rings cross together, so each gets 1/U of the link).
 """
 from __future__ import annotations
 
 import dataclasses
 
-from minipar.perf.comm import collective_seconds, placement
+from minipar.perf.comm import Cyclic, collective_seconds, placement
 
 ALL_TO_ALL_ALGORITHMS = ("pairwise", "two_level")
 
@@ -96,6 +98,17 @@ def all_to_all_seconds(prof, p, nbytes, stride, ranks_per_node):
     return (p - 1) * alpha + (p - 1) / p * nbytes / bw
 
 
+def crossing_flows(stride, ranks_per_node):
+    """How many of a node's ranks send a ring hop off the node at once, sharing its link:
+    the ring runs ``stride`` rings side by side (one per offset), and with the ranks in
+    blocks of ``ranks_per_node`` the last min(stride, n) ranks of each node have their
+    next ring member on the next node (the hybrid's U ranks of a Ulysses group, one per
+    ring, all cross together); dealt round the nodes (``Cyclic``), every rank's next
+    member is elsewhere."""
+    n = max(int(ranks_per_node), 1)
+    return n if isinstance(ranks_per_node, Cyclic) else min(max(stride, 1), n)
+
+
 def comm_seconds_per_layer(prof, x, config, ranks_per_node, compute_scale=1.0):
     """(forward, backward) seconds of one layer's context-parallel communication on the
     critical path (the docstring's formulas); ``x`` over the whole sequence;
@@ -117,7 +130,9 @@ def comm_seconds_per_layer(prof, x, config, ranks_per_node, compute_scale=1.0):
         backward += qkv + out
     if ring > 1:
         block = 2 * x.b * (kv_heads // ulysses) * (x.s // ring) * d * e
-        hop = collective_seconds(prof, "p2p", 2, block, placement(ring, t * ulysses, ranks_per_node))
+        where = placement(ring, t * ulysses, ranks_per_node)
+        flows = crossing_flows(t * ulysses, ranks_per_node) if where == "inter" else 1
+        hop = collective_seconds(prof, "p2p", 2, flows * block, where)
         forward += (ring - 1) * max(hop - core_f / ring, 0.0)
         backward += (ring - 1) * max(hop - core_b / ring, 0.0) + ring * hop
     return forward, backward
