@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from minipar.comm.cuda_aware import QUERY, mpi_says_cuda_aware
 from minipar.comm.device_paths import resolve
+from minipar.config import ConfigError, Numerics
 from tests.mpirun import REPO, run_mpi
 
 FAKE_CUPY = os.path.join(REPO, "tests", "fake_cupy")
@@ -91,11 +92,16 @@ def test_cuda_awareness_is_asked_of_mpi_and_the_override_kept(monkeypatch):
 
 @pytest.mark.parametrize("name, why", [
     ("nccl", "transport 'nccl' is not built in minipar yet"),
-    ("gloo", "unknown transport 'gloo'; choose one of auto, pageable, staging, cuda-aware, nccl")])
+    ("gloo", "unknown transport 'gloo'; choose one of auto, pageable, staging, cuda-aware "
+             "\\(nccl is not built\\)")])
 def test_a_transport_not_built_is_refused_in_one_line(name, why):
     with pytest.raises(ValueError, match=why) as err:
         resolve(name)
     assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="`transport`: " + why) as err:   # --transport
+        Numerics(transport=name).check()
+    assert "\n" not in str(err.value)
+    Numerics(transport="staging").check()
 
 
 def fuzz(nprocs, transport, more=(), chunk=256):

@@ -50,15 +50,21 @@ def on_device(buf) -> bool:
     return type(buf) is not _HOST and is_device_array(buf)
 
 
+def check_transport(name):
+    """ValueError, one line, for a transport that is not known or not built."""
+    if name not in TRANSPORTS:
+        built = ", ".join(t for t in TRANSPORTS if t != "nccl")
+        raise ValueError(f"unknown transport {name!r}; choose one of {built} (nccl is not built)")
+    if name == "nccl":
+        raise ValueError("transport 'nccl' is not built in minipar yet (it needs >= 2 GPUs and "
+                         "cupy.cuda.nccl); use auto, staging, cuda-aware or pageable")
+
+
 def resolve(transport=None, cuda_aware_flag=None) -> str:
     """The transport a communicator uses: ``transport`` (else ``$MINIPAR_TRANSPORT``, else
     ``auto``; ``cuda_aware_flag`` True asks for ``cuda-aware``), ``auto`` resolved."""
     name = transport or os.environ.get(ENV) or ("cuda-aware" if cuda_aware_flag else "auto")
-    if name not in TRANSPORTS:
-        raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
-    if name == "nccl":
-        raise ValueError("transport 'nccl' is not built in minipar yet (needs >= 2 GPUs and "
-                         "cupy.cuda.nccl); use auto, staging or cuda-aware")
+    check_transport(name)
     if name != "auto":
         return name
     if cuda_aware_flag is not False and cuda_aware():

@@ -255,11 +255,23 @@ class Numerics:
     share_gpus: bool = setting(False, "cupy: let several ranks of a node use one GPU (each rank "
                                "takes GPU local rank %% GPUs; without this flag a node with more "
                                "ranks than GPUs is refused)")
+    transport: Optional[str] = setting(None, "cupy: how device arrays reach MPI — cuda-aware "
+                                       "(MPI reads GPU memory; auto takes it where MPI says it "
+                                       "can), staging (pinned host buffers, chunks pipelined on "
+                                       "side streams), pageable (a host copy per message); nccl "
+                                       "is not built (default: $MINIPAR_TRANSPORT or auto)",
+                                       metavar="NAME")   # checked by the transport's own list
 
     def check(self):
         """The numerics' own fields, alone and with each other."""
         from minipar.backend import dtype_of
+        from minipar.comm.device_paths import check_transport
         _one_of(self, Numerics, "attention", "backend")
+        if self.transport is not None:
+            try:
+                check_transport(self.transport)
+            except ValueError as err:
+                raise ConfigError(f"`transport`: {err}") from None
         try:
             dtype_of(self.precision)          # bf16 also needs ml_dtypes: said here, not later
         except (ValueError, RuntimeError) as err:
