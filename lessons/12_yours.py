@@ -1,7 +1,10 @@
 """Lesson 12's capstone on every rank: your pieces composed into one 3D training step.
 
-    mpiexec -n 8 python lessons/12_yours.py --file MINE/step3d.py --layout dp2-tp2-pp2
-    mpiexec -n 8 python lessons/12_yours.py --file MINE/step3d.py --layout cp2-tp2-pp2
+    mpiexec -n 8 python lessons/12_yours.py --file MINE/step3d.py [--layout dp2-tp2-pp2]
+
+Both layouts in one launch unless ``--layout`` names one.  The pieces of the earlier
+lessons are read from the folder of ``--file`` (the course folder); a missing one is
+named in one line before any message.
 
 ``step3d.py`` (the exercise) defines
 
@@ -29,7 +32,8 @@ Every step it checks, naming the rank, step, parameter and rule when one fails:
   sequence-parallel parts, no sum where a replicated weight's gradient is whole;
 - the norm equals one process's (relative 1e-10), else which count is off: a weight
   replicated over tp counted tp times, a replica's gradient counted dp × cp times;
-- after the update, the loss equals the library's (relative 1e-9): rank 0 prints both, and
+- the step's loss equals the library's (relative 1e-9; from the second step on it carries
+  the earlier updates, which the check makes with your norm): rank 0 prints both, and
   the bytes each sent over dp × cp for the gradients (lesson 05's DDP, which knows no
   pipeline, all-reduces at every micro-batch's backward; the library's synchroniser once,
   after the last).

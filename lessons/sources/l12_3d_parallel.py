@@ -163,9 +163,9 @@ outlives the notebooks, so this lesson finds what the earlier ones wrote. The ca
 | the 1F1B stage executor | `stage.py` (`run_stage`) | 08 | you run it on this rank's stage |
 | ring attention | `ring.py` (`ring_attention`) | 16 | the check makes it every attention core's forward (its backward is the library's, from your output and log-sum-exp) |
 
-Lesson 06's ZeRO does not enter: its pieces are a one-process ZeRO-1 and a ZeRO-3 step, and ZeRO-3
-under a pipeline would gather every layer again for every micro-batch (the library refuses it); data
-parallelism here is your DDP.
+Lesson 06's ZeRO does not enter: its pieces are a one-process ZeRO-1 and a ZeRO-3 step, and the
+library refuses ZeRO-3 with a pipeline (its units are the whole model's layers, gathered on every
+rank); data parallelism here is your DDP.
 
 ### The rules only a composed step has
 
@@ -222,8 +222,8 @@ heads, 16 tokens; 8 sequences in 4 micro-batches; 3 AdamW steps in float64):
 Beside yours, on the same ranks, the library's training step of the same layout (`parallelize`,
 `build_optimizer`, `train_step`: what `minipar train` runs) and one process on the whole batch.
 Every step it checks that your stage ran every micro-batch, every gradient against one process's
-(its tp piece, $10^{-10}$), your norm against one process's, and your loss after the update against
-the library's ($10^{-9}$); rank 0 prints both losses. Then, on its own, the found-inf rule in fp16:
+(its tp piece, $10^{-10}$), your norm against one process's, and the step's loss against the
+library's ($10^{-9}$; from the second step on it carries your earlier updates); rank 0 prints both. Then, on its own, the found-inf rule in fp16:
 your norm of the gradients cast to fp16, and one rank's inf, which every rank must see, through no
 more messages than one all-reduce of two numbers sends. A failure names the rank, the layout and
 step, the parameter and the rule whose absence would explain it.
