@@ -17,9 +17,11 @@ named in one line before any message.
 - ``norm_and_overflow(grid, held)``: (‖g‖ of the whole model, whether any rank's
   gradient holds inf or NaN), agreed by every rank.
 
-The other pieces are plugged in by this script: your f and g (lesson 07's
-``my_regions.py``) replace the library's in the tensor-parallel layers, your ring
-attention (lesson 16's ``ring.py``) its attention cores under context parallelism.
+The other pieces are plugged in by this script: your f and g, sequence parallelism's
+all-gather and reduce-scatter and the vocabulary-parallel cross-entropy (lesson 07's
+``my_regions.py`` and ``my_sequence_parallel.py``) replace the library's in its
+tensor-parallel layers and loss, your ring attention (lesson 16's ``ring.py``) its
+attention cores under context parallelism.
 The model is a tiny GPT (2 blocks, d = 16, 4 heads, 16 tokens), global batch 8 rows in
 4 micro-batches, float64, 3 AdamW steps with clipping; beside it the library's own
 training step of the same layout (``parallelize`` + ``build_optimizer`` +
@@ -58,6 +60,7 @@ import numpy as np
 
 from minipar import backend
 from minipar.autograd import Function, Tensor
+from minipar.autograd.ops import raw
 from minipar.backend import to_device, to_host, xp
 from minipar.comm import all_reduce
 from minipar.data import shard_rows
@@ -71,8 +74,10 @@ MODEL = dict(model="tiny", n_layer=2, d_model=16, n_head=4, seq_len=16, vocab_si
 ROWS, MICRO, STEPS, LR, CLIP, BUCKET_BYTES = 8, 4, 3, 3e-3, 0.05, 16 * 1024
 OVERFLOWING_RANK = 5
 # what each piece is, the lesson that writes it, and the exercise cell that saves it
-PIECES = {"ddp.py": "lesson 05's exercise cell (my_ddp)", "stage.py": "lesson 08's exercise cell "
-          "(stage_executor)", "my_regions.py": "lesson 07's exercise cell (megatron_f_g)",
+PIECES = {"ddp.py": "lesson 05's exercise cell (my_ddp)",
+          "my_regions.py": "lesson 07's exercise cell (megatron_f_g)",
+          "my_sequence_parallel.py": "lesson 07's exercise cell (sequence_parallel)",
+          "stage.py": "lesson 08's exercise cell (stage_executor)",
           "ring.py": "lesson 16's exercise cell (ring_loop)"}
 
 
@@ -139,18 +144,40 @@ class ModelStage:
         return None if self.first else xp.ascontiguousarray(inp.grad)
 
 
+def your_tp_functions(lesson07):
+    """{(module, name): yours}: the functions of the library's tensor-parallel layers
+    (``layers``) and model (``model``) that your pieces of lesson 07 (``lesson07``, their classes) replace."""
+    f = lambda x, comm: lesson07.MyCopyToTP.apply(x, comm=comm)                    # noqa: E731
+    g = lambda x, comm: lesson07.MyReduceFromTP.apply(x, comm=comm)                # noqa: E731
+    gather = lambda x, comm: lesson07.MyGatherFromSequence.apply(x, comm=comm)     # noqa: E731
+    scatter = lambda x, comm: lesson07.MyReduceScatterToSequence.apply(x, comm=comm)   # noqa: E731
+
+    def cross_entropy(logits, targets, comm, vocab_start, vocab_size=None):
+        return lesson07.MyVocabParallelCrossEntropy.apply(logits, to_device(raw(targets)), comm=comm,
+                                                      vocab_start=vocab_start)
+    return {("layers", "copy_to_tp_region"): f, ("model", "copy_to_tp_region"): f,
+            ("layers", "reduce_from_tp_region"): g,
+            ("layers", "gather_from_sequence_region"): gather, ("model", "gather_from_sequence_region"): gather,
+            ("layers", "reduce_scatter_to_sequence_region"): scatter,
+            ("model", "vocab_parallel_cross_entropy"): cross_entropy}
+
+
 @contextmanager
-def your_regions(regions):
-    """The library's tensor-parallel layers call your f and g (lesson 07) meanwhile."""
+def your_tensor_parallel(lesson07):
+    """Meanwhile the library's tensor-parallel layers and loss call your pieces of lesson
+    07: f and g, the sequence's all-gather and reduce-scatter, the vocabulary-parallel
+    cross-entropy."""
     from minipar.parallel.tensor import layers, model
-    f = lambda x, comm: regions.MyCopyToTP.apply(x, comm=comm)            # noqa: E731
-    g = lambda x, comm: regions.MyReduceFromTP.apply(x, comm=comm)        # noqa: E731
-    saved = layers.copy_to_tp_region, layers.reduce_from_tp_region, model.copy_to_tp_region
-    layers.copy_to_tp_region, layers.reduce_from_tp_region, model.copy_to_tp_region = f, g, f
+    modules = {"layers": layers, "model": model}
+    yours = your_tp_functions(lesson07)
+    saved = {key: getattr(modules[key[0]], key[1]) for key in yours}
+    for (module, name), function in yours.items():
+        setattr(modules[module], name, function)
     try:
         yield
     finally:
-        layers.copy_to_tp_region, layers.reduce_from_tp_region, model.copy_to_tp_region = saved
+        for (module, name), function in saved.items():
+            setattr(modules[module], name, function)
 
 
 def your_ring_cores(model, ring_attention):
@@ -183,7 +210,7 @@ def your_ring_cores(model, ring_attention):
 
 
 def build_yours(config, grid, cfg, ring_file):
-    """Your side: the tensor-parallel model (where your f and g go), your ring attention
+    """Your side: the tensor-parallel model (where your lesson 07 pieces go), your ring attention
     under cp, this rank's stage; returns (its module, the tensor-parallel model, the
     held parameters, the placements that cut one process's tensors to this rank's piece)."""
     from minipar.parallel.context import apply_context_parallel
@@ -280,7 +307,7 @@ def check_gradients(grid, held, table, want, where, sequence_parallel):
             why = f"it is {n_data}x one process's: a sum over dp x cp, not the mean"
         else:
             why = (f"it differs by {np.abs(got - ref).max() / np.abs(ref).max():.1e} relative, which no "
-                   f"missing rule explains: look at the pieces (f and g, the executor, the ring)")
+                   f"missing rule explains: look at the pieces (lesson 07's, the executor, the ring)")
         raise AssertionError(f"{where}, {h.name} ({kind}): your gradient is not one process's: {why}")
 
 
@@ -352,8 +379,10 @@ def train_layout(comm, layout, wire, gradients_3d, norm_and_overflow, folder):
                          lr=LR, weight_decay=0.0, grad_clip=CLIP, seed=0).resolve(comm.size)
     cfg = config.model_config()
     grid = ProcessGrid(comm, dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp)
-    regions = types.SimpleNamespace(**{k: load(os.path.join(folder, "my_regions.py"), k)
-                                       for k in ("MyCopyToTP", "MyReduceFromTP")})
+    lesson07 = types.SimpleNamespace(**{name: load(os.path.join(folder, file), name) for file, names in (
+        ("my_regions.py", ("MyCopyToTP", "MyReduceFromTP")),
+        ("my_sequence_parallel.py", ("MyGatherFromSequence", "MyReduceScatterToSequence",
+                                     "MyVocabParallelCrossEntropy"))) for name in names})
     module, tp_model, held, table = build_yours(config, grid, cfg, os.path.join(folder, "ring.py"))
     ddp = wire(grid, module, BUCKET_BYTES)
     lib_grid, parallel, optimizer = build_library(config, cfg, comm)
@@ -372,7 +401,7 @@ def train_layout(comm, layout, wire, gradients_3d, norm_and_overflow, folder):
         for h in held:
             h.param.grad = None
         grid.dp_cp_comm.reset_counters()
-        with your_regions(regions):
+        with your_tensor_parallel(lesson07):
             gradients_3d(grid, ddp, stage, actions, held, config.sequence_parallel)
         dp_bytes = grid.dp_cp_comm.bytes_sent
         assert stage.ran == {"F": MICRO, "B": MICRO}, (
@@ -387,17 +416,17 @@ def train_layout(comm, layout, wire, gradients_3d, norm_and_overflow, folder):
         check_norm(grid, held, norm, want_norm, f"{layout}, step {step}")
         clip_and_update(((h.param.data, h.param.grad, m[h.name], v[h.name]) for h in held), norm, step + 1)
         one.update(want_norm, step + 1)
-        mine = global_loss(grid, sum(stage.losses.values()) if stage.last else 0.0)
+        your_loss = global_loss(grid, sum(stage.losses.values()) if stage.last else 0.0)
         rows = [parallel.local_tokens(shard_rows(a, lib_grid.coords.dp, lib_grid.dp)) for a in (x, y)]
         lib_grid.dp_cp_comm.reset_counters()
         library_step = train_step(parallel, optimizer, *rows, grad_clip=CLIP)
         lib_dp_bytes = lib_grid.dp_cp_comm.bytes_sent      # its gradient sync
         lib = global_loss(lib_grid, library_step.local_loss)
-        assert abs(mine - lib) <= 1e-9 * abs(lib), (
-            f"{layout}, step {step}: your loss {mine!r}, the library's {lib!r}")
+        assert abs(your_loss - lib) <= 1e-9 * abs(lib), (
+            f"{layout}, step {step}: your loss {your_loss!r}, the library's {lib!r}")
         if comm.rank == 0:
-            print(f"{layout} step {step}: loss yours {mine:.15f}, library's {lib:.15f} (|diff| "
-                  f"{abs(mine - lib):.1e}); norm = one process's; rank 0 sent over dp x cp {dp_bytes} "
+            print(f"{layout} step {step}: loss yours {your_loss:.15f}, library's {lib:.15f} (|diff| "
+                  f"{abs(your_loss - lib):.1e}); norm = one process's; rank 0 sent over dp x cp {dp_bytes} "
                   f"bytes, the library {lib_dp_bytes}", flush=True)
     fp16_norm = check_found_inf(grid, held, norm_and_overflow)
     if comm.rank == 0:

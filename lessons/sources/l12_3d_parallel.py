@@ -27,11 +27,11 @@ and makes the same update as one process. (Context parallelism, lesson 16, adds 
 tp and dp; with `cp = 1` it disappears from every formula here.)
 
 Plan: (1) the grid — **exercises**: a rank's coordinates, and the members of its groups, checked
-against `ProcessGrid`'s own splits; (2) the capstone — **exercise**: your DDP, f and g, 1F1B executor
-and ring attention composed into one training step on 8 ranks, with the gradient rules only a
-composed step has, against the library's losses; (3) one model trained under three layouts, one loss
-curve; (4) where each layout's time goes, from the training log, and the pipeline's bubble from its
-trace.
+against `ProcessGrid`'s own splits; (2) the capstone — **exercise**: your DDP, tensor and sequence
+parallelism, 1F1B executor and ring attention composed into one training step on 8 ranks, with the
+gradient rules only a composed step has, against the library's losses; (3) one model trained under
+three layouts, one loss curve; (4) where each layout's time goes, from the training log, and the
+pipeline's bubble from its trace.
 ''', r'''
 import importlib
 import inspect
@@ -159,7 +159,7 @@ outlives the notebooks, so this lesson finds what the earlier ones wrote. The ca
 | piece | file | lesson | how it enters the step |
 |---|---|---|---|
 | DDP: buckets all-reduced from the gradient hooks | `ddp.py` (`MyDDP`) | 05 | you build it (`wire`) and finish it |
-| f and g, the tensor-parallel regions | `my_regions.py` | 07 | the check puts them into the library's tp layers |
+| f and g; sequence parallelism's all-gather and reduce-scatter; the vocabulary-parallel loss | `my_regions.py`, `my_sequence_parallel.py` | 07 | the check puts them into the library's tp layers and loss |
 | the 1F1B stage executor | `stage.py` (`run_stage`) | 08 | you run it on this rank's stage |
 | ring attention | `ring.py` (`ring_attention`) | 16 | the check makes it every attention core's forward (its backward is the library's, from your output and log-sum-exp) |
 
@@ -217,7 +217,9 @@ heads, 16 tokens; 8 sequences in 4 micro-batches; 3 AdamW steps in float64):
 
 - **dp2 × tp2 × pp2**: your DDP over the replicas, your f and g in every block, your executor;
 - **cp2 × tp2 × pp2** with sequence parallelism: your ring attention over the cp pair, your DDP over
-  it too, sequence parallelism's all-gather and reduce-scatter in place of f and g.
+  it too, your all-gather and reduce-scatter of the sequence in place of f and g.
+
+In both, the loss is your vocabulary-parallel cross-entropy.
 
 Beside yours, on the same ranks, the library's training step of the same layout (`parallelize`,
 `build_optimizer`, `train_step`: what `minipar train` runs) and one process on the whole batch.
@@ -429,8 +431,8 @@ few points (minipar's tests check it with one deliberately slowed stage at m = 4
 - Composed, the pieces need four rules no piece has alone: the gradient averaged over dp × cp (one
   group, `dp_cp_comm`); a replicated weight's sequence-parallel parts summed over tp; every element
   counted once in the norm ($w = 1/t$ over tp, divided by the dp·cp copies); and the fp16 found-inf
-  flag in the norm's one all-reduce over every rank. With them, your DDP, f and g, executor and ring
-  attention reproduce the library's losses exactly.
+  flag in the norm's one all-reduce over every rank. With them, your DDP, tensor and sequence
+  parallelism, executor and ring attention reproduce the library's losses exactly.
 - With `--batch-size` the global batch, every layout reproduces the single process: the three loss
   curves coincide to $10^{-10}$ in float64.
 - Choosing a layout is choosing which cost to pay: tp's per-layer all-reduces (blocking, on the
