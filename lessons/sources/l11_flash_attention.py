@@ -147,10 +147,8 @@ def my_flash_forward(q, k, v, causal=False, block_k=32):
     l = np.zeros(q.shape[:-1])              # running sum of exp(s - m)
     acc = np.zeros(q.shape)                 # running sum of exp(s - m) · v
     for k0 in range(0, n, block_k):
-        raise NotImplementedError("hint: per key tile, S = q·k_tileᵀ·scale (with -inf where a key "
-                                  "j > row i, if causal); m_new = max(m, rowmax S); P = exp(S - m_new); "
-                                  "rescale what l and acc hold by exp(m - m_new), then add rowsum P "
-                                  "to l and P·v_tile to acc")
+        raise NotImplementedError("hint: section 1's three updates, with a tile of keys in place of a "
+                                  "block of scores and every query row at once")
     return acc / l[..., None], m + np.log(l)
 ''', r'''
 for causal in (False, True):
