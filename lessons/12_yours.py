@@ -100,6 +100,7 @@ class Held:
 
 
 def global_batch(step, cfg):
+    """The step's (inputs, targets): ROWS random sequences, the same on every rank."""
     ids = np.random.default_rng(1200 + step).integers(0, cfg.vocab_size, (ROWS, cfg.seq_len + 1))
     return ids[:, :-1], ids[:, 1:]
 
@@ -296,15 +297,16 @@ def check_gradients(grid, held, table, want, where, sequence_parallel):
             ", sequence-parallel" if sequence_parallel else "")
         if h.replicated_over_tp and sequence_parallel and close(summed, ref):
             why = ("it is this tp rank's positions' part only: under sequence parallelism a weight "
-                   "replicated over tp sees only its rank's tokens (rule: sum it over grid.tp_comm)")
+                   "replicated over tp sees only its rank's tokens (rule 2: the sum over the tp ranks)")
         elif h.replicated_over_tp and not sequence_parallel and close(got, grid.tp * ref):
             why = (f"it is {grid.tp}x one process's: without sequence parallelism a replicated weight "
-                   f"sees every position, its gradient is whole on each tp rank (no sum over tp)")
+                   f"sees every position, its gradient is whole on each tp rank (rule 2 is for "
+                   f"sequence parallelism only)")
         elif close(avg, ref):
-            why = (f"it is this rank's share only (its rows and positions): rule: the mean over the "
+            why = (f"it is this rank's share only (its rows and positions): rule 1, the mean over the "
                    f"dp x cp = {n_data} ranks that hold this weight and see other data")
         elif n_data > 1 and close(got, n_data * ref):
-            why = f"it is {n_data}x one process's: a sum over dp x cp, not the mean"
+            why = f"it is {n_data}x one process's: a sum over dp x cp, where rule 1 takes the mean"
         else:
             why = (f"it differs by {np.abs(got - ref).max() / np.abs(ref).max():.1e} relative, which no "
                    f"missing rule explains: look at the pieces (lesson 07's, the executor, the ring)")
@@ -320,9 +322,10 @@ def check_norm(grid, held, norm, want, where):
     replicated, split = to_host(all_reduce(grid.world, to_device(np.array(squares)))) / (grid.dp * grid.cp)
     if abs(norm - want) <= 1e-10 * want:
         return
-    miscounts = {"a weight replicated over tp counted tp times, not once (w = 1/tp)": split + replicated,
-                 f"each replica's copy counted: dp x cp = {grid.dp * grid.cp} times (divide by the "
-                 "copies)": grid.dp * grid.cp * (split + replicated / grid.tp)}
+    miscounts = {"rule 3: a weight replicated over tp counted tp times, not once (w = 1/tp)":
+                 split + replicated,
+                 f"rule 3: each replica's copy counted, dp x cp = {grid.dp * grid.cp} times, not once "
+                 "(divide by the copies)": grid.dp * grid.cp * (split + replicated / grid.tp)}
     why = next((k for k, sq in miscounts.items() if abs(norm - np.sqrt(sq)) <= 1e-9 * want),
                "none of the usual miscounts (w = 1/tp, copies = dp x cp)")
     raise AssertionError(f"{where}: your norm {norm!r}, one process's {want!r}: {why}")
@@ -340,7 +343,7 @@ def check_found_inf(grid, held, norm_and_overflow):
     norm, overflow = norm_and_overflow(grid, half)
     assert not overflow, "fp16 gradients, all finite: your norm_and_overflow says overflow"
     assert abs(norm - want) <= 1e-9 * want, (
-        f"fp16 gradients: your norm {norm!r}, theirs summed in float64 {want!r}: square and sum "
+        f"fp16 gradients: your norm {norm!r}, the library's summed in float64 {want!r}: square and sum "
         f"in float64 (fp16 squares of small gradients underflow, of large ones overflow)")
     comms = {"world": grid.world, "tp": grid.tp_comm, "cp": grid.cp_comm, "dp": grid.dp_comm,
              "pp": grid.pp_comm}
@@ -356,12 +359,11 @@ def check_found_inf(grid, held, norm_and_overflow):
     norm, overflow = norm_and_overflow(grid, half)
     sent = {k: c.msgs_sent for k, c in comms.items() if c.msgs_sent}
     assert overflow, (f"rank {OVERFLOWING_RANK}'s gradient holds an inf, and your norm_and_overflow "
-                      f"says no overflow here: every rank must skip the step (fold the flag into "
-                      f"the norm's all-reduce over every rank)")
+                      f"says no overflow here: every rank must skip the step (rule 4)")
     assert sum(sent.values()) <= one, (
         f"your norm_and_overflow sent {sum(sent.values())} messages ("
         + ", ".join(f"{n} on {k}" for k, n in sent.items()) + f"); one all-reduce of "
-        f"[Σ w·g²/copies, flag] over every rank sends {one} from this rank: fold the flag into it")
+        f"[Σ w·g²/copies, flag] over every rank sends {one} from this rank (rule 4: one collective)")
     return want
 
 

@@ -71,18 +71,20 @@ def test_the_blank_in_a_full_course_folder_names_the_pipeline(tmp_path):
 RULES = [   # (what the solution loses, in its place, the layout, the diagnostic)
     pytest.param("grid.dp_cp_comm", "grid.dp_comm", "cp2-tp2-pp2",
                  r"rank \d: cp2-tp2-pp2, step 0, \S+ \(.*\): your gradient is not one process's: it is this "
-                 r"rank's share only \(its rows and positions\): rule: the mean over the dp x cp = 2 ranks",
+                 r"rank's share only \(its rows and positions\): rule 1, the mean over the dp x cp = 2 ranks",
                  id="mean over dp x cp"),
     pytest.param("if sequence_parallel and grid.tp > 1:", "if False:", "cp2-tp2-pp2",
                  r"rank \d: cp2-tp2-pp2, step 0, \S+ \(replicated over tp, sequence-parallel\): your gradient "
-                 r"is not one process's: it is this tp rank's positions' part only",
+                 r"is not one process's: it is this tp rank's positions' part only: .* \(rule 2: the sum over "
+                 r"the tp ranks\)",
                  id="sum over tp"),
     pytest.param("1.0 / grid.tp if h.replicated_over_tp else 1.0", "1.0", "dp2-tp2-pp2",
-                 r"rank \d: dp2-tp2-pp2, step 0: your norm [\d.]+, one process's [\d.]+: a weight replicated "
-                 r"over tp counted tp times, not once",
+                 r"rank \d: dp2-tp2-pp2, step 0: your norm [\d.]+, one process's [\d.]+: rule 3: a weight "
+                 r"replicated over tp counted tp times, not once",
                  id="count once"),
     pytest.param("xp.array([squares / copies, bad])", "xp.array([squares / copies, 0.0])", "dp2-tp2-pp2",
-                 r"rank \d: rank 5's gradient holds an inf, and your norm_and_overflow says no overflow here",
+                 r"rank \d: rank 5's gradient holds an inf, and your norm_and_overflow says no overflow here: "
+                 r"every rank must skip the step \(rule 4\)",
                  id="found-inf in the all-reduce"),
 ]
 
