@@ -24,6 +24,10 @@ Stage 3 (``zero3.py``, a subclass) also shards the parameters themselves.
 Mixed precision: the shards, and only the shards, are fp32 masters; the model
 computes with half weights all-gathered from half(master shard).  The global norm
 sums each rank's shard over dp (``norm_comms``): ||g||² = Σ_ranks ||my shard||².
+Per bucket and step that is one pack of the half gradients (one ``concatenate``, not a
+copy per parameter), one cast of my shard up into the step's one fp32 buffer of master
+gradients (``flat_grads``: the optimizer's unscale, overflow check and squares are then
+one kernel launch over every bucket), one AdamW, one cast down and one all-gather.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ import math
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import numpy
 
 from minipar.backend import xp, memory, to_host, to_device
 from minipar.comm import all_gather, reduce_scatter_async, reduce_scatter
@@ -83,6 +89,11 @@ class ZeroSync(GradSync):
         self.slots = [Slot(state.master, None,
                            *self.slot_facts(b, state.master.dtype, *b.shard_range(comm.rank)))
                       for b, state in zip(self.buckets, self.shards)]
+        # mixed precision: my shards' fp32 gradients back to back, from ``finish`` to
+        # ``zero_grad`` (bucket i at bounds[i]:bounds[i + 1]), and its (ends, norm weights)
+        self.shard_bounds = numpy.cumsum([0] + [b.shard_size for b in self.buckets])
+        self.master_grad = None
+        self._grad_table = None
 
     def _hold(self, b, lo, hi):
         """Stages 1-2: the full flat weights (the parameters become views of it, so
@@ -133,8 +144,16 @@ class ZeroSync(GradSync):
             self._add_to_shard(state, reduce_scatter(self.comm, flat, out=out, inplace=True))
 
     def _grad_buffer(self, i):
-        """A flat buffer of bucket i's gradients that the reduce-scatter may overwrite."""
-        return self.buckets[i].pack_grads()
+        """A flat buffer of bucket i's gradients that the reduce-scatter may overwrite:
+        one ``concatenate`` of them (one kernel on a GPU, not a copy per parameter), zeros
+        where a parameter has no gradient and over the bucket's padding."""
+        b = self.buckets[i]
+        pieces = [p.grad.reshape(-1) if p.grad is not None else
+                  xp.zeros(int(numpy.prod(shape)), dtype=b.dtype)
+                  for p, shape in zip(b.params, b.shapes)]
+        if b.padded > b.numel:
+            pieces.append(xp.zeros(b.padded - b.numel, dtype=b.dtype))
+        return xp.concatenate([piece.astype(b.dtype, copy=False) for piece in pieces])
 
     @staticmethod
     def _add_to_shard(state, shard):
@@ -147,6 +166,8 @@ class ZeroSync(GradSync):
         """Complete every bucket's reduce-scatter; the slots' gradients are my shards of
         the averaged gradient (zeros where no gradient arrived), in the masters' dtype."""
         start = time.perf_counter()
+        if self.half_dtype is not None:
+            self.master_grad = xp.empty(int(self.shard_bounds[-1]), dtype=xp.float32)
         for i, (state, slot) in enumerate(zip(self.shards, self.slots)):
             if self.stage == 1:
                 self._reduce_scatter(i, asynchronous=False)
@@ -154,10 +175,37 @@ class ZeroSync(GradSync):
                 self._add_to_shard(state, handle.wait())
             state.pending = []
             g = state.grad
-            slot.grad = xp.zeros_like(slot.master) if g is None else g.astype(slot.master.dtype, copy=False)
+            if self.master_grad is not None:    # one cast up, into the master buffer
+                slot.grad = self.master_grad[int(self.shard_bounds[i]):int(self.shard_bounds[i + 1])]
+                slot.grad[...] = 0 if g is None else g
+            else:
+                slot.grad = xp.zeros_like(slot.master) if g is None else g.astype(slot.master.dtype, copy=False)
             state.grad = None
         self.exposed_comm_s = time.perf_counter() - start
         return self.slots
+
+    def flat_grads(self):
+        """Mixed precision: (buffer, ends, norm weights) — my shards' fp32 gradients back to
+        back in one device array, where each parameter's piece ends (int32; a shard's last
+        piece through its padding, which is zero) and its w in ||g||² (float32) — for the
+        optimizer step's one-launch unscale, check and norm; None otherwise."""
+        buffer = self.master_grad
+        if buffer is None or buffer.size > 2**31 - 1:
+            return None
+        if self._grad_table is None:              # the same every step: moved to the device once
+            ends, weights = [], []
+            for i, b in enumerate(self.buckets):
+                base, (lo, hi) = int(self.shard_bounds[i]), b.shard_range(self.comm.rank)
+                pieces = list(b.ranges(lo, hi))
+                for j, (p, _, stop) in enumerate(pieces):
+                    ends.append(base + (hi - lo if j == len(pieces) - 1 else stop - lo))
+                    weights.append(self.table[self.names[id(p)]].norm_weight)
+                if not pieces:                    # a shard of padding alone: zeros
+                    ends.append(base + hi - lo)
+                    weights.append(0.0)
+            self._grad_table = (to_device(numpy.array(ends, dtype=numpy.int32)),
+                                to_device(numpy.array(weights, dtype=numpy.float32)))
+        return (buffer, *self._grad_table)
 
     def in_flight(self):
         """The reduce-scatters started from gradient hooks (stage 2) not yet waited for."""
@@ -171,6 +219,7 @@ class ZeroSync(GradSync):
                        out=state.flat)
 
     def zero_grad(self):
+        self.master_grad = None
         for p in self.params:
             p.grad = None
         for slot in self.slots:
