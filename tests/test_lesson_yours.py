@@ -1,4 +1,4 @@
-"""The multi-rank exercises (lessons 04, 05, 06, 08, 15-21; ``lessons/yours.py``): a blank
+"""The multi-rank exercises (lessons 04-09, 12, 14-21; ``lessons/yours.py``): a blank
 exercise, as the notebook hands it to the learner, fails under mpiexec with a diagnostic
 that says what is wrong — which rank, step, bucket, layer, block or byte count — not
 only that it is wrong.  (That the solutions pass is tests/test_lessons.py's: it runs
@@ -22,12 +22,21 @@ LESSONS = os.path.join(REPO, "lessons")
 # notebook, exercise, script, ranks (0: the script starts the mpiexec runs itself), diagnostic
 BLANKS = [
     ("05_data_parallel.ipynb", "my_ddp", "05_yours.py", 2,
-     r"rank \d: step 0, bucket 0 \(lm_head\.weight.*S = 16384 bytes\): the ranks sent 0 bytes each on "
-     r"average, the ring moves 2\(p-1\)/p·S = 16384"),
+     r"rank \d: step 0, bucket 0 \(lm_head\.weight.*S = 16384 bytes\): no all-reduce of it was started; "
+     r"its last gradient arrived at gradient 1 of \d+, \d+ still to come"),
     ("06_zero.ipynb", "zero3_step", "06_yours.py", 4,
      r"rank \d: step 0: 0 all-gathers for 4 layers; ZeRO-3 gathers every layer twice"),
+    ("07_tensor_parallel.ipynb", "megatron_f_g", "07_yours.py", 2,
+     r"rank \d: f \(into the tensor-parallel region\), forward \(identity, no message\): your code raised "
+     r"NotImplementedError: hint"),
+    ("07_tensor_parallel.ipynb", "sequence_parallel", "07_yours.py", 2,
+     r"rank \d: the all-gather before a column-parallel layer, forward \(every rank's 4 tokens along the "
+     r"sequence, in rank order: an all-gather of S = 2048 bytes\): your code raised NotImplementedError: hint"),
     ("08_pipeline.ipynb", "stage_executor", "08_yours.py", 3,
      r"rank \d: ran nothing; this rank's 1F1B list is F0( [FB]\d){7}"),   # whichever rank stops first
+    ("09_mixed_precision.ipynb", "amp_step", "09_yours.py", 2,
+     r"rank \d: step 0: your code raised NotImplementedError \(hint: .*\); minipar's step: loss [\d.]+, "
+     r"norm [\d.]+, stepped at scale 4096"),
     ("14_compression.ipynb", "my_diloco", "14_yours.py", 2, "your weights differ from the library's"),
     ("15_elastic.ipynb", "supervise", "15_yours.py", 0,
      r"1 attempt\(s\), exit statuses \[1\]: the injected failures end attempts 1 and 2"),
