@@ -7,11 +7,14 @@ for them and record them in order (``tests/fake_cupy/cupy/_streams.py``).
 - every path (pageable, staging, cuda-aware) delivers the same bytes and counts the same;
 - cuda-aware: one stream sync per step on a collective's context, one per message on a
   user's communicator; CUDA-awareness is asked of MPI, and the override is kept;
-- a transport that is not built (nccl) or not known is refused in one line.
+- nccl: the collectives' messages go over the fake NCCL (carried by MPI) and the fuzz passes;
+- a transport that cannot run (unknown; nccl on NumPy or with shared GPUs) is refused in
+  one line.
 """
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,6 +23,7 @@ from mpi4py import MPI
 
 from minipar.comm.cuda_aware import QUERY, mpi_says_cuda_aware
 from minipar.comm.device_paths import resolve
+from minipar.comm.transport import Transport
 from minipar.config import ConfigError, Numerics
 from tests.mpirun import REPO, run_mpi
 
@@ -90,29 +94,39 @@ def test_cuda_awareness_is_asked_of_mpi_and_the_override_kept(monkeypatch):
     assert resolve("staging") == "staging" and resolve(cuda_aware_flag=True) == "cuda-aware"
 
 
-@pytest.mark.parametrize("name, why", [
-    ("nccl", "transport 'nccl' is not built in minipar yet"),
-    ("gloo", "unknown transport 'gloo'; choose one of auto, pageable, staging, cuda-aware "
-             "\\(nccl is not built\\)")])
-def test_a_transport_not_built_is_refused_in_one_line(name, why):
-    with pytest.raises(ValueError, match=why) as err:
-        resolve(name)
-    assert "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match="`transport`: " + why) as err:   # --transport
-        Numerics(transport=name).check()
-    assert "\n" not in str(err.value)
+def test_a_transport_that_cannot_run_is_refused_in_one_line():
+    """By the config check (the command line) and by the communicator, before any message."""
+    refusals = {
+        Numerics(transport="gloo"): "`transport`: unknown transport 'gloo'; choose one of "
+                                    "auto, pageable, staging, cuda-aware, nccl",
+        Numerics(transport="nccl", backend="numpy"): "`transport` nccl moves device arrays: it "
+                                                     "needs `backend` cupy",
+        Numerics(transport="nccl", backend="cupy", share_gpus=True): "NCCL refuses two ranks on "
+                                                                     "one GPU"}
+    for config, why in refusals.items():
+        with pytest.raises(ConfigError) as err:
+            config.check()
+        assert why in str(err.value) and "\n" not in str(err.value)
     Numerics(transport="staging").check()
+    with pytest.raises(ValueError, match="^transport 'nccl' moves device arrays: it needs "
+                                         "--backend cupy$"):
+        Transport(MPI.COMM_SELF, transport="nccl")    # on the NumPy backend
 
 
 def fuzz(nprocs, transport, more=(), chunk=256):
+    """The fuzz on ``nprocs`` ranks, a fake GPU each; returns the fake NCCL's calls."""
     env = dict(ON_FAKE_CUPY, MINIPAR_TRANSPORT=transport, MINIPAR_STAGING_CHUNK_BYTES=str(chunk),
-               MINIPAR_COMM_CHECK="1", MINIPAR_HANG_TIMEOUT="60")
+               MINIPAR_COMM_CHECK="1", MINIPAR_HANG_TIMEOUT="60",
+               MINIPAR_FAKE_CUPY_DEVICES=str(nprocs))
     proc = run_mpi(nprocs, ["tests/scripts/transport_fuzz.py", *more], timeout=300, env=env)
-    assert f"transport fuzz OK {transport}" in proc.stdout
+    found = re.search(f"transport fuzz OK {transport} 1 counter check, (\\d+) NCCL calls", proc.stdout)
+    assert found, proc.stdout
+    return int(found.group(1))
 
 
-def test_the_collectives_fuzz_passes_through_the_staging_transport():
-    fuzz(2, "staging", ["--quick", "--big", "3000"])
+def test_the_collectives_fuzz_passes_through_the_staging_and_nccl_transports():
+    assert fuzz(2, "staging", ["--quick", "--big", "3000"]) == 0
+    assert fuzz(2, "nccl", ["--quick", "--big", "3000"]) > 0   # the collectives went by NCCL
 
 
 @pytest.mark.slow
@@ -122,5 +136,6 @@ def test_the_whole_fuzz_passes_through_the_staging_transport(nprocs):
 
 
 @pytest.mark.slow
-def test_the_whole_fuzz_passes_through_the_cuda_aware_transport():
-    fuzz(3, "cuda-aware", ["--big", "70001"])
+@pytest.mark.parametrize("transport", ["cuda-aware", "nccl"])
+def test_the_whole_fuzz_passes_through_the_cuda_aware_and_nccl_transports(transport):
+    fuzz(3, transport, ["--big", "70001"])

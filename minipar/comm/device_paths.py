@@ -1,7 +1,7 @@
 """How a message reaches MPI when its buffer lives on a GPU: the transport's paths.
 
 MPI moves bytes between host addresses; a CuPy array's bytes are in GPU memory.  Three
-ways across, one class each (the fourth, NCCL, is not built: refused by ``resolve``):
+ways across, one class each (a fourth, ``nccl``, leaves MPI for NCCL: ``nccl_path.py``):
 
 - ``pageable`` — the textbook path: copy device -> a fresh host array, ``MPI_Send``, and
   on the other side ``MPI_Recv`` into a fresh host array, copy host -> device.  Every
@@ -41,6 +41,7 @@ from minipar.backend import backend_name, is_device_array, to_host
 from minipar.comm.cuda_aware import cuda_aware
 
 TRANSPORTS = ("auto", "pageable", "staging", "cuda-aware", "nccl")
+COLL_TAG = 7  # collectives live in their own context, so one tag is enough
 ENV = "MINIPAR_TRANSPORT"
 _HOST = numpy.ndarray
 _BYTE = MPI.BYTE
@@ -51,19 +52,16 @@ def on_device(buf) -> bool:
 
 
 def check_transport(name):
-    """ValueError, one line, for a transport that is not known or not built."""
+    """ValueError, one line, for a transport that is not known."""
     if name not in TRANSPORTS:
-        built = ", ".join(t for t in TRANSPORTS if t != "nccl")
-        raise ValueError(f"unknown transport {name!r}; choose one of {built} (nccl is not built)")
-    if name == "nccl":
-        raise ValueError("transport 'nccl' is not built in minipar yet (it needs >= 2 GPUs and "
-                         "cupy.cuda.nccl); use auto, staging, cuda-aware or pageable")
+        raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
 
 
 def resolve(transport=None, cuda_aware_flag=None) -> str:
-    """The transport a communicator uses: ``transport`` (else ``$MINIPAR_TRANSPORT``, else
-    ``auto``; ``cuda_aware_flag`` True asks for ``cuda-aware``), ``auto`` resolved."""
-    name = transport or os.environ.get(ENV) or ("cuda-aware" if cuda_aware_flag else "auto")
+    """The transport a communicator uses: ``transport`` (``cuda_aware_flag`` True: the
+    older way to ask for ``cuda-aware``), else ``$MINIPAR_TRANSPORT``, else ``auto`` —
+    which ``cuda_aware_flag`` False keeps off ``cuda-aware`` — resolved."""
+    name = transport or ("cuda-aware" if cuda_aware_flag else None) or os.environ.get(ENV) or "auto"
     check_transport(name)
     if name != "auto":
         return name

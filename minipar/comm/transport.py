@@ -40,12 +40,13 @@ from mpi4py import MPI
 from minipar.backend import backend_name, xp
 from minipar.comm import watchdog
 from minipar.comm.counters import Counters
+from minipar.comm.device_paths import COLL_TAG  # noqa: F401  (the collectives import it from here)
 from minipar.comm.device_paths import CudaAwarePath, PageablePath, resolve
+from minipar.comm.nccl_path import NcclPath
 from minipar.comm.staging import staging_path
 
 _HOST = numpy.ndarray
 _BYTE = MPI.BYTE
-COLL_TAG = 7  # collectives live in their own context, so one tag is enough
 
 
 class CollectiveMismatchError(RuntimeError):
@@ -101,8 +102,8 @@ class Transport:
         self.check = _env_flag("MINIPAR_COMM_CHECK") if check is None else bool(check)
         self.transport = resolve(transport, cuda_aware)  # before any message: one clear line
         self.cuda_aware = self.transport == "cuda-aware"
-        self.path = staging_path() if self.transport == "staging" else \
-            {"pageable": PageablePath, "cuda-aware": CudaAwarePath}[self.transport]()
+        self.path = {"staging": staging_path, "pageable": PageablePath, "cuda-aware": CudaAwarePath,
+                     "nccl": lambda: NcclPath(self)}[self.transport]()
         self._plain = not self.path.splits_messages  # host arrays straight to MPI
         self._stream_ready = False  # see device_paths: one stream sync per step
         rpn = ranks_per_node or int(os.environ.get("MINIPAR_RANKS_PER_NODE", "0") or 0)

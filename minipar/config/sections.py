@@ -258,13 +258,14 @@ class Numerics:
     transport: Optional[str] = setting(None, "cupy: how device arrays reach MPI — cuda-aware "
                                        "(MPI reads GPU memory; auto takes it where MPI says it "
                                        "can), staging (pinned host buffers, chunks pipelined on "
-                                       "side streams), pageable (a host copy per message); nccl "
-                                       "is not built (default: $MINIPAR_TRANSPORT or auto)",
+                                       "side streams), pageable (a host copy per message), nccl "
+                                       "(the collectives' messages over NCCL; a GPU per rank) "
+                                       "(default: $MINIPAR_TRANSPORT or auto)",
                                        metavar="NAME")   # checked by the transport's own list
 
     def check(self):
         """The numerics' own fields, alone and with each other."""
-        from minipar.backend import dtype_of
+        from minipar.backend import backend_name, dtype_of
         from minipar.comm.device_paths import check_transport
         _one_of(self, Numerics, "attention", "backend")
         if self.transport is not None:
@@ -272,6 +273,11 @@ class Numerics:
                 check_transport(self.transport)
             except ValueError as err:
                 raise ConfigError(f"`transport`: {err}") from None
+        if self.transport == "nccl" and self.share_gpus:
+            raise ConfigError("`transport` nccl with `share_gpus`: NCCL refuses two ranks on one "
+                              "GPU; give each rank its own GPU, or use `transport` staging")
+        if self.transport == "nccl" and (self.backend or backend_name()) != "cupy":
+            raise ConfigError("`transport` nccl moves device arrays: it needs `backend` cupy")
         try:
             dtype_of(self.precision)          # bf16 also needs ml_dtypes: said here, not later
         except (ValueError, RuntimeError) as err:

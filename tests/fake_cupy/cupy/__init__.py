@@ -22,6 +22,7 @@ Devices: ``MINIPAR_FAKE_CUPY_DEVICES=N`` (default 1) pretends to have N GPUs, of
 the physical card).  Every array records the device that was current when it was made
 (``a.device``, ``a.data.device_id``), and ``cupy._made_on`` counts the arrays made per device.
 
+NCCL (``cupy.cuda.nccl``, ``_nccl.py``): send/recv, groups and allReduce, carried by MPI.
 Streams (``_streams.py``): kernels run at once (the null stream); copies queued on a side stream
 run when waited for, so a missing wait on one reads stale bytes; ``cupy._counts.stream_log``
 records them in order, and pinned allocations are counted.
@@ -384,6 +385,8 @@ cuda = _module("cuda", Stream=_streams.Stream, Event=_streams.Event, Device=Devi
                memory=_module("cuda.memory", MemoryPool=MemoryPool,
                               OutOfMemoryError=type("OutOfMemoryError", (MemoryError,), {})))
 from cupy._raw import RawKernel, RawModule  # noqa: E402  (needs ndarray, defined above)
+from cupy import _nccl  # noqa: E402
+cuda.nccl = sys.modules[f"{__name__}.cuda.nccl"] = _nccl   # NCCL's p2p, carried by MPI
 
 
 # ---------------------------------------------------------------------------- random

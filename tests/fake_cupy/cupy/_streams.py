@@ -59,7 +59,7 @@ class Stream:
 
     def __init__(self, null=False, non_blocking=False, ptr=0):
         self.name = "null" if null else f"side{next(_names)}"
-        self.is_null = null
+        self.is_null, self.ptr = null, 0 if null else id(self)   # the null stream's handle is 0
         self.queue, self.queued, self.ran = [], 0, 0
         if not null:
             _side_streams.append(self)
