@@ -2,8 +2,9 @@
 
 An exercise that needs several ranks cannot run inside the notebook's one process.  Its
 cell starts with ``%%writefile {MINE}/name.py``: running the cell writes the learner's code
-to a file (``MINE`` is a fresh temporary folder, made by the notebook's first cell); the
-next cell starts the lesson's check, ``NN_yours.py --file`` that file, under ``mpiexec``.
+to a file (``MINE`` is the course folder, ``lessons/mine/`` or ``$MINIPAR_MINE``, kept across
+lessons: the capstone, lesson 12, composes the files earlier lessons wrote); the next
+cell starts the lesson's check, ``NN_yours.py --file`` that file, under ``mpiexec``.
 On every rank the script imports the file (``load``) and runs the lesson's check on it
 (``check_on_every_rank``): the learner's version and the library's side by side, on the
 same data.  A failed check prints one line that names the rank and what differs (which
