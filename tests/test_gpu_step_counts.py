@@ -16,7 +16,9 @@ Budgets held here, per optimizer step, for fp16 and bf16:
   parameter: that kernel is the only fused kernel left registered here;
 - no half-precision GEMM goes through CuPy's batched ``matmul`` (fp32 casts, no tensor
   cores; crashes on bf16): every half GEMM is a cuBLAS ``gemmEx``/``gemmStridedBatchedEx``;
-- no result of activation size is silently wider than its half inputs.
+- no result of activation size is silently wider than its half inputs;
+- under ZeRO (2 ranks) the same one launch over every shard's gradient and one read, and
+  no launch per parameter in the optimizer step (the slow cases add a layer).
 
 The other fused CUDA kernels (LayerNorm, GELU, softmax, AdamW) are left out (their array
 code runs): on the fake each launch is a CPU-emulator process, seconds each; they never
@@ -31,6 +33,8 @@ import subprocess
 import sys
 
 import pytest
+
+from tests.mpirun import run_mpi
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "tests", "scripts", "count_gpu_step.py")
@@ -119,3 +123,37 @@ def test_the_counters_see_what_they_count():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout) == {"upcasts": 2, "batched_half_matmuls": 1, "syncs": 4, "d2h": 3}
+
+
+def zero_counts(stage, n_layer):
+    """count_gpu_step.py under ZeRO on 2 ranks (fake GPUs, CUDA-aware MPI stood in for, so
+    that reads are the step's own, not the staging transport's), fp16: rank 0's record."""
+    env = dict(MINIPAR_FAKE_CUPY_DEVICES="2", MINIPAR_CUDA_AWARE="1", MINIPAR_BACKEND="numpy",
+               PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests", "fake_cupy"), REPO]))
+    proc = run_mpi(2, [SCRIPT, "fp16", "--steps", "2", "--fused-kernels", "optimizer", "--zero", str(stage),
+                       "--n-layer", str(n_layer), "--d-model", "16", "--seq-len", "16",
+                       "--batch-size", "2", "--data", "stdlib-bytes"], env=env, timeout=300)
+    return json.loads(proc.stdout.strip().splitlines()[0])
+
+
+def test_zero_unscales_checks_and_squares_every_shard_in_one_launch(counts):
+    """ZeRO-1's fp16 step: its shards' fp32 gradients are one buffer, so unscale, overflow
+    check and squares are one launch (as DDP's), the step reads the device once, and the norm
+    is the one-process DDP run's on the same global batch (fp16 gradients summed in another
+    order: within fp16's rounding)."""
+    zero = zero_counts(1, 1)
+    for step in zero["steps"]:
+        assert step["optimizer"]["raw_kernels"] == {"unscale_check_norm": 1}, step["optimizer"]
+        assert step["optimizer"]["d2h"] == 1, step["optimizer"]
+    ddp = counts["fp16"]["steps"][0]["norm"]
+    assert abs(zero["steps"][0]["norm"] - ddp) <= 1e-3 * ddp, (zero["steps"][0]["norm"], ddp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_optimizer_launches_do_not_grow_with_the_parameters(stage):
+    """One more layer (12 more parameters, in the same bucket): the same launches in the
+    optimizer step — a cast, AdamW, a cast down and a gather per bucket, none per parameter
+    (ZeRO-1 packed each gradient with a copy of its own: 62 launches, 74 with two layers)."""
+    one, two = (zero_counts(stage, n)["steps"][-1]["optimizer"]["launches"] for n in (1, 2))
+    assert one == two, (one, two)

@@ -11,21 +11,85 @@ overflow check, norm, clip, AdamW, publish) and ``step`` (the whole ``Run.step``
 for the log included).  Each span also lists its collectives over more than one rank,
 "name/ranks/elements" -> calls (a staged device array costs a sync per message, so they
 show in ``syncs`` too).  Prints one JSON object per rank: {"rank", "precision",
-"min_upcast_size", "steps": [{span: summary}]}.  Only long-standing APIs are used (but
-``--fused-kernels optimizer``), so the same script measures the trainer before and after a
-change.
+"min_upcast_size", "steps": [{span: summary, "norm": the step's gradient norm}]}.  Only
+long-standing APIs are used (but ``--fused-kernels optimizer``), so the same script measures
+the trainer before and after a change.
+
+On a real GPU (no fake on the path) the same spans are counted by the GPU's own tracer,
+CUPTI, through ``torch.profiler`` (``CuptiCounts``): each step is traced, and a span's
+``syncs`` are the blocking CUDA calls made inside it (stream, device and event
+synchronisations, synchronous copies), its ``d2h`` the device->host copies the GPU ran, its
+``launches`` the kernels the GPU ran that were launched inside it.  ``benchmarks/gpu_check.py``
+runs it there.
 """
 import argparse
+import contextlib
 import json
+import os
+import tempfile
 import types
 from collections import Counter
 
-from cupy import _counts   # the fake's counters; a real CuPy has none
+try:
+    from cupy import _counts   # the fake's counters; a real CuPy has none
+except ImportError:
+    _counts = None
 
 from minipar import backend
 from minipar.comm import collectives
 from minipar.train import TrainConfig, setup
 import minipar.train.steps as train_steps   # train_step calls its forward_backward
+
+
+BLOCKING = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+            "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH",
+            "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy_v2"}
+
+
+class CuptiCounts:
+    """The spans of one step counted from a CUPTI trace (``torch.profiler``, Chrome format):
+    ``span(name)`` marks a span (a ``record_function`` range), ``trace()`` wraps the step,
+    ``summaries()`` then gives {span: {"syncs", "d2h", "launches"}} for the spans marked.
+    A CUDA call belongs to a span if it starts inside it; a kernel or copy the GPU ran, to
+    the span of the call that launched it (CUPTI's correlation id)."""
+
+    def __init__(self):
+        import torch
+        torch.zeros(1, device="cuda")     # CUDA initialised before the tracer starts
+        self.torch, self.path = torch, None
+
+    def span(self, name):
+        return self.torch.profiler.record_function("span:" + name)
+
+    @contextlib.contextmanager
+    def trace(self):
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            yield
+        fd, self.path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        prof.export_chrome_trace(self.path)
+
+    def summaries(self):
+        with open(self.path) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        os.remove(self.path)
+        spans = {e["name"][5:]: (e["ts"], e["ts"] + e["dur"]) for e in events
+                 if e["name"].startswith("span:")}
+        calls = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+        where = {}                         # correlation id -> the start of its call
+        for e in calls:
+            where[e.get("args", {}).get("correlation")] = e["ts"]
+        out = {}
+        for name, (lo, hi) in spans.items():
+            inside = lambda ts: ts is not None and lo <= ts <= hi   # noqa: E731
+            launched = lambda e: inside(where.get(e.get("args", {}).get("correlation")))  # noqa: E731
+            out[name] = {
+                "syncs": sum(e["name"] in BLOCKING and inside(e["ts"]) for e in calls),
+                "d2h": sum(e.get("cat") == "gpu_memcpy" and "DtoH" in e["name"] and launched(e)
+                           for e in events),
+                "launches": sum(e.get("cat") == "kernel" and launched(e) for e in events)}
+        return out
 
 
 def main():
@@ -76,13 +140,20 @@ def main():
         return check(ctx, name, local_noted)
     collectives.check = noted
 
+    cupti = CuptiCounts() if _counts is None else None
+    norms = []
+
     def counted(name, fn):
         def call(*a, **k):
-            mark, first = _counts.mark(), len(calls)
+            mark, first = _counts.mark() if cupti is None else None, len(calls)
             try:
-                return fn(*a, **k)
+                with cupti.span(name) if cupti else contextlib.nullcontext():
+                    result = fn(*a, **k)
+                if name == "optimizer":
+                    norms.append(result)
+                return result
             finally:
-                spans[name] = _counts.summary(min_size, since=mark)
+                spans[name] = {} if cupti else _counts.summary(min_size, since=mark)
                 spans[name]["collectives"] = dict(sorted(Counter(calls[first:]).items()))
         return call
 
@@ -91,8 +162,12 @@ def main():
     steps = []
     for step in range(args.steps):
         spans.clear()
-        counted("step", run.step)(step)
-        steps.append(dict(spans))
+        with cupti.trace() if cupti else contextlib.nullcontext():
+            counted("step", run.step)(step)
+        if cupti:
+            for name, summary in cupti.summaries().items():
+                spans[name].update(summary)
+        steps.append(dict(spans, norm=norms[-1] if norms else None))
     line = json.dumps({"rank": run.grid.rank, "precision": args.precision,
                        "fused_kernels": args.fused_kernels, "min_upcast_size": min_size,
                        "steps": steps})
