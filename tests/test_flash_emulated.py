@@ -3,11 +3,15 @@
 ``minipar.kernels.emulator`` runs the .cu source itself (one fiber per CUDA thread,
 warp-wide PTX modelled from the PTX ISA; see tests/test_cpu_emulator.py for the emulator's
 own checks) through ``flash_cuda``'s launch code, so everything but the silicon is what a
-GPU run executes.  Three properties, each for fp32 and the fp16 tensor-core kernels:
+GPU run executes.  Three properties, each for fp32 and the fp16 tensor-core kernels (the
+bf16 kernels are the same template as fp16's, so they are checked for results, at a few
+shapes by default and more in the slow run):
 
 - results: the tolerances of the GPU test (tests/test_flash_gpu.py) — fp32 1e-5 of the
-  largest value; fp16 forward 2e-3 absolute, gradients 4e-3 of the largest gradient —
-  under AddressSanitizer and UBSan (no access outside a buffer, none misaligned);
+  largest value; fp16 forward 2e-3 absolute, gradients 4e-3 of the largest gradient; bf16
+  (8 significant bits to fp16's 11, unit roundoff u = 2^-9) forward 4u = 7.8e-3,
+  gradients 8u = 1.6e-2 — under AddressSanitizer and UBSan (no access outside a buffer,
+  none misaligned);
 - no data race under ThreadSanitizer, with only the ordering CUDA guarantees;
 - the same bits under every schedule and whatever fresh shared memory holds;
 - grouped-query attention (k, v with Hkv < H heads, read in place) against a reference
@@ -16,6 +20,7 @@ Skipped where no C++ compiler is installed.
 """
 from concurrent.futures import ThreadPoolExecutor
 
+import ml_dtypes  # noqa: F401  (registers the "bfloat16" dtype with NumPy)
 import numpy as np
 import pytest
 
@@ -45,14 +50,28 @@ CASES = [  # (dtype, B, H, Hkv, Nq, Nk, d)
     ("float16", 1, 1, 1, 256, 256, 128),  # whole tiles, several blocks per head
     ("float16", 1, 4, 2, 70, 70, 64),     # grouped-query
     ("float16", 1, 3, 1, 40, 70, 64),     # multi-query, fewer queries than keys
+    ("bfloat16", 1, 2, 1, 40, 70, 64),    # grouped-query, partial tiles, fewer queries than keys
+    ("bfloat16", 1, 2, 2, 77, 77, 64),
+    ("bfloat16", 1, 1, 1, 100, 37, 32),   # causal rows that see nothing
+    ("bfloat16", 1, 1, 1, 70, 260, 32),   # 128-key tiles
+    ("bfloat16", 1, 1, 1, 70, 70, 96),
+    ("bfloat16", 1, 1, 1, 256, 256, 128), # whole tiles, several blocks per head
 ]
-# races: d 64/128 with more than one query; multi-query adds nothing to grouped-query's walk
-RACE_CASES = [c for c in CASES if c[-1] in (64, 128) and c[4] > 1 and not (c[3] == 1 and c[2] > 1)]
+# forward, gradients: largest error over the largest value (at least 1); see the module doc
+TOLERANCES = {"float32": (1e-5, 1e-5), "float16": (2e-3, 4e-3), "bfloat16": (2.0 ** -7, 2.0 ** -6)}
+# races: d 64/128 with more than one query; multi-query adds nothing to grouped-query's walk;
+# bf16 runs fp16's code (one template), so its races are fp16's
+RACE_CASES = [c for c in CASES if c[-1] in (64, 128) and c[4] > 1 and not (c[3] == 1 and c[2] > 1)
+              and c[0] != "bfloat16"]
 CASE_ID = "%s-B%d-H%d-Hkv%d-Nq%d-Nk%d-d%d"
 # the rest of the matrix, for the slow run: the non-causal twin of a causal case whose walk is
-# the same but for the mask (the causal one runs by default), and race cases whose property
+# the same but for the mask (the causal one runs by default), bf16 but for one causal case
+# (the rest of its walk is fp16's, checked by default), and race cases whose property
 # (partial tiles, more keys than queries) another default race case already has
-SLOW_MATCHES = [(("float16", 1, 1, 1, 256, 256, 128), False), (("float16", 1, 4, 2, 70, 70, 64), False)]
+BF16_DEFAULT = (("bfloat16", 1, 2, 1, 40, 70, 64), True)
+SLOW_MATCHES = [(("float16", 1, 1, 1, 256, 256, 128), False), (("float16", 1, 4, 2, 70, 70, 64), False)] + [
+    (case, causal) for case in CASES if case[0] == "bfloat16" for causal in (False, True)
+    if (case, causal) != BF16_DEFAULT]
 SLOW_RACES = [("float16", 1, 2, 2, 77, 77, 64), ("float16", 1, 1, 1, 37, 150, 64)]
 
 
@@ -65,16 +84,35 @@ MATCHES = [slow_if((case, causal), (case, causal) in SLOW_MATCHES, f"{CASE_ID % 
 RACES = [slow_if((case,), case in SLOW_RACES, CASE_ID % case) for case in RACE_CASES]
 
 
-def kind(dtype):
-    return "f16" if dtype == "float16" else "f32"
-
-
 @pytest.fixture(scope="module", autouse=True)
 def built_kernels():
-    """Compile every program the module needs at once (one g++ per core)."""
-    jobs = {(kind(c[0]), c[-1], "memory") for c in CASES} | {(kind(c[0]), c[-1], "race") for c in RACE_CASES}
+    """Compile every program the module needs at once (one g++ per core); the fp16 and bf16
+    kernels share a source, so one program serves both."""
+    wanted = [(c, "memory") for c in CASES] + [(c, "race") for c in RACE_CASES]
+    jobs = {(flash_cuda.kernel_source(flash_cuda.KINDS[c[0]]), c[-1], check) for c, check in wanted}
     with ThreadPoolExecutor() as pool:
-        list(pool.map(lambda j: build(flash_cuda.kernel_source(j[0]), j[1], f"flash_{j[0]}", j[2]), jobs))
+        list(pool.map(lambda j: build(j[0], j[1], "flash", j[2]), jobs))
+
+
+class NumpyWithNanEmpty:
+    """NumPy whose ``empty`` and ``empty_like`` come filled with NaN, as a GPU's fresh memory
+    holds anything: flash_cuda does not zero out, lse, dk, dv, so an element a kernel leaves
+    unwritten fails the check instead of passing as a lucky zero."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=np.float64):
+        return np.full(shape, np.nan, dtype=dtype)
+
+    @staticmethod
+    def empty_like(a, dtype=None):
+        return np.full_like(a, np.nan, dtype=dtype)
+
+
+class UnfilledKernels(EmulatedKernels):
+    xp = NumpyWithNanEmpty()
 
 
 def inputs(dtype, batch, heads, kv_heads, n_queries, n_keys, head_dim, seed=0):
@@ -89,22 +127,26 @@ def check_against_reference(got, want, dtype):
     want_out, want_lse, *want_grads = want
     assert out.dtype == dtype and lse.dtype == np.float32 and all(g.dtype == dtype for g in grads)
     assert [a.shape for a in got] == [a.shape for a in want]
-    assert all(np.isfinite(a).all() for a in [out, *grads])
+    assert all(np.isfinite(a).all() for a in [out, *grads])  # NaN: an element no kernel wrote
     assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
     seen = np.isfinite(want_lse)
     np.testing.assert_allclose(lse[seen], want_lse[seen], atol=1e-4)
-    forward_error = np.abs(out - want_out).max() / max(1.0, np.abs(want_out).max())
-    assert forward_error <= (1e-5 if dtype == "float32" else 2e-3), forward_error
-    for g, w in zip(grads, want_grads):
-        error = np.abs(g - w).max() / max(1.0, np.abs(w).max())
-        assert error <= (1e-5 if dtype == "float32" else 4e-3), error
+    forward_tolerance, gradient_tolerance = TOLERANCES[dtype]
+    assert relative_error(out, want_out) <= forward_tolerance, relative_error(out, want_out)
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
+        assert relative_error(g, w) <= gradient_tolerance, (name, relative_error(g, w))
+
+
+def relative_error(got, want):
+    """The largest error over the largest value of the float64 reference (at least 1)."""
+    return np.abs(got.astype(np.float64) - want).max() / max(1.0, np.abs(want).max())
 
 
 @pytest.mark.parametrize("case,causal", MATCHES)
 def test_kernels_match_reference(case, causal):
     dtype, *shape = case
     q, k, v, grad_out = inputs(dtype, *shape)
-    check_against_reference(run(q, k, v, grad_out, causal, EmulatedKernels()), reference(q, k, v, grad_out, causal),
+    check_against_reference(run(q, k, v, grad_out, causal, UnfilledKernels()), reference(q, k, v, grad_out, causal),
                             dtype)
 
 

@@ -1,9 +1,13 @@
-// FlashAttention-2 for fp16 inputs on tensor cores: the algorithm of flash_attention.cu and
-// flash_reference.py, with every matrix product done by warp-wide mma.sync.m16n8k16
-// (fp16 × fp16 -> fp32) and the softmax statistics, exp and accumulators in fp32.
+// FlashAttention-2 for fp16 and bf16 inputs on tensor cores: the algorithm of
+// flash_attention.cu and flash_reference.py, with every matrix product done by warp-wide
+// mma.sync.m16n8k16 (fp16 × fp16 or bf16 × bf16 -> fp32) and the softmax statistics, exp
+// and accumulators in fp32.  Each kernel is a template on the element type (`Fp16`, `Bf16`
+// in flash_mma.cuh: the rounding into 16 bits and the mma), instantiated by four entry
+// points at the end: flash_{forward,backward}_{f16,bf16}.  The two types share fragment
+// layouts, so everything else — loads, swizzle, masks, softmax — is one code.
 // Compiled by CuPy with flash_cuda.compile_options(d): -DHEAD_DIM=d (32, 64, 96 or 128) and
-// the forward's key tile.  Tile sizes and the PTX helpers are in flash_mma.cuh; fp16 values
-// travel as their 16 bits, converted with PTX cvt.
+// the forward's key tile.  Tile sizes and the PTX helpers are in flash_mma.cuh; 16-bit
+// values travel as their bits, converted with PTX cvt.
 //
 // Fragments (PTX ISA, "mma.m16n8k16", lane = 4·g + t):  A (16×16, row-major) holds
 // A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];  B (16×8) holds
@@ -18,7 +22,7 @@
 // Grouped-query attention (`group` = G = H / Hkv query heads per KV head), as in
 // flash_attention.cu: forward blocks of flat query head h read KV head h / G; backward
 // blocks own one KV head's key tile and walk its G query heads in turn, keeping dK, dV
-// in registers across the group (no atomics on dK/dV, one fp16 store at the end).
+// in registers across the group (no atomics on dK/dV, one 16-bit store at the end).
 
 #include "flash_mma.cuh"
 
@@ -30,10 +34,11 @@
 // copies the next tile into the other, so global-memory latency hides behind the MMAs.
 // Shared memory (halves): 2 stages × {k_tile, v_tile} [TC_FWD_BLOCK_K][ROW]; stage 1's k_tile
 // first stages Q.
-extern "C" __global__ void __launch_bounds__(TC_THREADS)
-flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
-                  const half_bits* __restrict__ v, half_bits* __restrict__ out,
-                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
+template <class Element>
+__device__ __forceinline__ void
+flash_forward(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+              const half_bits* __restrict__ v, half_bits* __restrict__ out,
+              float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     half_bits* const stages = (half_bits*)smem_tc;  // stage s: k_tile at 2s·KV_TILE, v_tile after it
     const int KV_TILE = TC_FWD_BLOCK_K * ROW;
@@ -77,7 +82,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
             for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
                 unsigned b[2];
                 load_b_transposed(b, k_tile, ROW, nk * 8, kd * 16, g, t);
-                mma_16x8x16(s[nk], q_frag[kd], b);
+                Element::mma(s[nk], q_frag[kd], b);
             }
         }
         const bool needs_mask = next_k0 > n_keys || (causal && next_k0 - 1 > q0 + offset);
@@ -113,13 +118,13 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
         for (int kk = 0; kk < TC_FWD_BLOCK_K / 16; ++kk) {  // acc += P V, 16 keys at a time
             unsigned p_frag[4];
-            c_pair_to_a(p_frag, s[2 * kk], s[2 * kk + 1]);
+            c_pair_to_a<Element>(p_frag, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                 unsigned b[4];
                 load_b_pair(b, v_tile, ROW, kk * 16, nd * 8, lane);
-                mma_16x8x16(acc[nd], p_frag, b);
-                mma_16x8x16(acc[nd + 1], p_frag, b + 2);
+                Element::mma(acc[nd], p_frag, b);
+                Element::mma(acc[nd + 1], p_frag, b + 2);
             }
         }
     }
@@ -131,7 +136,7 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 #pragma unroll
         for (int nd = 0; nd < HEAD_DIM / 8; ++nd)
             *(unsigned*)(out + (index_t)query[r] * HEAD_DIM + nd * 8 + 2 * t) =
-                pack_half2(acc[nd][2 * r] * inv, acc[nd][2 * r + 1] * inv);
+                Element::pack2(acc[nd][2 * r] * inv, acc[nd][2 * r + 1] * inv);
         if (t == 0) lse[query[r]] = total > 0.f ? row_max[r] * LN2 + logf(total) : NEG_INF;
     }
 }
@@ -149,12 +154,13 @@ flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__
 // Shared memory: k_tile, v_tile [TC_BWD_BLOCK_K][ROW]; 2 stages × {q_tile, do_tile}
 // [TC_BWD_BLOCK_Q][ROW]; ds_tile [TC_BWD_BLOCK_Q][DS_ROW] (halves); 2 stages × {lse_tile
 // (log2 units), delta_tile} [TC_BWD_BLOCK_Q] (floats).
-extern "C" __global__ void __launch_bounds__(TC_THREADS)
-flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
-                   const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
-                   const float* __restrict__ lse, const float* __restrict__ delta,
-                   float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
-                   int n_queries, int n_keys, int causal, float scale, int group) {
+template <class Element>
+__device__ __forceinline__ void
+flash_backward(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+               const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
+               const float* __restrict__ lse, const float* __restrict__ delta,
+               float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
+               int n_queries, int n_keys, int causal, float scale, int group) {
     extern __shared__ uint4 smem_tc[];
     const int Q_TILE = TC_BWD_BLOCK_Q * ROW, STATS = TC_BWD_BLOCK_Q;
     half_bits *k_tile = (half_bits*)smem_tc, *v_tile = k_tile + TC_BWD_BLOCK_K * ROW;
@@ -226,9 +232,9 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
             for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
                 unsigned b[2];
                 load_b_transposed(b, q_tile, ROW, nq * 8, kd * 16, g, t);
-                mma_16x8x16(s[nq], k_frag, b);
+                Element::mma(s[nq], k_frag, b);
                 load_b_transposed(b, do_tile, ROW, nq * 8, kd * 16, g, t);
-                mma_16x8x16(dp[nq], v_frag, b);
+                Element::mma(dp[nq], v_frag, b);
             }
         }
         const bool needs_mask = q0 + TC_BWD_BLOCK_Q > n_queries || k0 + TC_BWD_BLOCK_K > n_keys ||
@@ -243,23 +249,23 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
                 float p = hidden ? 0.f : exp2f(s[nq][e] * scale_log2 - lse_tile[col]);  // P = exp(S - L)
                 s[nq][e] = p;
                 dp[nq][e] = p * (dp[nq][e] - delta_tile[col]);                        // dS = P∘(dP - D)
-                ds_tile[swizzle(col, warp * 16 + g + (e / 2) * 8, DS_ROW)] = float_to_half(dp[nq][e]);
+                ds_tile[swizzle(col, warp * 16 + g + (e / 2) * 8, DS_ROW)] = Element::from_float(dp[nq][e]);
             }
         }
 #pragma unroll
         for (int kq = 0; kq < TC_BWD_BLOCK_Q / 16; ++kq) {  // dV += Pᵀ dO, dK += dSᵀ Q
             unsigned p_frag[4], ds_frag[4];
-            c_pair_to_a(p_frag, s[2 * kq], s[2 * kq + 1]);
-            c_pair_to_a(ds_frag, dp[2 * kq], dp[2 * kq + 1]);
+            c_pair_to_a<Element>(p_frag, s[2 * kq], s[2 * kq + 1]);
+            c_pair_to_a<Element>(ds_frag, dp[2 * kq], dp[2 * kq + 1]);
 #pragma unroll
             for (int nd = 0; nd < HEAD_DIM / 8; nd += 2) {
                 unsigned b[4];
                 load_b_pair(b, do_tile, ROW, kq * 16, nd * 8, lane);
-                mma_16x8x16(dv_acc[nd], p_frag, b);
-                mma_16x8x16(dv_acc[nd + 1], p_frag, b + 2);
+                Element::mma(dv_acc[nd], p_frag, b);
+                Element::mma(dv_acc[nd + 1], p_frag, b + 2);
                 load_b_pair(b, q_tile, ROW, kq * 16, nd * 8, lane);
-                mma_16x8x16(dk_acc[nd], ds_frag, b);
-                mma_16x8x16(dk_acc[nd + 1], ds_frag, b + 2);
+                Element::mma(dk_acc[nd], ds_frag, b);
+                Element::mma(dk_acc[nd + 1], ds_frag, b + 2);
             }
         }
         __syncthreads();  // ds_tile complete
@@ -274,8 +280,8 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
             for (int nd = 0; nd < HEAD_DIM / 16; nd += 2) {
                 unsigned b[4];
                 load_b_pair(b, k_tile, ROW, kk * 16, dq_col0 + nd * 8, lane);
-                mma_16x8x16(dq_part[nd], ds_frag, b);
-                mma_16x8x16(dq_part[nd + 1], ds_frag, b + 2);
+                Element::mma(dq_part[nd], ds_frag, b);
+                Element::mma(dq_part[nd + 1], ds_frag, b + 2);
             }
         }
 #pragma unroll
@@ -298,8 +304,42 @@ flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict_
 #pragma unroll
         for (int nd = 0; nd < HEAD_DIM / 8; ++nd) {
             index_t at = (index_t)key[r] * HEAD_DIM + nd * 8 + 2 * t;
-            *(unsigned*)(dk + at) = pack_half2(dk_acc[nd][2 * r] * scale, dk_acc[nd][2 * r + 1] * scale);
-            *(unsigned*)(dv + at) = pack_half2(dv_acc[nd][2 * r], dv_acc[nd][2 * r + 1]);
+            *(unsigned*)(dk + at) = Element::pack2(dk_acc[nd][2 * r] * scale, dk_acc[nd][2 * r + 1] * scale);
+            *(unsigned*)(dv + at) = Element::pack2(dv_acc[nd][2 * r], dv_acc[nd][2 * r + 1]);
         }
     }
+}
+
+// The entry points: one per direction and element type, each the template above.  The bf16
+// ones take their 16-bit arrays as bf16_bits, the same bits under the name of their type.
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_forward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+                  const half_bits* __restrict__ v, half_bits* __restrict__ out,
+                  float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
+    flash_forward<Fp16>(q, k, v, out, lse, n_queries, n_keys, causal, scale, group);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_forward_bf16(const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                   const bf16_bits* __restrict__ v, bf16_bits* __restrict__ out,
+                   float* __restrict__ lse, int n_queries, int n_keys, int causal, float scale, int group) {
+    flash_forward<Bf16>(q, k, v, out, lse, n_queries, n_keys, causal, scale, group);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_backward_f16(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
+                   const half_bits* __restrict__ v, const half_bits* __restrict__ grad_out,
+                   const float* __restrict__ lse, const float* __restrict__ delta,
+                   float* __restrict__ dq, half_bits* __restrict__ dk, half_bits* __restrict__ dv,
+                   int n_queries, int n_keys, int causal, float scale, int group) {
+    flash_backward<Fp16>(q, k, v, grad_out, lse, delta, dq, dk, dv, n_queries, n_keys, causal, scale, group);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+flash_backward_bf16(const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                    const bf16_bits* __restrict__ v, const bf16_bits* __restrict__ grad_out,
+                    const float* __restrict__ lse, const float* __restrict__ delta,
+                    float* __restrict__ dq, bf16_bits* __restrict__ dk, bf16_bits* __restrict__ dv,
+                    int n_queries, int n_keys, int causal, float scale, int group) {
+    flash_backward<Bf16>(q, k, v, grad_out, lse, delta, dq, dk, dv, n_queries, n_keys, causal, scale, group);
 }

@@ -1,21 +1,26 @@
 """Launching the CUDA flash-attention kernels from CuPy.
 
 The CUDA C lives beside this file: ``flash_attention.cu`` (fp32, one thread per row,
-the reference line for line) and ``flash_attention_f16.cu`` (fp16 on tensor cores, with
-its PTX helpers in ``flash_mma.cuh``).
-Each is compiled once per head dimension by ``cupy.RawModule`` with ``compile_options(d)``:
-``-DHEAD_DIM=d`` and the fp16 forward's key tile (NVRTC; CuPy caches the binary on disk).
+the reference line for line) and ``flash_attention_f16.cu`` (fp16 and bf16 on tensor
+cores, one template per direction instantiated for each type, with its PTX helpers in
+``flash_mma.cuh``).  A kernel's name ends in its kind: ``flash_forward_bf16``.
+Each file is compiled once per head dimension by ``cupy.RawModule`` with
+``nvrtc_options(kind, d)``: ``-DHEAD_DIM=d`` and the tensor-core forward's key tile
+(``compile_options``), and for the tensor-core file ``-ftz=true`` (NVRTC; CuPy caches the
+binary on disk).
 This module only allocates, picks the kernel, computes the grid and the dynamic shared
 memory, and launches:
 
     grid  = (ceil(N / rows per block), B·H),  one block per tile of rows of one head
             (backward: B·Hkv, one block per key tile of one KV head, looping over its
              G = H/Hkv query heads: grouped-query attention with K/V read in place)
+    out, lse, dk, dv   allocated, not zero-filled: every kernel writes every element
+                       (a row that sees no key writes 0 and L = -inf)
     dq    = fp32 zeros, accumulated by atomics from every key block, cast at the end
     D     = rowsum(dO ∘ O), computed here with array ops before the backward kernel
 
-The tile sizes below must equal the ``#define``s of the .cu/.cuh files; the fp16 forward's
-key tile is not a ``#define`` there but is passed in by ``compile_options``.
+The tile sizes below must equal the ``#define``s of the .cu/.cuh files; the tensor-core
+forward's key tile is not a ``#define`` there but is passed in by ``compile_options``.
 """
 from __future__ import annotations
 
@@ -25,7 +30,10 @@ import re
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
-SOURCES = {"f32": KERNEL_DIR / "flash_attention.cu", "f16": KERNEL_DIR / "flash_attention_f16.cu"}
+SOURCES = {"f32": KERNEL_DIR / "flash_attention.cu", "f16": KERNEL_DIR / "flash_attention_f16.cu",
+           "bf16": KERNEL_DIR / "flash_attention_f16.cu"}  # kind -> file; f16 and bf16 share one
+KINDS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # dtype name -> kind
+TENSOR_CORE_KINDS = ("f16", "bf16")
 
 F32_BLOCK_Q, F32_BLOCK_K, F32_BWD_BLOCK = 64, 32, 32
 TC_THREADS, TC_BLOCK_Q, TC_BWD_BLOCK_K, TC_BWD_BLOCK_Q = 128, 64, 64, 32
@@ -60,14 +68,31 @@ def compile_options(head_dim):
     return (f"-DHEAD_DIM={head_dim}", f"-DTC_FWD_BLOCK_K={forward_block_k(head_dim)}")
 
 
+def nvrtc_options(kind, head_dim):
+    """What NVRTC compiles ``kind``'s file with: ``compile_options``, and for the tensor-core
+    kernels ``-ftz=true``, fp32 subnormals (below 2^-126) flushed to zero.  Their inputs and
+    outputs are fp16/bf16 rounded to 11 or 8 bits; a probability or score that small changes
+    no output bit, and flushing it lets ``exp2f`` be the one ``ex2.approx.ftz`` instruction
+    and divisions skip their subnormal path.  The fp32 kernel, the reference line for line,
+    keeps IEEE subnormals.  (The CPU emulator computes with subnormals, as g++ does.)"""
+    return compile_options(head_dim) + (("-ftz=true",) if kind in TENSOR_CORE_KINDS else ())
+
+
 def supports(dtype, head_dim):
     """Whether a kernel exists for this dtype and head dim (else the array reference runs)."""
-    name = str(dtype)
-    if name == "float16":
-        return head_dim in TENSOR_CORE_HEAD_DIMS
-    if name == "float32":
-        return 1 <= head_dim <= FP32_MAX_HEAD_DIM
-    return False
+    return missing_kernel(dtype, head_dim) is None
+
+
+def missing_kernel(dtype, head_dim):
+    """Why no kernel takes this dtype and head dim, in a few words; None when one does."""
+    kind = KINDS.get(str(dtype))
+    if kind is None:
+        return f"no {dtype} kernel (fp32, fp16 and bf16 have one)"
+    if kind in TENSOR_CORE_KINDS and head_dim not in TENSOR_CORE_HEAD_DIMS:
+        return f"the {dtype} kernel takes head dim {', '.join(map(str, TENSOR_CORE_HEAD_DIMS))}, not {head_dim}"
+    if kind == "f32" and not 1 <= head_dim <= FP32_MAX_HEAD_DIM:
+        return f"the float32 kernel takes head dim up to {FP32_MAX_HEAD_DIM}, not {head_dim}"
+    return None
 
 
 def shared_memory_bytes(kernel, head_dim):
@@ -78,10 +103,10 @@ def shared_memory_bytes(kernel, head_dim):
     if kernel == "flash_backward_f32":
         b = F32_BWD_BLOCK
         return 4 * (4 * b * (d + 1) + 2 * b * d + b * (b + 1) + 2 * b)
-    # fp16 tiles: swizzled rows of d halves, no padding (flash_mma.cuh)
-    if kernel == "flash_forward_f16":
+    # tensor-core tiles: swizzled rows of d 16-bit values, no padding (flash_mma.cuh)
+    if kernel in ("flash_forward_f16", "flash_forward_bf16"):
         return 2 * (2 * 2 * forward_block_k(d) * d)  # 2 stages (double buffering) × {K, V}
-    if kernel == "flash_backward_f16":
+    if kernel in ("flash_backward_f16", "flash_backward_bf16"):
         keys, queries = TC_BWD_BLOCK_K, TC_BWD_BLOCK_Q
         halves = (2 * keys + 2 * 2 * queries) * d + queries * keys  # K, V, 2 × {Q, dO}, dS
         return 2 * halves + 4 * 2 * 2 * queries  # 2 stages × {L, D}
@@ -106,20 +131,27 @@ def paste_includes(cuda_source, filename=None):
 
 
 def kernel_source(kind):
-    """The source of ``kind`` ("f32" or "f16") as NVRTC compiles it."""
+    """The source of ``kind`` ("f32", "f16" or "bf16") as NVRTC compiles it."""
     return paste_includes(SOURCES[kind].read_text(), SOURCES[kind].name)
 
 
+def kind_of(kernel_name):
+    """``flash_forward_bf16`` -> ``bf16``."""
+    return kernel_name.rsplit("_", 1)[1]
+
+
 @functools.lru_cache(maxsize=None)
-def _module(kind, head_dim):
+def _module(source_path, head_dim):
     import cupy
-    return cupy.RawModule(code=kernel_source(kind), options=compile_options(head_dim))
+    kind = next(k for k, path in SOURCES.items() if path == source_path)
+    return cupy.RawModule(code=kernel_source(kind), options=nvrtc_options(kind, head_dim))
 
 
 @functools.lru_cache(maxsize=None)
 def get_kernel(name, head_dim):
-    """The compiled kernel (a ``cupy.RawKernel``)."""
-    return _module(name.rsplit("_", 1)[1], head_dim).get_function(name)
+    """The compiled kernel (a ``cupy.RawKernel``); the f16 and bf16 kernels of one head dim
+    come from one module, as they come from one file."""
+    return _module(SOURCES[kind_of(name)], head_dim).get_function(name)
 
 
 class CupyKernels:
@@ -159,8 +191,6 @@ def _prepared(kernels, a):
     return a if kernels.address(a) % 16 == 0 else a.copy()
 
 
-def _suffix(dtype):
-    return "f16" if str(dtype) == "float16" else "f32"
 
 
 def forward(q, k, v, causal=True, kernels=None):
@@ -171,14 +201,14 @@ def forward(q, k, v, causal=True, kernels=None):
     q, k, v = (_prepared(kernels, a) for a in (q, k, v))
     batch, heads, n_queries, head_dim = q.shape
     kv_heads, n_keys = k.shape[1], k.shape[2]
-    out = xp.zeros_like(q)
-    lse = xp.full((batch, heads, n_queries), -xp.inf, dtype=xp.float32)
-    if out.size == 0 or n_keys == 0:
-        return out, lse
-    name = "flash_forward_" + _suffix(q.dtype)
-    rows, threads = (TC_BLOCK_Q, TC_THREADS) if name.endswith("f16") else (F32_BLOCK_Q, F32_BLOCK_Q)
+    if q.size == 0 or n_keys == 0:  # no launch: no row sees a key, so out = 0 and L = -inf
+        return xp.zeros_like(q), xp.full((batch, heads, n_queries), -xp.inf, dtype=xp.float32)
+    out = xp.empty_like(q)  # the kernel writes every element of out and lse
+    lse = xp.empty((batch, heads, n_queries), dtype=xp.float32)
+    kind = KINDS[str(q.dtype)]
+    rows, threads = (TC_BLOCK_Q, TC_THREADS) if kind in TENSOR_CORE_KINDS else (F32_BLOCK_Q, F32_BLOCK_Q)
     grid = ((n_queries + rows - 1) // rows, batch * heads)
-    _launch(kernels, name, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal,
+    _launch(kernels, "flash_forward_" + kind, head_dim, grid, threads, (q, k, v, out, lse), n_queries, n_keys, causal,
             heads // kv_heads)
     return out, lse
 
@@ -193,13 +223,13 @@ def backward(q, k, v, out, lse, grad_out, causal=True, kernels=None):
     batch, heads, n_queries, head_dim = q.shape
     kv_heads, n_keys = k.shape[1], k.shape[2]
     delta = (grad_out.astype(xp.float32) * out.astype(xp.float32)).sum(axis=-1)
-    dq = xp.zeros(q.shape, dtype=xp.float32)
-    dk, dv = xp.zeros_like(k), xp.zeros_like(v)
-    if q.size == 0 or k.size == 0:
-        return dq.astype(q.dtype), dk, dv
-    name = "flash_backward_" + _suffix(q.dtype)
-    keys, threads = (TC_BWD_BLOCK_K, TC_THREADS) if name.endswith("f16") else (F32_BWD_BLOCK, F32_BWD_BLOCK)
+    dq = xp.zeros(q.shape, dtype=xp.float32)  # a sum of atomic adds: starts at 0
+    if q.size == 0 or k.size == 0:  # no launch: no query sees a key, every gradient is 0
+        return dq.astype(q.dtype), xp.zeros_like(k), xp.zeros_like(v)
+    dk, dv = xp.empty_like(k), xp.empty_like(v)  # the kernel writes every element
+    kind = KINDS[str(q.dtype)]
+    keys, threads = (TC_BWD_BLOCK_K, TC_THREADS) if kind in TENSOR_CORE_KINDS else (F32_BWD_BLOCK, F32_BWD_BLOCK)
     grid = ((n_keys + keys - 1) // keys, batch * kv_heads)
-    _launch(kernels, name, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
+    _launch(kernels, "flash_backward_" + kind, head_dim, grid, threads, (q, k, v, grad_out, lse, delta, dq, dk, dv),
             n_queries, n_keys, causal, heads // kv_heads)
     return dq.astype(q.dtype, copy=False), dk, dv

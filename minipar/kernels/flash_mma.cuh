@@ -1,7 +1,9 @@
-// Helpers shared by the tensor-core kernels of flash_attention_f16.cu: fp16 conversion,
-// the warp-wide mma.sync.m16n8k16 product and loads of its operand fragments from shared
+// Helpers shared by the tensor-core kernels of flash_attention_f16.cu: fp16 and bf16
+// conversion, the warp-wide mma.sync.m16n8k16 product (`Fp16`, `Bf16`: the element type
+// the kernels are instantiated for) and loads of its operand fragments from shared
 // memory, tile copies (plain, and cp.async straight from global to shared memory), the
-// backward's walk over query tiles and quad reductions.
+// backward's walk over query tiles and quad reductions.  Loads and copies move 16-bit
+// values as bits, so they serve both element types.
 //
 // Shared-memory tiles are XOR-swizzled: a row of `row_len` halves is cut into 16-byte
 // chunks, and chunk c of row r is stored at chunk position c ^ (r & mask) of that row
@@ -65,12 +67,52 @@ __device__ __forceinline__ void mma_16x8x16(float c[4], const unsigned a[4], con
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Two C tiles side by side (16×8 each, fp32) are one A fragment (16×16): pack to fp16.
+// bf16: fp32's exponent with 8 significant bits (fp16: 5 and 11).  Same fragment layouts,
+// same fp32 accumulation; only the rounding into 16 bits and the mma's input type differ.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+    unsigned r;  // operand %2 (hi) is cvt's first source: the upper half
+    asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(lo), "f"(hi));
+    return r;
+}
+
+__device__ __forceinline__ half_bits float_to_bf16(float f) {
+    half_bits h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// c (16×8, fp32) += a (16×16) · b (16×8), bf16 inputs
+__device__ __forceinline__ void mma_16x8x16_bf16(float c[4], const unsigned a[4], const unsigned b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The element type a tensor-core kernel is instantiated for: rounding fp32 into it (one
+// value, or two packed in a register, the lower index in the low half) and the mma on it.
+struct Fp16 {
+    static __device__ __forceinline__ unsigned pack2(float lo, float hi) { return pack_half2(lo, hi); }
+    static __device__ __forceinline__ half_bits from_float(float f) { return float_to_half(f); }
+    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], const unsigned b[2]) {
+        mma_16x8x16(c, a, b);
+    }
+};
+struct Bf16 {
+    static __device__ __forceinline__ unsigned pack2(float lo, float hi) { return pack_bf16x2(lo, hi); }
+    static __device__ __forceinline__ half_bits from_float(float f) { return float_to_bf16(f); }
+    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], const unsigned b[2]) {
+        mma_16x8x16_bf16(c, a, b);
+    }
+};
+
+// Two C tiles side by side (16×8 each, fp32) are one A fragment (16×16) of the element type.
+template <class Element>
 __device__ __forceinline__ void c_pair_to_a(unsigned a[4], const float left[4], const float right[4]) {
-    a[0] = pack_half2(left[0], left[1]);
-    a[1] = pack_half2(left[2], left[3]);
-    a[2] = pack_half2(right[0], right[1]);
-    a[3] = pack_half2(right[2], right[3]);
+    a[0] = Element::pack2(left[0], left[1]);
+    a[1] = Element::pack2(left[2], left[3]);
+    a[2] = Element::pack2(right[0], right[1]);
+    a[3] = Element::pack2(right[2], right[3]);
 }
 
 // The two halves at (row, col), (row, col + 1) of a swizzled tile, as one register.

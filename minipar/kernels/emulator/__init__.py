@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from minipar.kernels.emulator.source import emulated_source
-from minipar.kernels.flash_cuda import KERNEL_DIR, compile_options, kernel_source
+from minipar.kernels.flash_cuda import KERNEL_DIR, compile_options, kernel_source, kind_of
 
 EMULATOR_DIR = Path(__file__).resolve().parent  # the headers below; the generated C++ includes
 HEADERS = ("emulator.h", "cuda_threads.h", "ptx.h", "async_copy.h", "main.h")  # them as "emulator/...", from -I KERNEL_DIR
@@ -170,7 +170,7 @@ class EmulatedKernels:
     run in between barriers — "lockstep" (all warps together), "greedy" (the last warp
     first, each to the next __syncthreads), "shuffled" (warps in an order drawn from
     ``seed`` at every __syncthreads).  ``fill``: the byte fresh shared memory holds.
-    ``sources`` maps "f32"/"f16" to CUDA text to run instead of the package's files
+    ``sources`` maps "f32"/"f16"/"bf16" to CUDA text to run instead of the package's files
     (tests run deliberately broken kernels through it).
     """
     xp = np
@@ -180,7 +180,7 @@ class EmulatedKernels:
         self.options = dict(schedule=schedule, seed=seed, fill=fill)
 
     def get(self, name, head_dim):
-        kind = name.rsplit("_", 1)[1]
+        kind = kind_of(name)
         source = self.sources.get(kind) or kernel_source(kind)
         return EmulatedKernel(build(source, head_dim, f"flash_{kind}", self.check), name, **self.options)
 

@@ -7,8 +7,8 @@
 // interpreted here, statement by statement, with `.reg` temporaries.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16 with
-// floating point type"), lane = 4g + t; a .b32 register holds two f16, the lower index in
-// the low 16 bits:
+// floating point type"), the same for .f16 and .bf16 inputs, lane = 4g + t; a .b32 register
+// holds two 16-bit values, the lower index in the low 16 bits:
 //   A (16x16): register i, half h  ->  A[g + 8(i&1)][2t + h + 8(i>>1)]
 //   B (16x8):  register i, half h  ->  B[2t + h + 8i][g]
 //   C, D (16x8 f32): register i    ->  C[g + 8(i>>1)][2t + (i&1)]
@@ -75,18 +75,36 @@ inline float f16_value(uint16_t b) {
     return (float)h;
 }
 
+// bf16 is the upper half of an fp32: round to nearest even at bit 16 (cvt.rn.bf16.f32);
+// NaN stays NaN (the canonical 0x7fff), infinities and subnormals stay what they are.
+inline uint16_t bf16_bits(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_value(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
 inline float f32(uint64_t bits) { return __uint_as_float((uint32_t)bits); }
-inline float half_of(uint32_t reg, int h) { return f16_value((uint16_t)(reg >> (16 * h))); }
+// Half h (0: low, 1: high) of a register holding two f16 or two bf16.
+inline float half_of(uint32_t reg, int h, bool bf16) {
+    const uint16_t bits = (uint16_t)(reg >> (16 * h));
+    return bf16 ? bf16_value(bits) : f16_value(bits);
+}
 
 // A and B of one warp's mma, decoded once from the 32 deposits by the first lane to ask.
 struct DecodedMma { const Deposit* lanes = nullptr; unsigned serial = 0; float A[16][16], B[16][8]; };
 
-// d = a·b + c for the warp: each lane deposits its fragments and computes its own d.
-EMU_UNCHECKED inline void mma_m16n8k16(uint32_t d[4], const uint32_t a[4], const uint32_t b[2], const uint32_t c[4]) {
+// d = a·b + c for the warp, a and b f16 (or bf16): each lane deposits its fragments and
+// computes its own d.  The two input types are two instructions: a warp whose lanes mix
+// them stops the launch.
+EMU_UNCHECKED inline void mma_m16n8k16(uint32_t d[4], const uint32_t a[4], const uint32_t b[2], const uint32_t c[4],
+                                       bool bf16) {
     static std::vector<DecodedMma> decoded;  // per warp of the (one) launch of this process
     uint32_t mine[10];
     memcpy(mine, a, 16); memcpy(mine + 4, b, 8); memcpy(mine + 6, c, 16);
-    const Deposit* lanes = warp_exchange("mma.m16n8k16.f32.f16.f16.f32", mine, sizeof mine);
+    const Deposit* lanes = warp_exchange(bf16 ? "mma.m16n8k16.f32.bf16.bf16.f32" : "mma.m16n8k16.f32.f16.f16.f32",
+                                         mine, sizeof mine);
     const size_t warp = me().linear / 32;
     if (decoded.size() <= warp) decoded.resize(warp + 1);
     DecodedMma& m = decoded[warp];
@@ -97,16 +115,16 @@ EMU_UNCHECKED inline void mma_m16n8k16(uint32_t d[4], const uint32_t a[4], const
             const uint32_t* r = (const uint32_t*)lanes[lane].bytes;
             const int g = lane >> 2, t = lane & 3;
             for (int i = 0; i < 4; ++i)
-                for (int h = 0; h < 2; ++h) m.A[g + 8 * (i & 1)][2 * t + h + 8 * (i >> 1)] = half_of(r[i], h);
+                for (int h = 0; h < 2; ++h) m.A[g + 8 * (i & 1)][2 * t + h + 8 * (i >> 1)] = half_of(r[i], h, bf16);
             for (int i = 0; i < 2; ++i)
-                for (int h = 0; h < 2; ++h) m.B[2 * t + h + 8 * i][g] = half_of(r[4 + i], h);
+                for (int h = 0; h < 2; ++h) m.B[2 * t + h + 8 * i][g] = half_of(r[4 + i], h, bf16);
         }
     }
     const int g = lane_id() >> 2, t = lane_id() & 3;
     for (int i = 0; i < 4; ++i) {
         const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
         float sum = __uint_as_float(c[i]);
-        for (int k = 0; k < 16; ++k) sum += m.A[row][k] * m.B[k][col];  // products exact in fp32
+        for (int k = 0; k < 16; ++k) sum += m.A[row][k] * m.B[k][col];  // products exact in fp32 (11 or 8 bits each)
         d[i] = __float_as_uint(sum);
     }
 }
@@ -138,13 +156,15 @@ inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
 // A template is parsed once (cached by the address of its string literal) into statements
 // whose operands are register slots: %N is slot N, a `.reg` temporary a slot after them.
 
-enum Opcode { CVT_F16X2, CVT_F16, CVTA_SHARED, CVT_U32_U64, MMA_16816, LDMATRIX_X4_TRANS, CP_ASYNC_16,
-              CP_ASYNC_COMMIT, CP_ASYNC_WAIT };
+enum Opcode { CVT_F16X2, CVT_F16, CVT_BF16X2, CVT_BF16, CVTA_SHARED, CVT_U32_U64, MMA_16816, MMA_16816_BF16,
+              LDMATRIX_X4_TRANS, CP_ASYNC_16, CP_ASYNC_COMMIT, CP_ASYNC_WAIT };
 struct OpcodeInfo { const char* name; Opcode op; std::vector<size_t> group_sizes; };  // registers per operand
 const OpcodeInfo OPCODES[] = {
     {"cvt.rn.f16x2.f32", CVT_F16X2, {1, 1, 1}}, {"cvt.rn.f16.f32", CVT_F16, {1, 1}},
+    {"cvt.rn.bf16x2.f32", CVT_BF16X2, {1, 1, 1}}, {"cvt.rn.bf16.f32", CVT_BF16, {1, 1}},
     {"cvta.to.shared.u64", CVTA_SHARED, {1, 1}}, {"cvt.u32.u64", CVT_U32_U64, {1, 1}},
     {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", MMA_16816, {4, 4, 2, 4}},
+    {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", MMA_16816_BF16, {4, 4, 2, 4}},
     {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS, {4, 1}},
     {"cp.async.cg.shared.global", CP_ASYNC_16, {1, 1, 1, 1}}, {"cp.async.commit_group", CP_ASYNC_COMMIT, {}},
     {"cp.async.wait_group", CP_ASYNC_WAIT, {1}}};
@@ -241,6 +261,12 @@ inline void execute(const Statement& s, uint64_t* r) {
         case CVT_F16:
             r[x[0][0]] = f16_bits(f32(r[x[1][0]]));
             break;
+        case CVT_BF16X2:  // d = {a -> upper half, b -> lower half}
+            r[x[0][0]] = (uint64_t)bf16_bits(f32(r[x[1][0]])) << 16 | bf16_bits(f32(r[x[2][0]]));
+            break;
+        case CVT_BF16:
+            r[x[0][0]] = bf16_bits(f32(r[x[1][0]]));
+            break;
         case CVTA_SHARED: {
             const uint64_t address = r[x[1][0]], base = (uint64_t)(uintptr_t)the_launch.shared;
             if (address < base || address >= base + the_launch.shared_bytes)
@@ -251,11 +277,12 @@ inline void execute(const Statement& s, uint64_t* r) {
         case CVT_U32_U64:
             r[x[0][0]] = r[x[1][0]] & 0xffffffffull;
             break;
-        case MMA_16816: {
+        case MMA_16816:
+        case MMA_16816_BF16: {
             uint32_t a[4], b[2], c[4], d[4];
             for (int i = 0; i < 4; ++i) { a[i] = (uint32_t)r[x[1][i]]; c[i] = (uint32_t)r[x[3][i]]; }
             for (int i = 0; i < 2; ++i) b[i] = (uint32_t)r[x[2][i]];
-            mma_m16n8k16(d, a, b, c);
+            mma_m16n8k16(d, a, b, c, s.op == MMA_16816_BF16);
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }

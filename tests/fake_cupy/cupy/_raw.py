@@ -4,7 +4,8 @@ parameter types (a GPU misreads them silently).  See ``cupy/__init__.py``."""
 from cupy import _HOST, _PROPS, CUDADriverError, LaunchCheckError, _counts, ndarray
 
 _POINTEES = {"float": {"float32"}, "double": {"float64"}, "int": {"int32"}, "unsigned": {"uint32"},
-             "half": {"float16"}, "__half": {"float16"}, "half_bits": {"float16", "uint16"}}
+             "half": {"float16"}, "__half": {"float16"}, "half_bits": {"float16", "uint16"},
+             "bf16_bits": {"bfloat16"}}
 
 
 class RawModule:
