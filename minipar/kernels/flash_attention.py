@@ -14,9 +14,11 @@ the N×N probabilities: backward rebuilds each tile as P = exp(S - L).  Which co
 runs is decided per call:
 
 - NumPy backend: the tiled array reference (``flash_reference``);
-- CuPy backend: the CUDA kernels of ``flash_attention.cu`` — fp16 on tensor cores,
+- CuPy backend: the CUDA kernels (``flash_cuda``) — fp16 and bf16 on tensor cores,
   fp32 in the plain kernel — when the dtype and head dim are ones they are built for,
-  otherwise the same array reference running on the GPU through ``xp``.
+  otherwise the same array reference running on the GPU through ``xp``: far slower (a
+  few small launches per tile), so ``describe`` says which runs, and why, for the
+  header of a training run.
 
 ``implementation=`` (an argument of every call, held by ``nn.AttentionCore``; no global)
 may be ``"reference"`` to force the array code on either backend (the GPU tests compare
@@ -41,13 +43,29 @@ def _cuda_kernels(q, implementation=None):
     supported = flash_cuda.supports(q.dtype, q.shape[-1])
     if implementation == "emulated":
         if not supported or backend_name() != "numpy":
-            raise ValueError(f"'emulated' runs the CUDA kernels on NumPy arrays of float16 or float32 "
-                             f"(head dim as flash_cuda.supports); got {backend_name()} {q.dtype}, d={q.shape[-1]}")
+            raise ValueError(f"'emulated' runs the CUDA kernels on NumPy arrays of float32, float16 or "
+                             f"bfloat16 (head dim as flash_cuda.supports); got {backend_name()} {q.dtype}, "
+                             f"d={q.shape[-1]}")
         from minipar.kernels.emulator import EmulatedKernels
         return EmulatedKernels()
     if implementation is None and backend_name() == "cupy" and supported:
         return flash_cuda.CupyKernels()
     return None
+
+
+def describe(backend, dtype, head_dim):
+    """Which code runs flash attention on ``backend`` ("numpy", "cupy") for this dtype and
+    head dim, in words: the CUDA kernels, or the array reference and why no kernel runs
+    (the choice ``_cuda_kernels`` makes with ``implementation=None``)."""
+    from minipar.kernels import flash_cuda
+    if backend != "cupy":
+        return f"flash, the tiled array reference (the CUDA kernels need the cupy backend, not {backend})"
+    why = flash_cuda.missing_kernel(dtype, head_dim)
+    if why is not None:
+        return f"flash, the tiled array reference on the GPU (many small launches, slow): {why}"
+    kind = flash_cuda.KINDS[str(dtype)]
+    how = "tensor cores" if kind in flash_cuda.TENSOR_CORE_KINDS else "one thread per query row"
+    return f"flash, CUDA kernels flash_forward_{kind} / flash_backward_{kind} (d={head_dim}, {how})"
 
 
 def _check_shapes(q, k, v):

@@ -24,6 +24,8 @@ def header_lines(m):
              f"  threads: {h['threads']}"]
     if h.get("gpus"):
         lines.append(f"  GPUs: {gpu_map(h['gpus'])}")
+    if h.get("config", {}).get("attention") == "flash":   # a kernel, or which code runs instead and why
+        lines.append(f"  attention: {flash_path(h)}")
     if h.get("bucket_mb") is not None:
         lines.append(f"  gradient buckets: {h['bucket_mb']:g} MiB ({h.get('bucket_source', 'given')})")
     if m.bytes_per_token != 1.0:
@@ -32,6 +34,16 @@ def header_lines(m):
     note = "" if m.peak_tflops else " (no --peak-tflops given)"
     lines.append(f"  MFU against {m.mfu_basis}{note}")
     return lines
+
+
+def flash_path(h):
+    """What runs this run's flash attention (``kernels.flash_attention.describe``): its
+    dtype from the precision, its head dim from the config's model (preset and sizes)."""
+    from minipar.kernels.flash_attention import describe
+    from minipar.nn.gpt import config_from_preset
+    c = h["config"]
+    model = config_from_preset(c["model"], d_model=c.get("d_model"), n_head=c.get("n_head"))
+    return describe(h.get("backend"), backend.dtype_of(h["precision"]), model.d_model // model.n_head)
 
 
 # up to this many ranks the GPU map names each rank; beyond, one range per node
