@@ -34,17 +34,19 @@ Sections, in this order (``--sections`` picks some):
                 precision (SDPA on PyTorch's side), else naive on both; fp32 with TF32 off
                 on both sides (NVIDIA_TF32_OVERRIDE=0, torch's allow_tf32 False)
     attention   flash fp16 and bf16 forward and backward against SDPA (flash backend),
-                causal, d = 64 and 128, N = 1K..8K at B·N = 16K tokens, H·d = 2048
+                causal, d = 64 and 128, N = 1K..8K at B·N = 16K tokens, H·d = 2048; then
+                grouped-query attention (4 query heads per K/V head, K/V read in place)
+                against SDPA with enable_gqa
     syncs       host syncs, device->host reads and kernel launches per training step,
                 counted on the GPU (CUPTI through torch.profiler; the fake's counters in
                 a dry run): tests/scripts/count_gpu_step.py
-    transport   2 ranks sharing the one GPU: an all-reduce through the staging transport
-                (host copies), and through CUDA-aware MPI where MPI says it is: correct
-                sums and bytes/s; NCCL needs 2 GPUs (NCCL refuses two ranks on one device)
-                and says so where there is one
+    transport   2 ranks sharing the one GPU: an all-reduce through each of the comm
+                package's device transports (pageable and staging host copies, CUDA-aware
+                MPI where MPI says it is): correct sums and bytes/s; NCCL needs 2 GPUs
+                (NCCL refuses two ranks on one device) and says so where there is one
 
-A feature not built yet (a bf16 flash kernel, ``minipar train --transport``) is detected,
-not assumed: its rows say "not built".  ``--dry-run`` runs every section on the fake
+A feature not built yet (a bf16 flash kernel, the device transports) is detected, not
+assumed: its rows say "not built".  ``--dry-run`` runs every section on the fake
 CuPy (tests/test_gpu_checks_dry_run.py): tiny shapes, the same code paths and the same
 kernel choices (the CUDA kernels run through the CPU emulator), PyTorch's rows marked
 not measured.  Its figures mean nothing; what it proves is that the run's plumbing works.
@@ -78,7 +80,7 @@ FULL = dict(
     flash=dict(batch=2, heads=8, n=1024, head_dims=[64, 128]),
     throughput=dict(layers=12, d_model=768, heads=12, seq=1024, batch=8, steps=12, warmup=4),
     attention=dict(sizes=[1024, 2048, 4096, 8192], head_dims=[64, 128], tokens=16384,
-                   width=2048, repeats=5),
+                   width=2048, repeats=5, gqa=dict(batch=4, heads=16, group=4, n=4096, d=128)),
     syncs=["--n-layer", "2", "--d-model", "128", "--seq-len", "128", "--batch-size", "4",
            "--steps", "3"],
     transport=dict(mib=64, repeats=5))
@@ -86,7 +88,8 @@ DRY = dict(
     tests=["tests/test_flash_gpu.py", "tests/test_gpu_backend.py", "tests/test_fused_gpu.py"],
     flash=dict(batch=1, heads=1, n=64, head_dims=[64]),
     throughput=dict(layers=1, d_model=16, heads=2, seq=16, batch=2, steps=3, warmup=1),
-    attention=dict(sizes=[64], head_dims=[64], tokens=64, width=64, repeats=1),
+    attention=dict(sizes=[64], head_dims=[64], tokens=64, width=64, repeats=1,
+                   gqa=dict(batch=1, heads=2, group=2, n=64, d=64)),
     syncs=["--n-layer", "1", "--d-model", "16", "--seq-len", "16", "--batch-size", "2",
            "--steps", "2", "--fused-kernels", "optimizer", "--data", "stdlib-bytes"],
     transport=dict(mib=1, repeats=2))
@@ -147,7 +150,6 @@ def child_prerequisites(dry_run):
     try:
         from mpi4py import MPI
         found["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
-        found["mpi_cuda_aware"] = mpi_cuda_aware()
     except Exception as err:   # mpi4py without an MPI library to load
         missing.append(f"no MPI runtime for mpi4py ({type(err).__name__}: {str(err)[:120]}): "
                        "carry the mpich wheel and pass --wheels (docs/gpu.md)")
@@ -160,6 +162,7 @@ def child_prerequisites(dry_run):
             import minipar.train  # noqa: F401   (numpy, regex, tqdm, threadpoolctl, numba, mpi4py)
         except Exception as err:
             missing.append(f"minipar does not import: {type(err).__name__}: {err}"[:240])
+    found["mpi_cuda_aware"], found["transports"] = comm_transports() if not missing else (None, None)
     try:
         import ml_dtypes  # noqa: F401
         found["bf16"] = True
@@ -185,19 +188,16 @@ def torch_status():
     return torch.__version__
 
 
-def mpi_cuda_aware():
-    """What the MPI library says of CUDA buffers: ``MPIX_Query_cuda_support()`` (MPICH and
-    Open MPI export it) from the loaded libmpi; None where it has no such call."""
-    import ctypes
-    with open("/proc/self/maps") as maps:
-        libs = sorted({line.split()[-1] for line in maps if "libmpi" in line and ".so" in line})
-    for lib in libs:
-        try:
-            query = getattr(ctypes.CDLL(lib), "MPIX_Query_cuda_support")
-        except (OSError, AttributeError):
-            continue
-        return bool(query())
-    return None
+def comm_transports():
+    """(what MPI says of CUDA buffers, the device transports minipar's comm package has), as
+    the package itself answers (``comm/cuda_aware.py``, ``comm/device_paths.py``); (None,
+    None) where it has no such modules: the transports are not built."""
+    try:
+        from minipar.comm.cuda_aware import mpi_says_cuda_aware
+        from minipar.comm.device_paths import TRANSPORTS
+    except ImportError:
+        return None, None
+    return mpi_says_cuda_aware(), [t for t in TRANSPORTS if t != "auto"]
 
 
 def child_flash(sizes):
@@ -287,42 +287,48 @@ def child_attention(sizes):
         if not any(flash_cuda.supports(dtype, d) for d in sizes["head_dims"]):
             emit("attention", precision=precision, status=f"not built: no flash kernel for {dtype}")
             continue
-        for d in sizes["head_dims"]:
-            for n in sizes["sizes"]:
-                batch, heads = max(1, sizes["tokens"] // n), sizes["width"] // d
-                shape = dict(precision=precision, d=d, n=n, batch=batch, heads=heads, causal=True)
-                fwd_flops, bwd_flops = attention_flops(batch, heads, n, d, True)
-                try:
-                    import ml_dtypes  # noqa: F401
-                    q, k, v, g = (rng.standard_normal((batch, heads, n, d), dtype=cupy.float32)
-                                  .astype(dtype) for _ in range(4))
-                    out, lse = flash_cuda.forward(q, k, v, True)
-                    fwd = seconds_per_call(lambda: flash_cuda.forward(q, k, v, True), sizes["repeats"], sync)
-                    bwd = seconds_per_call(lambda: flash_cuda.backward(q, k, v, out, lse, g, True),
-                                           sizes["repeats"], sync)
-                    emit("attention", impl="minipar flash", fwd_ms=fwd * 1e3, bwd_ms=bwd * 1e3,
-                         fwd_tflops=fwd_flops / fwd / 1e12, bwd_tflops=bwd_flops / bwd / 1e12, **shape)
-                except Exception as err:
-                    emit("attention", impl="minipar flash", error=f"{type(err).__name__}: {err}"[:300], **shape)
-                    continue
-                if torch is None:
-                    emit("attention", impl="torch sdpa", status=torch_status(), **shape)
-                    continue
-                try:
-                    t_fwd, t_bwd = sdpa_seconds(torch, q, k, v, g, sizes["repeats"], sync)
-                    emit("attention", impl="torch sdpa", fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
-                         fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12, **shape)
-                    emit("attention", ratio="minipar / torch speed", fwd=t_fwd / fwd, bwd=t_bwd / bwd,
-                         targets="fwd >= 0.9, bwd >= 0.8", **shape)
-                except Exception as err:
-                    emit("attention", impl="torch sdpa", error=f"{type(err).__name__}: {err}"[:300], **shape)
-                finally:
-                    torch.cuda.empty_cache()
-                cupy.get_default_memory_pool().free_all_blocks()
+        gqa = sizes["gqa"]
+        shapes = [(max(1, sizes["tokens"] // n), sizes["width"] // d, 1, n, d)
+                  for d in sizes["head_dims"] for n in sizes["sizes"]]
+        gqa_shape = tuple(gqa[k] for k in ("batch", "heads", "group", "n", "d"))
+        for batch, heads, group, n, d in shapes + [gqa_shape]:
+            shape = dict(precision=precision, d=d, n=n, batch=batch, heads=heads, causal=True,
+                         kv_heads=heads // group)
+            fwd_flops, bwd_flops = attention_flops(batch, heads, n, d, True)
+            try:
+                import ml_dtypes  # noqa: F401
+                q, g = (rng.standard_normal((batch, heads, n, d), dtype=cupy.float32).astype(dtype)
+                        for _ in range(2))
+                k, v = (rng.standard_normal((batch, heads // group, n, d), dtype=cupy.float32)
+                        .astype(dtype) for _ in range(2))
+                out, lse = flash_cuda.forward(q, k, v, True)
+                fwd = seconds_per_call(lambda: flash_cuda.forward(q, k, v, True), sizes["repeats"], sync)
+                bwd = seconds_per_call(lambda: flash_cuda.backward(q, k, v, out, lse, g, True),
+                                       sizes["repeats"], sync)
+                emit("attention", impl="minipar flash", fwd_ms=fwd * 1e3, bwd_ms=bwd * 1e3,
+                     fwd_tflops=fwd_flops / fwd / 1e12, bwd_tflops=bwd_flops / bwd / 1e12, **shape)
+            except Exception as err:
+                emit("attention", impl="minipar flash", error=f"{type(err).__name__}: {err}"[:300], **shape)
+                continue
+            if torch is None:
+                emit("attention", impl="torch sdpa", status=torch_status(), **shape)
+                continue
+            try:
+                t_fwd, t_bwd = sdpa_seconds(torch, q, k, v, g, sizes["repeats"], sync, group > 1)
+                emit("attention", impl="torch sdpa", fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
+                     fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12, **shape)
+                emit("attention", ratio="minipar / torch speed", fwd=t_fwd / fwd, bwd=t_bwd / bwd,
+                     targets="fwd >= 0.9, bwd >= 0.8", **shape)
+            except Exception as err:
+                emit("attention", impl="torch sdpa", error=f"{type(err).__name__}: {err}"[:300], **shape)
+            finally:
+                torch.cuda.empty_cache()
+            cupy.get_default_memory_pool().free_all_blocks()
 
 
-def sdpa_seconds(torch, q, k, v, g, repeats, sync):
-    """Seconds per SDPA forward and per backward (flash backend) on the same inputs."""
+def sdpa_seconds(torch, q, k, v, g, repeats, sync, grouped=False):
+    """Seconds per SDPA forward and per backward (flash backend) on the same inputs
+    (``grouped``: K/V with fewer heads, SDPA's enable_gqa, PyTorch >= 2.5)."""
     import torch.nn.functional as F
     from minipar.kernels.bench import seconds_per_call
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -331,6 +337,8 @@ def sdpa_seconds(torch, q, k, v, g, repeats, sync):
 
     def forward():
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            if grouped:
+                return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
             return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
     out = forward()
     backward = lambda: torch.autograd.grad(out, (tq, tk, tv), tg, retain_graph=True)  # noqa: E731
@@ -389,21 +397,21 @@ def child_throughput(framework, precision, shape, limit):
         emit("throughput", error=f"{type(err).__name__}: {str(err).strip()}"[:300], **fields)
 
 
-def child_transport(variant, mib, repeats):
-    """Under mpiexec, 2 ranks on GPU 0: an all-reduce of ``mib`` MiB of float32, rank r
-    holding r + 1 everywhere, so every element must come back as Σ(r + 1); its bytes/s as
-    nccl-tests' bus bandwidth, 2(n-1)/n · bytes / seconds."""
+def child_transport(transport, mib, repeats):
+    """Under mpiexec, 2 ranks on GPU 0: an all-reduce of ``mib`` MiB of float32 through
+    ``transport`` ("host copy" where the comm package has no transports: its one path),
+    rank r holding r + 1 everywhere, so every element must come back as Σ(r + 1); its
+    bytes/s as nccl-tests' bus bandwidth, 2(n-1)/n · bytes / seconds."""
     import cupy
     from minipar import backend
     from minipar.comm import Communicator, all_reduce
     backend.set_backend("cupy")
     cupy.cuda.Device(0).use()
-    comm = Communicator(cuda_aware=variant == "cuda-aware")
+    comm = Communicator() if transport == "host copy" else Communicator(transport=transport)
     n, count = comm.size, mib * 2 ** 20 // 4
     x = cupy.full(count, comm.rank + 1, dtype=cupy.float32)
     want = n * (n + 1) / 2
-    got = all_reduce(comm, x.copy())
-    wrong = int((got != want).sum())
+    wrong = int((all_reduce(comm, x.copy()) != want).sum())
     cupy.cuda.Device().synchronize()
     comm.barrier()
     start = time.perf_counter()
@@ -411,10 +419,10 @@ def child_transport(variant, mib, repeats):
         all_reduce(comm, x.copy())
     cupy.cuda.Device().synchronize()
     seconds = (time.perf_counter() - start) / repeats
-    wrong_anywhere = all_reduce(comm, cupy.asarray([wrong], dtype=cupy.float64))
+    wrong_anywhere = float(all_reduce(comm, cupy.asarray([wrong], dtype=cupy.float64))[0])
     if comm.rank == 0:
-        emit("transport", transport=variant, ranks=n, gpus=cupy.cuda.runtime.getDeviceCount(),
-             bytes=count * 4, ok=float(wrong_anywhere[0]) == 0, wrong_elements=float(wrong_anywhere[0]),
+        emit("transport", transport=transport, ranks=n, gpus=cupy.cuda.runtime.getDeviceCount(),
+             bytes=count * 4, ok=wrong_anywhere == 0, wrong_elements=wrong_anywhere,
              seconds=seconds, bus_bytes_per_s=2 * (n - 1) / n * count * 4 / seconds)
 
 
@@ -558,25 +566,27 @@ def section_syncs(run, sizes, dry_run, found):
 
 
 def section_transport(run, sizes, dry_run, found):
+    """An all-reduce on 2 ranks sharing GPU 0 through each transport the comm package has;
+    the ones this machine cannot run say why (CUDA-aware: MPI says no; NCCL: one GPU)."""
     t = sizes["transport"]
-    mpiexec = [found["mpiexec"], "-n", "2"]
-    variants = ["staging"] + (["cuda-aware"] if found.get("mpi_cuda_aware") else [])
-    if not found.get("mpi_cuda_aware"):
-        says = ("says it is not CUDA-aware (MPIX_Query_cuda_support)" if found.get("mpi_cuda_aware") is False
-                else "does not say whether it is CUDA-aware (no MPIX_Query_cuda_support)")
-        emit("transport", transport="cuda-aware", status=f"not measured: this MPI {says}", mpi=found.get("mpi"))
-    for variant in variants:
-        rc, rows, _ = run.run(mpiexec + child_cmd("transport", variant, t["mib"], t["repeats"]),
-                              LIMITS["transport"] / 2)
+    transports = found.get("transports")
+    if transports is None:
+        emit("transport", feature="device transports (minipar.comm.device_paths)", status="not built")
+        transports = ["host copy"]
+    for transport in transports:
+        if transport == "cuda-aware" and not found.get("mpi_cuda_aware"):
+            emit("transport", transport=transport, mpi=found.get("mpi"), status="not measured: this MPI "
+                 "says it is not CUDA-aware (MPIX_Query_cuda_support)")
+            continue
+        if transport == "nccl" and found.get("gpus", 0) < 2:
+            emit("transport", transport=transport, status=f"not measured: NCCL needs 2 GPUs (it refuses "
+                 f"two ranks on one device), and its baseline with it; {found.get('gpus', 0)} here")
+            continue
+        rc, rows, _ = run.run([found["mpiexec"], "-n", "2"] + child_cmd("transport", transport, t["mib"],
+                                                                      t["repeats"]),
+                              LIMITS["transport"] / len(transports))
         if rc != 0 and not rows:
-            emit("transport", transport=variant, ok=False, exit_code=rc, error="see log.txt")
-    if found.get("gpus", 0) < 2:
-        emit("transport", transport="nccl", status=f"not measured: NCCL needs 2 GPUs (it refuses "
-             f"two ranks on one device); {found.get('gpus', 0)} here")
-    rc, _, out = run.run([sys.executable, "-m", "minipar", "train", "--help"], 20)
-    flag = re.search(r"--transport \{([^}]*)\}", out)
-    emit("transport", feature="minipar train --transport",
-         status=f"built: {flag.group(1)}" if flag else "not built: minipar train has no --transport")
+            emit("transport", transport=transport, ok=False, exit_code=rc, error="see log.txt")
 
 
 def install_wheels(folder, scratch, env):
