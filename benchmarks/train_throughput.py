@@ -19,8 +19,8 @@ Printed: one row per (framework, precision) with tokens/s, then the ratios with
 targets — each precision against fp32 in the same framework (target: fp16 and bf16
 ≥ 1.8×) and minipar against PyTorch at each precision (target ≥ 0.9×).  The targets are
 printed beside the measured ratios, not asserted.  ``--frameworks minipar`` runs minipar
-alone (no PyTorch needed): the CPU dry run in CI does that on the fake CuPy
-(``tests/test_gpu_checks_dry_run.py``).  Vocabulary: the 256 byte ids of the default data,
+alone (no PyTorch needed).  ``benchmarks/gpu_check.py`` measures the same rows one run
+at a time (its own minipar command, with ``--data stdlib-bytes``).  Vocabulary: the 256 byte ids of the default data,
 so the head is a multiple of 64 wide and both models are the same size.
 """
 from __future__ import annotations

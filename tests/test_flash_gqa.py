@@ -114,7 +114,7 @@ def test_bench_refuses_a_group_that_does_not_divide_the_heads():
 
 
 def test_bench_grouped_query_column_dry_runs_on_the_fake_cupy():
-    """The GPU benchmark's grouped-query path (benchmarks/gpu_checks.sh runs it on a GPU),
+    """The attention benchmark's grouped-query path (``benchmarks/attention.py --kv-group``),
     on tests/fake_cupy: the kernels emulated, a tiny shape; it must print both rows."""
     import os
     import subprocess

@@ -1,7 +1,7 @@
 """The same model code on CuPy: skipped unless CuPy and a GPU are present.
 
 Run on a GPU machine with ``python -m pytest -q tests/test_gpu_backend.py`` (or through
-``SECTIONS=all bash benchmarks/gpu_checks.sh``, which runs every GPU check in one go)."""
+``python3 benchmarks/gpu_check.py``, which runs every GPU check in one go)."""
 import json
 
 import numpy as np

@@ -335,7 +335,7 @@ if cupy_available():
     set_backend("numpy")
 else:
     print("No CUDA GPU with CuPy here: the kernels are compiled and tested where one is "
-          "(tests/test_flash_gpu.py, benchmarks/gpu_checks.sh).")
+          "(tests/test_flash_gpu.py, benchmarks/gpu_check.py).")
 ''',
 r'''%md
 ## 6. No GPU? Run the kernel on the CPU
@@ -473,7 +473,7 @@ r'''%md
   attention never writes them: its cost is the FLOPs.
 - Measured on one H200, an earlier fp16 tensor-core kernel of minipar ran at 0.27–0.42× of PyTorch's
   flash SDPA forward; the present kernels (swizzled shared memory, cp.async double buffering) are
-  checked on the CPU emulator and await a GPU measurement (`benchmarks/gpu_checks.sh`).
+  checked on the CPU emulator and await a GPU measurement (`benchmarks/gpu_check.py`).
 - Grouped-query attention's query heads read their KV head in place, in the kernels and the ring.
 
 ## In PyTorch / DeepSpeed / Megatron this is …
