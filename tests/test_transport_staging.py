@@ -139,3 +139,16 @@ def test_the_whole_fuzz_passes_through_the_staging_transport(nprocs):
 @pytest.mark.parametrize("transport", ["cuda-aware", "nccl"])
 def test_the_whole_fuzz_passes_through_the_cuda_aware_and_nccl_transports(transport):
     fuzz(3, transport, ["--big", "70001"])
+
+
+def test_bench_comm_prints_minipar_beside_nccls_own_all_reduce():
+    """On the fake NCCL the times mean nothing; the table must hold NCCL's row as the
+    baseline (100 %) and each algorithm's share of it."""
+    env = dict(ON_FAKE_CUPY, MINIPAR_FAKE_CUPY_DEVICES="2")
+    out = run_mpi(2, ["-m", "minipar", "bench", "comm", "--backend", "cupy", "--transport",
+                      "nccl", "--min-size", "1K", "--max-size", "1K", "--budget", "0.01",
+                      "--max-iters", "3", "--algorithms", "ring,tree"], timeout=120, env=env).stdout
+    rows = {line.split()[1]: line.split() for line in out.splitlines()
+            if line.strip().startswith("1K")}
+    assert "% of NCCL" in out and set(rows) == {"nccl", "ring", "tree"}, out
+    assert rows["nccl"][-1] == "100" and all(float(rows[a][-1]) > 0 for a in ("ring", "tree"))

@@ -12,7 +12,10 @@ the rounds and the nccl-tests bandwidths
     algbw = S / t          busbw = algbw · 2(n-1)/n
 
 (busbw is what each rank's link must carry, comparable across n), the α-β-γ model's
-prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).  Where
+prediction, and ``vs MPI`` = t_MPI / t (above 1: faster than MPI's Allreduce).  With
+``--backend cupy --transport nccl`` (a GPU per rank) the algorithms run over NCCL's
+point-to-point calls and NCCL's own all-reduce is timed beside them: ``% of NCCL`` =
+100·t_NCCL / t.  Where
 calibration found a shaped link between nodes (a burst), every rank sleeps 2·B·β before
 each call, so each starts on an idle link as the model assumes (``comm/two_level.py``).
 
@@ -52,6 +55,7 @@ from minipar.comm.collectives import (ALL_REDUCE_ALGORITHMS, ALL_TO_ALL_ALGORITH
 from minipar.comm.communicator import Communicator
 from minipar.comm.nodes import spans_nodes
 from minipar.perf.calibrate_links import calibrate
+from minipar.process.devices import choose_device
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -126,21 +130,26 @@ def run(comm, sizes, algorithms, dtype="float32", budget=1.0, max_iters=200):
         if not hasattr(buf, "get"):  # MPI's own, on host memory
             names.append("mpi")
             fns.append(lambda: comm.mpi.Allreduce(MPI.IN_PLACE, buf))
+        if comm.transport == "nccl":  # NCCL's own, on the same GPUs
+            names.append("nccl")
+            fns.append(lambda: comm.path.all_reduce(buf))
         for alg in algorithms:
             names.append(alg)
             fns.append(lambda a=alg: all_reduce(comm, buf, "sum", a))
         timed = dict(zip(names, _time_interleaved(comm, fns, budget, max_iters,
                                                   refill=lambda: buf.fill(1), idle_s=idle_s)))
         t_mpi = timed.get("mpi", (float("nan"),))[0]
+        t_nccl = timed.get("nccl", (float("nan"),))[0]
         for alg in names:
             t, t_min = timed[alg]
             used = _auto(ctx, buf.nbytes) if alg == "auto" else alg
             algbw = size / t / 1e9 if t > 0 else float("inf")
-            pred = None if used == "mpi" else cost_model.predict(used, p, size, params,
-                                                                 comm.ranks_per_node)
+            pred = None if used in ("mpi", "nccl") else cost_model.predict(used, p, size, params,
+                                                                           comm.ranks_per_node)
             rows.append(dict(size=size, algorithm=alg, chosen=used, time_s=t, min_time_s=t_min,
                              algbw_GBps=algbw, busbw_GBps=algbw * (2 * (p - 1) / p if p > 1 else 1.0),
                              predicted_s=pred, vs_mpi=t_mpi / t if t > 0 else float("nan"),
+                             pct_of_nccl=100 * t_nccl / t if t > 0 else float("nan"),
                              nprocs=p, dtype=dtype))
     return rows, params
 
@@ -237,13 +246,15 @@ def print_table(rows, params, p, collective="all_reduce"):
               f"1/β={1 / params.beta_inter / 1e9:.3f} GB/s, burst {params.burst_inter / 1e3:.0f} kB "
               f"(calibrated; the model prices each "
               f"step by the link it crosses, comm/two_level.py)")
+    nccl = any(r["algorithm"] == "nccl" for r in rows)   # the baseline: NCCL's, not MPI's
     print(f"{'size':>6} {'algorithm':<28} {'time us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
-          f"{'model us':>9} {'vs MPI':>7}")
+          f"{'model us':>9} " + (f"{'% of NCCL':>9}" if nccl else f"{'vs MPI':>7}"))
     for r in rows:
         name = r["algorithm"] if r["algorithm"] != "auto" else f"auto({r['chosen']})"
         model = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e6:9.1f}"
         print(f"{fmt_size(r['size']):>6} {name:<28} {r['time_s'] * 1e6:10.1f} {r['algbw_GBps']:10.3f} "
-              f"{r['busbw_GBps']:10.3f} {model:>9} {r['vs_mpi']:7.2f}")
+              f"{r['busbw_GBps']:10.3f} {model:>9} " +
+              (f"{r['pct_of_nccl']:9.0f}" if nccl else f"{r['vs_mpi']:7.2f}"))
 
 
 # per rank: input, output and the algorithm's scratch — two for some all-reduces; the
@@ -316,6 +327,9 @@ def main(argv=None):
     ap.add_argument("--ranks-per-node", type=int, default=None,
                     help="pretend nodes of this many ranks (hierarchical)")
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
+    ap.add_argument("--transport", default=None, help="cupy: how device arrays travel "
+                    "(auto, staging, cuda-aware, pageable, nccl: NCCL's all-reduce as the "
+                    "baseline; default $MINIPAR_TRANSPORT or auto)")
     ap.add_argument("--json", default=None, help="write the rows as JSON to FILE")
     ap.add_argument("--check-overhead", action="store_true",
                     help="measure check mode's cost per call instead (sizes up to --max-size)")
@@ -331,7 +345,12 @@ def main(argv=None):
         if MPI.COMM_WORLD.Get_rank() == 0:
             print_check_overhead(rows, MPI.COMM_WORLD.Get_size())
         return 0
-    comm = Communicator(check=False, ranks_per_node=args.ranks_per_node)
+    try:   # a GPU per rank where there are enough (NCCL insists), shared where not
+        choose_device(MPI.COMM_WORLD, share=args.transport != "nccl")
+        comm = Communicator(check=False, transport=args.transport,
+                            ranks_per_node=args.ranks_per_node)
+    except ValueError as err:
+        raise CommandError(f"--transport {args.transport}: {err}") from None
     sizes = []
     s = lo
     while s <= hi:

@@ -99,3 +99,10 @@ class NcclPath(StagingPath):
             return super().irecv(t, buf, source, tag)
         self.noted.append((self.comm.recv, buf, source))
         return [], self.issue
+
+    def all_reduce(self, buf):
+        """NCCL's own all-reduce (sum, in place) of the device array ``buf``: the baseline
+        ``bench comm`` times minipar's algorithms against over the same GPUs."""
+        kind = getattr(self.nccl, f"NCCL_{buf.dtype.name.upper()}")
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, kind, self.nccl.NCCL_SUM,
+                            current_stream().ptr)

@@ -17,9 +17,11 @@ import socket
 
 import numpy
 
-NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64 = 0, 1, 2, 6, 7, 8
+NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32, NCCL_INT64, NCCL_UINT64 = 0, 1, 2, 3, 4, 5
+NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64 = 6, 7, 8
 NCCL_SUM = 0
 _DTYPES = {NCCL_INT8: numpy.int8, NCCL_UINT8: numpy.uint8, NCCL_INT32: numpy.int32,
+           NCCL_UINT32: numpy.uint32, NCCL_INT64: numpy.int64, NCCL_UINT64: numpy.uint64,
            NCCL_FLOAT16: numpy.float16, NCCL_FLOAT32: numpy.float32, NCCL_FLOAT64: numpy.float64}
 _serial = itertools.count()
 _group = []        # calls noted between groupStart and groupEnd
