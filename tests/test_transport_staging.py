@@ -58,10 +58,12 @@ def test_staging_overlaps_copy_out_wire_and_copy_in(paths):
     assert len(sends) == len(d2h_ran) == len(h2d_ran) == CHUNKS, order
     for i in range(CHUNKS):
         assert d2h_ran[i] < sends[i], f"chunk {i} sent before its copy-out ran"
-        if i + 1 < CHUNKS:   # chunk i+1 leaves the device while chunk i is on the wire
-            assert d2h_queued[i + 1] < sends[i] < d2h_ran[i + 1], f"chunk {i}: {order}"
-        if i >= 1:           # chunk i-1 enters the device while chunk i is on the wire
-            assert h2d_queued[i - 1] < sends[i] < h2d_ran[i - 1], f"chunk {i}: {order}"
+        if i + 1 < CHUNKS:
+            assert d2h_queued[i + 1] < sends[i] < d2h_ran[i + 1], \
+                f"the copy-out of chunk {i + 1} was not in flight while chunk {i} was sent: {order}"
+        if i >= 1:
+            assert h2d_queued[i - 1] < sends[i] < h2d_ran[i - 1], \
+                f"the copy-in of chunk {i - 1} was not in flight while chunk {i} was sent: {order}"
     # the compute stream is ordered after the last copy-in, without the host waiting for it
     assert order[-3] == ["stream waits", "null", *h2d_stream] and order[-1][:2] == ["run", *h2d_stream]
     assert paths["delivered"]

@@ -48,8 +48,9 @@ class NcclPath(StagingPath):
 
     def __init__(self, t):
         self.nccl = nccl_module()   # before any message: one clear line where it cannot be
-        super().__init__()
-        self.slots = staging_path().slots   # the process's pinned buffers
+        staging = staging_path()     # the rest is staged through the process's pinned buffers
+        super().__init__(staging.chunk_bytes)
+        self.slots, self._streams = staging.slots, staging._side_streams()
         uid = self.nccl.get_unique_id() if t.rank == 0 else None
         uid = t.mpi.bcast(uid, root=0)   # setup: a few bytes, not counted
         self.comm = self.nccl.NcclCommunicator(t.size, uid, t.rank)

@@ -166,11 +166,9 @@ class StagingPath(HostPath):
 
     splits_messages = True
 
-    def __init__(self, chunk_bytes=None):
-        self.chunk_bytes = int(chunk_bytes or os.environ.get(CHUNK_ENV) or DEFAULT_CHUNK_BYTES)
-        if self.chunk_bytes <= 0:
-            raise ValueError(f"{CHUNK_ENV} must be a positive number of bytes")
-        self.slots = PinnedSlots(self.chunk_bytes)
+    def __init__(self, chunk_bytes):
+        self.chunk_bytes = chunk_bytes
+        self.slots = PinnedSlots(chunk_bytes)
         self._streams = None
 
     def chunks(self, nbytes):
@@ -244,8 +242,12 @@ _paths = {}
 
 
 def staging_path() -> StagingPath:
-    """The process's staging path (pinned slots are per process, not per communicator)."""
-    chunk = int(os.environ.get(CHUNK_ENV) or DEFAULT_CHUNK_BYTES)
+    """The process's staging path (pinned slots are per process, not per communicator),
+    for the chunk size ``$MINIPAR_STAGING_CHUNK_BYTES`` (default 1 MiB)."""
+    text = os.environ.get(CHUNK_ENV) or str(DEFAULT_CHUNK_BYTES)
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{CHUNK_ENV}={text!r}: the chunk must be a positive number of bytes")
+    chunk = int(text)
     if chunk not in _paths:
         _paths[chunk] = StagingPath(chunk)
     return _paths[chunk]

@@ -11,9 +11,11 @@ data message (not check mode's or setup's tiny metadata exchanges), which makes 
 volumes checkable: a ring all-reduce of S bytes over n ranks must show
 ``bytes_sent == 2(n-1)/n·S`` (up to uneven chunks) on every rank.
 
-Device arrays (CuPy) reach MPI by the communicator's *transport* (``transport=`` or
-``MINIPAR_TRANSPORT``: pageable, staging, cuda-aware, or auto — see ``device_paths.py``):
-directly where MPI is CUDA-aware, else through pinned host buffers in chunks.
+Device arrays (CuPy) travel by the communicator's *transport* (``transport=`` or
+``MINIPAR_TRANSPORT``: auto, pageable, staging, cuda-aware — ``device_paths.py``,
+``staging.py`` — or nccl, ``nccl_path.py``): by default to MPI directly where MPI is
+CUDA-aware, else through pinned host buffers in chunks.  Each path is a ``path`` object
+with the five calls below; host arrays skip it (``_plain``) unless it cuts messages.
 
 Collectives run on a private duplicate of the user's communicator (a *context*, as MPI
 does internally), so user point-to-point messages can never match a collective's, and
