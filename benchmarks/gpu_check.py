@@ -88,8 +88,8 @@ DRY = dict(
     tests=["tests/test_flash_gpu.py", "tests/test_gpu_backend.py", "tests/test_fused_gpu.py"],
     flash=dict(batch=1, heads=1, n=64, head_dims=[64]),
     throughput=dict(layers=1, d_model=16, heads=2, seq=16, batch=2, steps=3, warmup=1),
-    attention=dict(sizes=[64], head_dims=[64], tokens=64, width=64, repeats=1,
-                   gqa=dict(batch=1, heads=2, group=2, n=64, d=64)),
+    attention=dict(sizes=[], head_dims=[64], tokens=64, width=64, repeats=1,   # the flash
+                   gqa=dict(batch=1, heads=2, group=2, n=64, d=64)),   # section ran d 64, N 64
     syncs=["--n-layer", "1", "--d-model", "16", "--seq-len", "16", "--batch-size", "2",
            "--steps", "2", "--fused-kernels", "optimizer", "--data", "stdlib-bytes"],
     transport=dict(mib=1, repeats=2))
