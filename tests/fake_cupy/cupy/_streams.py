@@ -19,6 +19,8 @@ What the copies did is written to ``cupy._counts.stream_log``, in order, as tupl
     ("stream waits", waiter, stream)           ``waiter`` ordered after an event of ``stream``
 
 and ``cupy._counts.pinned_allocs`` / ``pinned_bytes`` count ``alloc_pinned_memory`` calls.
+A host wait on a side stream's event is logged, not added to ``cupy._counts.syncs``: that
+counts drains of the compute stream, which such a wait leaves running.
 An asynchronous copy to or from pageable memory is synchronous, as in CUDA.
 """
 import itertools
