@@ -58,9 +58,10 @@ def check_transport(name):
 
 
 def resolve(transport=None, cuda_aware_flag=None) -> str:
-    """The transport a communicator uses: ``transport`` (``cuda_aware_flag`` True: the
-    older way to ask for ``cuda-aware``), else ``$MINIPAR_TRANSPORT``, else ``auto`` —
-    which ``cuda_aware_flag`` False keeps off ``cuda-aware`` — resolved."""
+    """The transport a communicator uses: ``transport`` (or ``cuda-aware`` where
+    ``cuda_aware_flag``, ``Communicator(cuda_aware=True)``, is True), else
+    ``$MINIPAR_TRANSPORT``, else ``auto`` — which ``cuda_aware_flag`` False keeps off
+    ``cuda-aware`` — resolved."""
     name = transport or ("cuda-aware" if cuda_aware_flag else None) or os.environ.get(ENV) or "auto"
     check_transport(name)
     if name != "auto":
