@@ -35,6 +35,10 @@ SLOW_NOTEBOOKS = {   # the heaviest (10-35 s each); every other notebook execute
     "15_elastic.ipynb": "test_elastic.py, test_balance.py",
     "21_experts.ipynb": "test_expert_parallel.py, test_moe.py, test_lesson_experts.py (two training runs, two 4-rank launches)",
 }  # and lessons 15 and 21's multi-rank exercises, blank and solved: test_lesson_yours.py
+_spec = importlib.util.spec_from_file_location("lessons_solved", os.path.join(LESSONS, "solved.py"))
+solved = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(solved)
+solutions, course_folder = solved.solutions, solved.course_folder   # {exercise: code}; MINE after every lesson
 EXECUTIONS = [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW_NOTEBOOKS else []) for name in NAMES]
 
 
@@ -48,17 +52,6 @@ def _kernel_env():
         path = os.environ.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
     return env
-
-
-def course_folder(path):
-    """``path`` filled as a learner's course folder is after every lesson: each solution
-    that is a ``%%writefile {MINE}/name.py`` (or lesson 07's ``{WORK}/``) cell, written."""
-    for notebook in NAMES:
-        for code in solutions(notebook).values():
-            first, _, body = code.lstrip("\n").partition("\n")
-            if first.startswith(("%%writefile {MINE}/", "%%writefile {WORK}/")):
-                (path / first.rsplit("/", 1)[1]).write_text(body)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +82,6 @@ def test_notebook_has_no_outputs(name):
 
 def exercise_cells(nb):
     return [c for c in nb.cells if "exercise" in c.get("metadata", {}).get("tags", [])]
-
-
-def solutions(name):
-    """{exercise name: solution code} of a notebook (empty when it has none)."""
-    path = os.path.join(LESSONS, "solutions", name.replace(".ipynb", ".py"))
-    if not os.path.exists(path):
-        return {}
-    spec = importlib.util.spec_from_file_location("solutions_" + name[:2], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SOLUTIONS
 
 
 def _run(nb):

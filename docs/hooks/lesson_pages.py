@@ -32,7 +32,9 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LESSONS = os.path.join(ROOT, "lessons")
@@ -64,15 +66,17 @@ def lesson_title(name):
     return name[:-len(".ipynb")].replace("_", " ")
 
 
-def solutions(name):
-    """{exercise name: solution code} from ``lessons/solutions/NN_topic.py`` (empty if none)."""
-    path = os.path.join(LESSONS, "solutions", name.replace(".ipynb", ".py"))
-    if not os.path.exists(path):
-        return {}
-    spec = importlib.util.spec_from_file_location("solutions_" + name[:2], path)
+def _solved():
+    """``lessons/solved.py`` (the solutions and the course folder), loaded by its path."""
+    spec = importlib.util.spec_from_file_location("lessons_solved", os.path.join(LESSONS, "solved.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.SOLUTIONS
+    return module
+
+
+def solutions(name):
+    """{exercise name: solution code} from ``lessons/solutions/NN_topic.py`` (empty if none)."""
+    return _solved().solutions(name)
 
 
 def exercise_name(cell):
@@ -128,7 +132,8 @@ def execute(name, log=print):
                 raise LessonFailed(f"{name}: exercise {key!r} has no solution in lessons/solutions/")
             cell.source = answers[key].strip("\n")
     log(f"executing lessons/{name} (its inputs changed or it was never cached)")
-    env = kernel_env()
+    mine = tempfile.mkdtemp(prefix="minipar_course_")    # MINE as after every lesson: 12 composes them
+    env = {**kernel_env(), "MINIPAR_MINE": _solved().course_folder(mine)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)          # the kernel subprocess inherits os.environ
     try:
@@ -142,6 +147,7 @@ def execute(name, log=print):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        shutil.rmtree(mine, ignore_errors=True)
     for stale in glob.glob(os.path.join(CACHE, f"{name[:-len('.ipynb')]}-*.ipynb")):
         os.remove(stale)
     nbformat.write(nb, cached + ".part")

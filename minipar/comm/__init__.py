@@ -2,8 +2,8 @@
 
 Exported:
 
-- ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None, ranks_per_node=None,
-  hang_timeout=None)`` — rank, size, ``split(color, key)``, buffer-based
+- ``Communicator(mpi_comm=None, *, check=None, cuda_aware=None, transport=None,
+  ranks_per_node=None, hang_timeout=None)`` — rank, size, ``split(color, key)``, buffer-based
   ``send/recv/sendrecv/isend/irecv/wait/waitall`` (the transport) and ``barrier()``,
   counters ``bytes_sent, bytes_recv, msgs_sent, msgs_recv`` and ``reset_counters()``.
 - errors: ``CollectiveArgumentError`` (a ValueError: a bad argument on some rank — in
@@ -36,7 +36,9 @@ The modules, in layers, lowest first: each imports only from the layers before i
     helpers       counters, watchdog (hang timeout), checks (local argument checks),
                   chunks (the array_split rule, pipeline segments), nodes, abort,
                   cost_params (the model's constants)
-    transport     p2p on contiguous arrays, contexts, counters  (``Transport``)
+    transport     p2p on contiguous arrays, contexts, counters  (``Transport``); how a
+                  device array travels: cuda_aware (asks MPI), device_paths (pageable,
+                  cuda-aware, ``auto``), staging (pinned, chunked, side streams), nccl_path
     exchange      pipelined send/receive/reduce;  agree (check mode's descriptor exchange)
     cost model    two_level (steps priced by the link they cross), cost_model (α-β-γ,
                   ``choose``): arithmetic only, no messages

@@ -124,8 +124,8 @@ def setup(config: TrainConfig, prepared=False):
     if config.world_size > 1:
         abort_on_exception()
         set_hang_timeout(config.hang_timeout or None)   # a stuck peer ends the job, named
-    grid = ProcessGrid(Communicator(), dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp,
-                       ep=config.ep)
+    grid = ProcessGrid(Communicator(transport=config.transport), dp=config.dp, tp=config.tp,
+                       pp=config.pp, cp=config.cp, ep=config.ep)
     groups = None
     if config.outer == "diloco":      # DiLoCo: everything below is built inside a group
         from minipar.parallel.outer import carve_groups
