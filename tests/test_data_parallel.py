@@ -62,6 +62,7 @@ def test_broadcast_buckets_overlap_and_memory():
         assert 0 <= totals[stage] - formula <= 16 * (report[f"psi_padded{stage}"] - psi)
 
 
+@pytest.mark.slow     # resharding across ZeRO stages by default: test_checkpoint_reshard.py's chain
 def test_checkpoint_dp4_zero2_resumes_on_dp2_zero3(tmp_path):
     full = train(tmp_path, "full", 1, steps=8)
     train(tmp_path, "first", 4, "--zero", "2", "--stop-at", "4", steps=8)

@@ -167,6 +167,7 @@ def test_below_min_np_it_stops_with_a_clear_message(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.slow     # a host lost and a job grown: the supervisor's other paths; sigkill and a hang run by default
 def test_a_failed_host_leaves_the_job(tmp_path, oracle):
     """Two hosts of 2 slots: rank 3 (on localhost-b) exits with status 3; the host goes,
     2 slots are left on localhost-a."""
@@ -183,6 +184,7 @@ def test_a_failed_host_leaves_the_job(tmp_path, oracle):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.slow     # a host lost and a job grown: the supervisor's other paths; sigkill and a hang run by default
 def test_more_slots_in_the_hosts_file_grow_the_job_from_2_to_4(tmp_path, oracle):
     """Rank 0 stalls after step 3 (``hold``) until the supervisor's Ctrl-C: the test adds
     a host meanwhile; the job saves step 3, and attempt 2 runs on 4 ranks from there."""

@@ -65,13 +65,16 @@ def _hf_python():
     return os.environ.get("MINIPAR_HF_PYTHON")
 
 
+SLOW = pytest.mark.slow     # by default one gpt2 and the llama; the untied, padded and MoE exports in the slow run
+
+
 @pytest.mark.parametrize("flags, architecture", [
-    (["--model", "tiny"], "GPT2LMHeadModel"),
+    pytest.param(["--model", "tiny"], "GPT2LMHeadModel", marks=SLOW),
     (["--model", "tiny", "--tie-weights"], "GPT2LMHeadModel"),
     (["--model", "llama-tiny", "--n-kv-head", "2", "--rope-theta", "500"], "LlamaForCausalLM"),
-    (["--model", "tiny", "--pad-vocab-to", "96"], "GPT2LMHeadModel"),
-    (["--model", "llama-tiny", "--n-kv-head", "2", "--moe-experts", "4", "--moe-top-k", "2"],
-     "MixtralForCausalLM")],
+    pytest.param(["--model", "tiny", "--pad-vocab-to", "96"], "GPT2LMHeadModel", marks=SLOW),
+    pytest.param(["--model", "llama-tiny", "--n-kv-head", "2", "--moe-experts", "4", "--moe-top-k", "2"],
+                 "MixtralForCausalLM", marks=SLOW)],
     ids=["gpt2-untied", "gpt2-tied", "llama-gqa", "gpt2-padded-vocab", "mixtral"])
 def test_exported_model_gives_minipar_logits_in_transformers(tmp_path, flags, architecture):
     run = tmp_path / "run"
