@@ -5,8 +5,8 @@ float64 reference are in test_flash_emulated.py, with fp16's and fp32's):
   CUDA kernel takes the precision and head dim, that the array reference runs and why;
 - the bf16 kernels are the entry points of one template with fp16's (flash_attention_f16.cu),
   and each takes only its own dtype where CuPy would check nothing (the fake CuPy does);
-- the emulator's bf16 mma and conversions against the independent PTX model of
-  tests/ptx_oracle.py.
+- the emulator's bf16 mma and conversions, and the ldmatrix loads (no .trans) of the K/V
+  fragments, against the independent PTX model of tests/ptx_oracle.py.
 """
 from types import SimpleNamespace
 
@@ -82,6 +82,25 @@ extern "C" __global__ void probe_convert_bf16(const float* x, unsigned* packed, 
     packed[lane] = Bf16::pack2(x[2 * lane], x[2 * lane + 1]);
     single[lane] = Bf16::from_float(x[lane]);
 }
+// A 16 x ROW tile into swizzled shared memory, read back by the ldmatrix loaders: A at
+// columns 16..31, the Bᵀ pair at rows 8..15 and columns 32..63, and the bare x4 at the
+// addresses `rows` gives (element offsets into the unswizzled tile's copy after it).
+extern "C" __global__ void probe_ldmatrix(const half_bits* tile, const int* rows, unsigned* a, unsigned* b_pair,
+                                          unsigned* bare) {
+    extern __shared__ uint4 smem[];
+    half_bits* s = (half_bits*)smem;
+    for (int i = threadIdx.x; i < 16 * ROW; i += blockDim.x) {
+        s[swizzle(i / ROW, i % ROW, ROW)] = tile[i];
+        s[16 * ROW + i] = tile[i];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x;
+    unsigned fa[4], fb[4], fx[4];
+    load_a_ldmatrix(fa, s, ROW, 0, 16, lane);
+    load_b_transposed_pair(fb, s, ROW, 8, 32, lane);
+    ldmatrix_x4(fx, s + 16 * ROW + rows[lane]);
+    for (int i = 0; i < 4; ++i) { a[4 * lane + i] = fa[i]; b_pair[4 * lane + i] = fb[i]; bare[4 * lane + i] = fx[i]; }
+}
 '''
 ROW = 64  # flash_mma.cuh's ROW at HEAD_DIM 64
 BF16 = np.dtype("bfloat16")
@@ -123,3 +142,14 @@ def test_bf16_conversions_round_to_nearest_even(probes):
     np.testing.assert_array_equal(packed & 0xFFFF, np.where(nan[0::2], packed & 0xFFFF, want[0::2]))  # lo = x[2l]
     np.testing.assert_array_equal(packed >> 16, want[1::2])
 
+
+def test_ldmatrix_loaders_give_the_documented_fragments(probes):
+    tile = np.random.default_rng(1).standard_normal((16, ROW)).astype(BF16)
+    rows = np.random.default_rng(3).choice(16 * ROW // 8, 32, replace=False).astype(np.int32) * 8
+    a, b_pair, bare = (np.zeros((32, 4), np.uint32) for _ in range(3))
+    probes("probe_ldmatrix")((1,), (32,), (tile, rows, a, b_pair, bare), shared_mem=2 * tile.nbytes)
+    t = bits(tile)
+    np.testing.assert_array_equal(a, oracle.pack_a(t[:16, 16:32]))              # A = tile[0:16, 16:32]
+    np.testing.assert_array_equal(b_pair[:, :2], oracle.pack_b(t[8:16, 32:48].T))
+    np.testing.assert_array_equal(b_pair[:, 2:], oracle.pack_b(t[8:16, 48:64].T))
+    np.testing.assert_array_equal(bare, oracle.ldmatrix_x4_b16(t.reshape(-1), rows))

@@ -79,10 +79,11 @@ flash_forward(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
 #pragma unroll
         for (int nk = 0; nk < TC_FWD_BLOCK_K / 8; ++nk) {
 #pragma unroll
-            for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
-                unsigned b[2];
-                load_b_transposed(b, k_tile, ROW, nk * 8, kd * 16, g, t);
+            for (int kd = 0; kd < HEAD_DIM / 16; kd += 2) {  // Kᵀ fragments of two d-steps per ldmatrix
+                unsigned b[4];
+                load_b_transposed_pair(b, k_tile, ROW, nk * 8, kd * 16, lane);
                 Element::mma(s[nk], q_frag[kd], b);
+                Element::mma(s[nk], q_frag[kd + 1], b + 2);
             }
         }
         const bool needs_mask = next_k0 > n_keys || (causal && next_k0 - 1 > q0 + offset);
@@ -226,8 +227,8 @@ flash_backward(const half_bits* __restrict__ q, const half_bits* __restrict__ k,
 #pragma unroll
         for (int kd = 0; kd < HEAD_DIM / 16; ++kd) {
             unsigned k_frag[4], v_frag[4];
-            load_a(k_frag, k_tile, ROW, warp * 16, kd * 16, g, t);
-            load_a(v_frag, v_tile, ROW, warp * 16, kd * 16, g, t);
+            load_a_ldmatrix(k_frag, k_tile, ROW, warp * 16, kd * 16, lane);
+            load_a_ldmatrix(v_frag, v_tile, ROW, warp * 16, kd * 16, lane);
 #pragma unroll
             for (int nq = 0; nq < TC_BWD_BLOCK_Q / 8; ++nq) {
                 unsigned b[2];

@@ -46,11 +46,12 @@ def forward_block_k(head_dim):
 
     A 128-key tile halves the loop's iterations, barriers and softmax rescales, and costs
     each thread 64 more fp32 scores in registers and the block twice the shared memory
-    (2 stages × {K, V} × keys × d halves).  ptxas (nvcc 13.0), sm_80 / sm_90, 0 spills either way:
-        d =  32:  80 /  75 registers with 64 keys -> 129 / 130 with 128 keys;  16 -> 32 KiB
-        d =  64: 128 / 124 -> 178 / 182;  32 -> 64 KiB
-        d =  96: 160 / 133 -> 175 / 185;  48 -> 96 KiB
-        d = 128: 171 / 174 -> 238 / 242;  64 -> 128 KiB
+    (2 stages × {K, V} × keys × d halves).  ptxas (nvcc 13.0, ``nvrtc_options``), sm_80 / sm_90,
+    0 spills either way:
+        d =  32:  84 /  80 registers with 64 keys -> 140 / 139 with 128 keys;  16 -> 32 KiB
+        d =  64: 132 / 104 -> 143 / 191;  32 -> 64 KiB
+        d =  96: 136 / 134 -> 181 / 179;  48 -> 96 KiB
+        d = 128: 182 / 176 -> 252 / 255;  64 -> 128 KiB
     Blocks (4 warps) resident per SM, from 64K registers (256 per warp granule) and 164 KiB
     (A100) or 228 KiB (H100) of shared memory, 1 KiB reserved per block; 64 -> 128 keys:
         d = 32: 6 -> 3,   d = 64: 4 -> 2,   d = 96: 3 -> 1 (A100), 3 -> 2 (H100),   d = 128: 2 -> 1.

@@ -146,6 +146,30 @@ __device__ __forceinline__ void load_b_pair(unsigned b[4], const half_bits* tile
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(shared_address(p)));
 }
 
+// ldmatrix.x4 (no .trans): four 8×8 blocks in one warp-wide instruction.  Lanes 8j..8j+7
+// give the addresses of rows 0..7 of block j (16 bytes each), and lane 4g + t receives
+// row g, columns 2t..2t+1 of block j in register j — the fragment layouts of mma's A and
+// of Bᵀ, so one instruction replaces four (A) or four (two Bᵀ) 32-bit shared-memory loads
+// per lane, and the 8 rows it reads lie in distinct banks (the swizzle).
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const half_bits* lane_row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(lane_row)));
+}
+
+// load_a by ldmatrix: blocks (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+// of the 16×16 block at (row0, col0) are a[0..3].
+__device__ __forceinline__ void load_a_ldmatrix(unsigned a[4], const half_bits* tile, int row_len, int row0,
+                                                int col0, int lane) {
+    ldmatrix_x4(a, tile + swizzle(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, col0 + (lane >> 4) * 8, row_len));
+}
+
+// load_b_transposed for two 16-column steps at once, by ldmatrix: M the 8 × 32 block at
+// (row0, col0), b[0..1] the B fragment of (columns 0..15)ᵀ, b[2..3] of (columns 16..31)ᵀ.
+__device__ __forceinline__ void load_b_transposed_pair(unsigned b[4], const half_bits* tile, int row_len, int row0,
+                                                       int col0, int lane) {
+    ldmatrix_x4(b, tile + swizzle(row0 + (lane & 7), col0 + (lane >> 3) * 8, row_len));
+}
+
 // rows [row0, row0 + rows) of a (n_rows, HEAD_DIM) matrix into a swizzled tile, zero past n_rows.
 __device__ __forceinline__ void load_tile(half_bits* tile, const half_bits* src, int row0, int rows, int n_rows) {
     const int chunks = HEAD_DIM / 8;  // 16-byte pieces per row

@@ -13,7 +13,7 @@
 //             all of them execute the same instruction, then each lane computes its own
 //             result from the 32 lanes' operands.  A barrier some thread never reaches
 //             stops the launch with a message (on a GPU: a hang or undefined behaviour).
-//   PTX       mma.sync.m16n8k16 (f16 or bf16 inputs, f32 accumulators), ldmatrix.x4.trans,
+//   PTX       mma.sync.m16n8k16 (f16 or bf16 inputs, f32 accumulators), ldmatrix.x4 (.trans),
 //             cvt to f16/f16x2/bf16/bf16x2, cvta.to.shared, cp.async (16-byte .cg,
 //             commit_group, wait_group; ptx.h): fragment layouts as in the PTX ISA.
 //             An instruction not listed stops the launch.

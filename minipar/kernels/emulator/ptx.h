@@ -12,8 +12,8 @@
 //   A (16x16): register i, half h  ->  A[g + 8(i&1)][2t + h + 8(i>>1)]
 //   B (16x8):  register i, half h  ->  B[2t + h + 8i][g]
 //   C, D (16x8 f32): register i    ->  C[g + 8(i>>1)][2t + (i&1)]
-// ldmatrix.m8n8.x4.trans: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j;
-// lane 4g + t receives M_j[2t..2t+1][g] in register j.
+// ldmatrix.m8n8.x4: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j; lane
+// 4g + t receives M_j[g][2t..2t+1] in register j (with .trans: M_j[2t..2t+1][g]).
 // cp.async (commit_group, wait_group): async_copy.h.
 // In the race build the interpreter's bookkeeping is hidden from ThreadSanitizer; only
 // ldmatrix's read of shared memory is the kernel's own access, and is checked.
@@ -140,8 +140,14 @@ EMU_UNCHECKED inline void ldmatrix_trans_gather(uint32_t d[4], const Deposit* la
     }
 }
 
-// ldmatrix.m8n8.x4.trans: each lane reads its row (16 bytes) when it executes.
-inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
+// Lane 4g + t's registers without .trans: M_j[g][2t..2t+1], bytes 4t..4t+3 of row g.
+EMU_UNCHECKED inline void ldmatrix_gather(uint32_t d[4], const Deposit* lanes) {
+    const int g = lane_id() >> 2, t = lane_id() & 3;
+    for (int j = 0; j < 4; ++j) memcpy(&d[j], lanes[8 * j + g].bytes + 4 * t, 4);
+}
+
+// ldmatrix.m8n8.x4 (.trans or not): each lane reads its row (16 bytes) when it executes.
+inline void ldmatrix_x4(uint32_t d[4], uint64_t shared_offset, bool trans) {
     if (shared_offset % 16 != 0 || shared_offset + 16 > the_launch.shared_bytes)
         fail("ldmatrix: row address " + std::to_string(shared_offset) + " is not 16-byte aligned inside " +
              std::to_string(the_launch.shared_bytes) + " bytes of shared memory");
@@ -149,7 +155,9 @@ inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
     EMU_RACE(__tsan_ignore_thread_end());  // this read is the kernel's: checked for races
     memcpy(row, the_launch.shared + shared_offset, 16);
     EMU_RACE(__tsan_ignore_thread_begin());
-    ldmatrix_trans_gather(d, warp_exchange("ldmatrix.x4.trans", row, 16));
+    const Deposit* lanes = warp_exchange(trans ? "ldmatrix.x4.trans" : "ldmatrix.x4", row, 16);
+    if (trans) ldmatrix_trans_gather(d, lanes);
+    else ldmatrix_gather(d, lanes);
 }
 
 // ---- the interpreter of an asm template ------------------------------------------------
@@ -157,7 +165,7 @@ inline void ldmatrix_x4_trans(uint32_t d[4], uint64_t shared_offset) {
 // whose operands are register slots: %N is slot N, a `.reg` temporary a slot after them.
 
 enum Opcode { CVT_F16X2, CVT_F16, CVT_BF16X2, CVT_BF16, CVTA_SHARED, CVT_U32_U64, MMA_16816, MMA_16816_BF16,
-              LDMATRIX_X4_TRANS, CP_ASYNC_16, CP_ASYNC_COMMIT, CP_ASYNC_WAIT };
+              LDMATRIX_X4, LDMATRIX_X4_TRANS, CP_ASYNC_16, CP_ASYNC_COMMIT, CP_ASYNC_WAIT };
 struct OpcodeInfo { const char* name; Opcode op; std::vector<size_t> group_sizes; };  // registers per operand
 const OpcodeInfo OPCODES[] = {
     {"cvt.rn.f16x2.f32", CVT_F16X2, {1, 1, 1}}, {"cvt.rn.f16.f32", CVT_F16, {1, 1}},
@@ -165,6 +173,7 @@ const OpcodeInfo OPCODES[] = {
     {"cvta.to.shared.u64", CVTA_SHARED, {1, 1}}, {"cvt.u32.u64", CVT_U32_U64, {1, 1}},
     {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", MMA_16816, {4, 4, 2, 4}},
     {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", MMA_16816_BF16, {4, 4, 2, 4}},
+    {"ldmatrix.sync.aligned.m8n8.x4.shared.b16", LDMATRIX_X4, {4, 1}},
     {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", LDMATRIX_X4_TRANS, {4, 1}},
     {"cp.async.cg.shared.global", CP_ASYNC_16, {1, 1, 1, 1}}, {"cp.async.commit_group", CP_ASYNC_COMMIT, {}},
     {"cp.async.wait_group", CP_ASYNC_WAIT, {1}}};
@@ -286,9 +295,10 @@ inline void execute(const Statement& s, uint64_t* r) {
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }
+        case LDMATRIX_X4:
         case LDMATRIX_X4_TRANS: {
             uint32_t d[4];
-            ldmatrix_x4_trans(d, r[x[1][0]]);
+            ldmatrix_x4(d, r[x[1][0]], s.op == LDMATRIX_X4_TRANS);
             for (int i = 0; i < 4; ++i) r[x[0][i]] = d[i];
             break;
         }
