@@ -4,7 +4,7 @@
 ``Optimizer.memory_bytes()`` exactly on every rank.  The live-array peak
 (``backend.memory``) is predicted by ``tracked_peak_bytes``: within 1 % for one process,
 data parallelism and ZeRO (the count is exact up to a few bytes of scalars); within
-5 % under tensor and pipeline parallelism, recomputation and accumulation, where the
+5 % under tensor, pipeline and context parallelism, recomputation and accumulation, where the
 peak's moment depends on the schedule (interleaved stages, and the sends a stage has
 not yet found complete, are counted approximately).  The ranks' parameters, built in
 one process with no messages (``parallel/shapes.py``), hold the whole model between them.
@@ -46,7 +46,7 @@ def _reports(nprocs, layouts, timeout):
 
 def _check(d):
     kw = d["layout"]
-    loose = any(k in kw for k in ("tp", "pp", "recompute", "grad_accum", "moe_experts"))
+    loose = any(k in kw for k in ("tp", "pp", "cp", "recompute", "grad_accum", "moe_experts"))
     for r in d["ranks"]:
         assert r["state"] == r["state_model"], (kw, r["coords"], r["state"], r["state_model"])
         err = abs(r["peak_model"] / r["peak"] - 1)
@@ -69,6 +69,7 @@ def test_two_rank_layouts():
 
 
 def test_four_rank_state_is_exact():
+    """State exact on every rank of 4-rank layouts; the context-parallel ones' peaks too."""
     layouts = [dict(model="tiny", batch_size=8, **kw) for kw in
                (dict(zero=1), dict(zero=3), dict(tp=2, zero=2), dict(tp=2, pp=2, microbatches=2),
                 dict(pp=2, chunks=2, schedule="interleaved", microbatches=2, zero=1))]
@@ -84,9 +85,15 @@ def test_four_rank_state_is_exact():
     moe = dict(model="llama-tiny", batch_size=8, moe_experts=4)
     layouts += [dict(moe, ep=2, zero=1), dict(moe, ep=4, zero=2, precision="bf16", bucket_mb=0.02),
                 dict(moe, ep=2, zero=3)]
-    for d in _reports(4, layouts, timeout=400):
+    # context parallelism's activations: a rank's S/cp positions, the ring's log-sum-exp
+    # and one chunk pair's scores, Ulysses' heads layout and its whole-sequence scores
+    context = [dict(model="tiny", batch_size=4, seq_len=128, cp=4, **kw) for kw in
+               (dict(), dict(cp_kind="ulysses"), dict(cp_kind="ulysses", cp_ulysses=2))]
+    for d in _reports(4, layouts + context, timeout=400):
         for r in d["ranks"]:
             assert r["state"] == r["state_model"], (d["layout"], r["coords"])
+        if d["layout"] in context:
+            _check(d)
 
 
 def test_llama_layouts():

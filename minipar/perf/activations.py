@@ -105,9 +105,10 @@ def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, recompute="none"):
 
 
 def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naive",
-                        recompute="none", block: Optional[Llama] = None):
+                        recompute="none", block: Optional[Llama] = None, context=(1, 1)):
     """Bytes one of minipar's blocks keeps for backward (see the module docstring);
-    ``block``: None for gpt2's, ``Llama(kv, ffn)`` for the llama block."""
+    ``block``: None for gpt2's, ``Llama(kv, ffn)`` for the llama block; ``context``: (R, U)
+    of context parallelism (``context_core_bytes``), ``s`` then this rank's positions."""
     e, w, N = DTYPE_BYTES[dtype], max(DTYPE_BYTES[dtype], 4), b * s
     seq = N / t if sp else N                      # tokens of the LN / residual parts
     norms = 2 * (seq * h * e + seq * h * w + seq * w)        # out, xhat, inv_sigma
@@ -127,12 +128,39 @@ def minipar_block_bytes(b, s, h, a, t=1, sp=False, dtype="fp32", attention="naiv
             dense_mlp = 3 * f * N * e + f * N * w + N * h * e
             sliced += block.experts.share * (
                 moe_mlp_bytes(seq, h, block.ffn, t, block.experts, e, w) - dense_mlp)
-    core = {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
+    core = context_core_bytes(b, s, h, a, t, e, w, attention, *context)
     if recompute == "selective":
         core = 0.0
     if recompute == "full":
         return seq * h * e                                   # the block's input only
     return norms + residual + rows + gathered + sliced + core
+
+
+def context_core_bytes(b, s, h, a, t, e, w, attention, ring=1, ulysses=1):
+    """What a block's attention core keeps for backward on a rank holding ``s`` of the
+    sequence's S = s·R·U positions (``parallel/context``): without context parallelism,
+    naive attention's scores and probabilities (2·b·a/t·s² numbers) or flash's log-sum-exp;
+    Ulysses (U > 1) adds q, k, v and the output in the heads layout (4·b·s·h/t numbers)
+    and, alone (R = 1), attends whole: the S² scores of a/(t·U) heads; the ring (R > 1)
+    keeps no score matrix — its backward rebuilds each pair's — only the log-sum-exp of
+    its rows beside its output (the block's P·v, counted with the block)."""
+    if ring == 1 and ulysses == 1:
+        return {"naive": 2 * b * (a / t) * s * s * e, "flash": b * (a / t) * s * 4}[attention]
+    swapped = 4 * b * s * h / t * e if ulysses > 1 else 0.0
+    heads, whole = a / (t * ulysses), s * ring * ulysses
+    if ring == 1:
+        return swapped + {"naive": 2 * b * heads * whole * whole * e, "flash": b * heads * whole * 4}[attention]
+    return swapped + b * (a / t) * s * 4
+
+
+def ring_pair_bytes(b, s, a, t, w, ring=1, ulysses=1):
+    """The peak a ring-attention chunk pair adds while it is computed (R > 1): its
+    backward's scores, probabilities and their gradient, (b, a/(t·U), c, c) with
+    c = S/(2R) = s·U/2 in the wide dtype; 0 without the ring."""
+    if ring == 1:
+        return 0.0
+    c = s * ulysses / 2
+    return 3 * b * a / (t * ulysses) * c * c * w
 
 
 def minipar_embed_bytes(b, s, h, dtype="fp32", t=1, sp=False, positions=True):
@@ -166,19 +194,19 @@ def minipar_head_bytes(b, s, h, vocab, t=1, dtype="fp32", sp=False):
 
 def minipar_peak_activation_bytes(b, s, h, a, vocab, layers, t=1, sp=False, dtype="fp32",
                                   attention="naive", recompute="none", first=True,
-                                  last=True, in_flight=1.0, pipeline=None, block=None):
+                                  last=True, in_flight=1.0, pipeline=None, block=None, context=(1, 1)):
     """Peak bytes of activations on one rank: ``in_flight`` micro-batches' worth of
     ``layers`` blocks (+ embeddings on the first stage, head on the last); with full
     recompute the recomputed block's working set on top during backward.  ``pipeline``:
     None, or (chunks, schedule, micro-batches waiting for W) of a pipelined run
     (``pipeline_io_bytes`` and ``weight_input_bytes`` on top)."""
-    kw = dict(t=t, sp=sp, dtype=dtype, attention=attention, block=block)
+    kw = dict(t=t, sp=sp, dtype=dtype, attention=attention, block=block, context=context)
     per_mb = layers * minipar_block_bytes(b, s, h, a, recompute=recompute, **kw)
     if first:
         per_mb += minipar_embed_bytes(b, s, h, dtype, t, sp, positions=block is None)
     if last:
         per_mb += minipar_head_bytes(b, s, h, vocab, t, dtype, sp)
-    peak = in_flight * per_mb
+    peak = in_flight * per_mb + ring_pair_bytes(b, s, a, t, max(DTYPE_BYTES[dtype], 4), *context)
     if block is not None and recompute != "full":
         # llama: the peak comes in the last block's backward, when the SwiGLU's input
         # gradients (d gate, d up: 2·N·f/t) exist beside every activation still held

@@ -231,11 +231,11 @@ def rank_memory(config, coords, korthikanti=False):
     pp, e, stage = config.pp, DTYPE_BYTES[compute_dtype(config.precision)], coords[2]
     state = pmem.model_state_bytes(cfg, config, coords)
     if korthikanti:
-        layer = act.korthikanti_layer_bytes(cfg.seq_len, b, cfg.d_model, cfg.n_head, config.tp,
+        layer = act.korthikanti_layer_bytes(cfg.seq_len // config.cp, b, cfg.d_model, cfg.n_head, config.tp,
                                             config.sequence_parallel, config.recompute)
         a_bytes = _in_flight(config, stage) * (cfg.n_layer // pp) * layer * e / 2
         if stage == pp - 1:
-            a_bytes += 4 * b * cfg.seq_len * -(-cfg.vocab_size // config.tp) * 2
+            a_bytes += 4 * b * cfg.seq_len // config.cp * -(-cfg.vocab_size // config.tp) * 2
     else:
         a_bytes = minipar_activation_bytes(config, stage)
     buffers = pmem.comm_buffer_bytes(cfg, config, coords)
@@ -258,12 +258,14 @@ def minipar_activation_bytes(config, stage):
     if config.pipelined:
         kind = config.schedule or "1f1b"
         pipeline = (config.chunks, kind, held_for_weights(kind, pp, M, config.chunks, stage))
+    ulysses = pctx.ulysses_degree(config)
     return act.minipar_peak_activation_bytes(
-        b, cfg.seq_len, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
+        b, cfg.seq_len // config.cp, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer // pp,
         config.tp, config.sequence_parallel, compute_dtype(config.precision),
         config.attention, config.recompute, first=stage == 0, last=stage == pp - 1,
         in_flight=_in_flight(config, stage), pipeline=pipeline,
-        block=act.llama_block(cfg, config.tp, config.ep))
+        block=act.llama_block(cfg, config.tp, config.ep),
+        context=(config.cp // ulysses, ulysses))
 
 
 def tracked_peak_bytes(config, coords=(0, 0, 0), accumulate=None):
