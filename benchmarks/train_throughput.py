@@ -49,7 +49,7 @@ def minipar_tokens_per_s(args, precision):
                "--n-layer", str(args.layers), "--d-model", str(args.d_model), "--n-head", str(args.heads),
                "--seq-len", str(args.seq), "--batch-size", str(args.batch), "--steps", str(args.steps),
                "--precision", precision, "--attention", args.attention, "--eval-batches", "0",
-               "--quiet", "--log-json", log]
+               "--data", "stdlib-bytes", "--quiet", "--log-json", log]   # 256 tokens, as PyTorch's model
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0:
             raise RuntimeError(f"minipar train {precision} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
