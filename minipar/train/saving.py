@@ -15,10 +15,12 @@ and ``fsync``.  The optimizer step waits until every byte is written
 (``before_update``), nothing else does; the commit comes later: at each step boundary
 the ranks agree (one small all-reduce) whether every file is written, then commit, and
 rank 0 removes the checkpoints beyond ``--keep`` in another thread (deleting a GiB
-took 0.25 s).  No copy of the state is made (on CuPy ``to_host`` makes the host
-arrays): a copy would cost a whole model state of memory, and on this repository's
-2-core machine copying 1 GiB into fresh memory took ~2.8 s of page faults, longer than
-the step it was meant to hide behind.  Measured (``benchmarks/checkpoint_save.py``,
+took 0.25 s).  On NumPy no copy of the state is made: a copy would cost a whole model
+state of memory, and on this repository's 2-core machine copying 1 GiB into fresh memory
+took ~2.8 s of page faults, longer than the step it was meant to hide behind.  On CuPy
+the state must reach the host anyway: it is copied on a side stream into pinned buffers
+kept from save to save (``checkpoint/device_snapshot.py``), and the optimizer step waits
+for that copy only, not for the disk.  Measured (``benchmarks/checkpoint_save.py``,
 gpt2 preset, one compute thread): a 0.70 s save costs the step beside it 0.06 s.  The
 next save, and the end of the run, wait for it.  A failed write stops the run with one
 line at that boundary, as a synchronous save does (torchtitan's async checkpointing
@@ -36,7 +38,8 @@ from functools import partial
 import numpy as np
 
 from minipar import checkpoint
-from minipar.backend import to_device, to_host
+from minipar.backend import backend_name, to_device, to_host
+from minipar.checkpoint.device_snapshot import DeviceSnapshot
 from minipar.checkpoint.shards import owned_pieces, read_slot
 from minipar.nn.moe import moe_layers
 from minipar.parallel.placement import slot_segments
@@ -44,9 +47,10 @@ from minipar.train import faults
 from minipar.train.errors import TrainingStopped
 
 
-def local_pieces(run):
+def local_pieces(run, host=to_host):
     """[(kind, name, global shape, global box, host array)]: everything this rank
-    writes (on NumPy, views of the live state: an async save copies them)."""
+    writes (on NumPy, views of the live state: an async save copies them).  ``host``: how
+    a slot's arrays reach host memory (a background save on a GPU: ``DeviceSnapshot``)."""
     opt, table = run.optimizer, run.parallel.placements
     sync = opt.sync
     pieces = []
@@ -55,7 +59,7 @@ def local_pieces(run):
         if not segments:
             continue
         for kind, array in (("param", slot.master), ("adam_m", opt.m[i]), ("adam_v", opt.v[i])):
-            flat = to_host(array).reshape(-1)
+            flat = host(array).reshape(-1)
             pieces += owned_pieces(kind, flat, segments, table)
     if sync.comm.rank == 0 and run.grid.coords.tp == 0:   # the same on every data rank: once
         pieces += selection_bias_pieces(run.parallel.module)
@@ -111,6 +115,7 @@ class Saver:
         self.comm = run.grid.world.mpi
         self.pending, self.thread = None, None
         self.written = None     # set by the writer thread once the state is in the file
+        self.snapshot = None    # on a GPU: the pinned host copy background saves write from
         self.pruning = None     # rank 0: the thread removing checkpoints beyond --keep
 
     def save(self, step):
@@ -130,18 +135,29 @@ class Saver:
                 pending.write(local_pieces(self.run))
                 self._report(pending.commit(), step)
                 return
-            self.pending, self.written = pending, threading.Event()
-            pieces = [_copy(p) if p[0] == "hook" else p     # backward changes these: now
-                      for p in local_pieces(self.run)]
-            plan = checkpoint.plan_pieces(pieces)   # here: the thread only makes syscalls
-            self.thread = threading.Thread(target=pending.write, daemon=True,
-                                           args=(plan, self.written.set),
+            self.pending = pending
+            if backend_name() == "cupy":     # device state: a pinned snapshot on a side stream
+                self.snapshot = self.snapshot or DeviceSnapshot()
+                self.snapshot.begin()
+                pieces = [_copy(p) if p[0] == "hook" else p
+                          for p in local_pieces(self.run, host=self.snapshot.to_host)]
+                copied = self.snapshot.finish()
+                self.written = _Copied(copied)     # the update waits for the copy, not the disk
+                target, args = _write_snapshot, (pending, pieces, copied)
+            else:
+                self.written = threading.Event()
+                pieces = [_copy(p) if p[0] == "hook" else p     # backward changes these: now
+                          for p in local_pieces(self.run)]
+                plan = checkpoint.plan_pieces(pieces)   # here: the thread only makes syscalls
+                target, args = pending.write, (plan, self.written.set)
+            self.thread = threading.Thread(target=target, args=args, daemon=True,
                                            name=f"checkpoint-{step}")
             self.thread.start()
 
     def before_update(self):
         """Before the optimizer changes the state: a background save must have written
-        it (the writer thread does while forward and backward run)."""
+        it (the writer thread does while forward and backward run) — on a GPU, copied it
+        to its pinned snapshot."""
         if self.written is not None:
             self.written.wait()
             self.written = None
@@ -178,6 +194,23 @@ class Saver:
     def _report(failure, step):
         if failure:
             raise TrainingStopped(f"step {step}: {failure}")
+
+
+class _Copied:
+    """``wait()`` until a device snapshot's copies are done (its event)."""
+
+    def __init__(self, event):
+        self.event = event
+
+    def wait(self):
+        self.event.synchronize()
+
+
+def _write_snapshot(pending, pieces, copied):
+    """The writer thread of a background save on a GPU: once the snapshot's copies have
+    landed, plan the file from the pinned buffers and write it."""
+    copied.synchronize()
+    pending.write(checkpoint.plan_pieces(pieces))
 
 
 def _copy(piece):

@@ -24,6 +24,7 @@ counts drains of the compute stream, which such a wait leaves running.
 An asynchronous copy to or from pageable memory is synchronous, as in CUDA.
 """
 import itertools
+import threading
 
 import numpy
 
@@ -31,6 +32,7 @@ from cupy._counters import counts
 
 _names = itertools.count(1)
 _pinned = []   # (address, nbytes) of every pinned allocation
+_running = threading.Lock()
 
 
 class PinnedMemoryPointer(bytearray):
@@ -88,11 +90,12 @@ class Stream:
         self.queued += 1
 
     def _run(self, position):
-        while self.ran < position:
-            direction, nbytes, copy = self.queue.pop(0)
-            copy()
-            counts.stream_log.append(("run", self.name, direction, nbytes))
-            self.ran += 1
+        with _running:          # two host threads may wait on one stream (a GPU serialises its copies)
+            while self.ran < position:
+                direction, nbytes, copy = self.queue.pop(0)
+                copy()
+                counts.stream_log.append(("run", self.name, direction, nbytes))
+                self.ran += 1
 
     def __enter__(self):
         global _current
