@@ -197,15 +197,26 @@ EARLY_PREFETCH = broken(
     "        const half_bits* k_tile = stages + 2 * stage * KV_TILE;\n",
     "        __syncthreads();\n        const half_bits* k_tile = stages + 2 * stage * KV_TILE;\n")
 SWAPPED_HALVES = broken('"f"(hi), "f"(lo)', '"f"(lo), "f"(hi)')
-BUILDS = [(MISSING_BARRIER, "memory"), (MISSING_BARRIER, "race"), (MISSING_ATOMIC, "race"),
-          (DIVERGENT_LANE, "memory"), (MISALIGNED_ROWS, "memory"), (SWAPPED_HALVES, "memory"),
-          (MISSING_WAIT, "memory"), (EARLY_PREFETCH, "race")]
+
+# the builds each test needs; by default the missing barrier's two (the race reported, the
+# wrong result), the other broken kernels (a g++ build each) in the slow run
+NEEDS = {"test_unordered_accesses_are_reported_races[missing __syncthreads]": [(MISSING_BARRIER, "race")],
+         "test_unordered_accesses_are_reported_races[+= instead of atomicAdd]": [(MISSING_ATOMIC, "race")],
+         "test_unordered_accesses_are_reported_races[cp.async before the barrier]": [(EARLY_PREFETCH, "race")],
+         "test_missing_syncthreads_gives_wrong_results_when_a_warp_runs_ahead": [(MISSING_BARRIER, "memory")],
+         "test_lane_that_skips_a_barrier_is_reported": [(DIVERGENT_LANE, "memory")],
+         "test_misaligned_vector_access_is_reported": [(MISALIGNED_ROWS, "memory")],
+         "test_wrong_operand_order_gives_wrong_results": [(SWAPPED_HALVES, "memory")],
+         "test_reading_a_tile_before_its_cp_async_wait_gives_wrong_results": [(MISSING_WAIT, "memory")]}
 
 
 @pytest.fixture(scope="module")
-def broken_builds():
+def broken_builds(request):
+    """Build at once (one g++ per core) the broken kernels the selected tests use."""
+    names = {item.name for item in request.session.items if item.module is request.module}
+    jobs = [b for name, builds in NEEDS.items() if name in names for b in builds]
     with ThreadPoolExecutor() as pool:
-        list(pool.map(lambda b: build(b[0]["f16"], 64, "flash_f16", b[1]), BUILDS))
+        list(pool.map(lambda b: build(b[0]["f16"], 64, "flash_f16", b[1]), jobs))
 
 
 def inputs(n_queries, n_keys, seed=0):
@@ -215,8 +226,8 @@ def inputs(n_queries, n_keys, seed=0):
 
 @pytest.mark.parametrize("sources,where", [
     (MISSING_BARRIER, r"flash_mma\.cuh.*flash_attention_f16\.cu"),  # the read (load_a), the write of dS
-    (MISSING_ATOMIC, r"flash_attention_f16\.cu"),                   # two blocks' += on one dq element
-    (EARLY_PREFETCH, r"flash_mma\.cuh.*flash_attention_f16\.cu"),   # cp.async's write, a warp's read
+    pytest.param(MISSING_ATOMIC, r"flash_attention_f16\.cu", marks=pytest.mark.slow),  # two blocks' += on one dq
+    pytest.param(EARLY_PREFETCH, r"flash_mma\.cuh.*flash_attention_f16\.cu", marks=pytest.mark.slow),  # cp.async, a read
 ], ids=["missing __syncthreads", "+= instead of atomicAdd", "cp.async before the barrier"])
 def test_unordered_accesses_are_reported_races(broken_builds, sources, where):
     q, k, v, grad_out = inputs(150, 150)
@@ -231,18 +242,21 @@ def test_missing_syncthreads_gives_wrong_results_when_a_warp_runs_ahead(broken_b
     assert not np.abs(dq - want).max() <= 4e-3 * np.abs(want).max()  # NaN (unwritten dS) or wrong
 
 
+@pytest.mark.slow
 def test_lane_that_skips_a_barrier_is_reported(broken_builds):
     q, k, v, _ = inputs(70, 70)
     with pytest.raises(EmulatorError, match=r"(?s)deadlock in block \(0,0,0\).*finished: threads 5, 37, 69, 101"):
         flash_cuda.forward(q, k, v, True, kernels=EmulatedKernels(sources=DIVERGENT_LANE))
 
 
+@pytest.mark.slow
 def test_misaligned_vector_access_is_reported(broken_builds):
     q, k, v, _ = inputs(70, 70)
     with pytest.raises(EmulatorError, match="misaligned address"):
         flash_cuda.forward(q, k, v, True, kernels=EmulatedKernels(sources=MISALIGNED_ROWS))
 
 
+@pytest.mark.slow
 def test_wrong_operand_order_gives_wrong_results(broken_builds):
     q, k, v, grad_out = inputs(70, 70)
     out, _ = flash_cuda.forward(q, k, v, True, kernels=EmulatedKernels(sources=SWAPPED_HALVES))
@@ -250,6 +264,7 @@ def test_wrong_operand_order_gives_wrong_results(broken_builds):
     assert np.abs(out - want).max() > 0.1
 
 
+@pytest.mark.slow
 def test_reading_a_tile_before_its_cp_async_wait_gives_wrong_results(broken_builds):
     q, k, v, _ = inputs(70, 150)
     out, _ = flash_cuda.forward(q, k, v, False, kernels=EmulatedKernels(sources=MISSING_WAIT))

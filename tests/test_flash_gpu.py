@@ -2,14 +2,18 @@
 
 Normwise (tests/tolerance.py: max error relative to the largest value, at least 1):
 fp32 kernels ~1e-5; fp16 tensor-core kernels on unit-scale inputs: forward 2e-3,
-gradients (which pass P and dS through fp16) 4e-3.  The reference runs on the
+gradients (which pass P and dS through fp16) 4e-3; bf16 8x looser.  The reference runs on the
 same (fp16-rounded) inputs, in float64, on the GPU through ``xp``.
 """
+import ml_dtypes  # noqa: F401  (numpy's name "bfloat16")
 import numpy as np
 import pytest
 
 from minipar import backend
 from tests.tolerance import assert_close_normwise
+
+# forward, gradients (bf16 keeps 8 significant bits to fp16's 11: 8x looser)
+TOLERANCES = {"float32": (1e-5, 1e-5), "float16": (2e-3, 4e-3), "bfloat16": (2.0 ** -7, 2.0 ** -6)}
 
 pytestmark = pytest.mark.skipif(not backend.cupy_available(), reason="needs CuPy and a CUDA GPU")
 
@@ -54,7 +58,7 @@ CASES = [  # (B, H, Nq, Nk, d)
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", CASES)
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_kernels_match_reference(dtype, shape, causal):
     from minipar.kernels import flash_cuda
     batch, heads, n_queries, n_keys, head_dim = shape
@@ -64,14 +68,14 @@ def test_kernels_match_reference(dtype, shape, causal):
     assert out.dtype == q.dtype and lse.dtype == np.float32
     grads = flash_cuda.backward(q, k, v, out, lse, grad_out, causal)
 
-    assert_close(out, want_out, 1e-5 if dtype == "float32" else 2e-3)
+    assert_close(out, want_out, TOLERANCES[dtype][0])
     lse_host, want_lse_host = backend.to_host(lse), backend.to_host(want_lse)
     assert np.array_equal(np.isneginf(lse_host), np.isneginf(want_lse_host))
     seen = np.isfinite(want_lse_host)
     np.testing.assert_allclose(lse_host[seen], want_lse_host[seen], atol=1e-4)
     for got, want in zip(grads, want_grads):
         assert got.dtype == q.dtype
-        assert_close(got, want, 1e-5 if dtype == "float32" else 4e-3)
+        assert_close(got, want, TOLERANCES[dtype][1])
 
 
 def test_long_sequence_fp16_causal():
