@@ -167,5 +167,5 @@ def test_attention_implementation_is_checked(monkeypatch):
     q, k, v = random_qkv(8, 8, 16)
     with pytest.raises(ValueError, match="must be None, 'reference' or 'emulated'"):
         module.flash_forward(q, k, v, implementation="fast")
-    with pytest.raises(ValueError, match="float16 or float32"):   # float64: no kernel
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16.*got numpy float64"):   # no kernel
         module.flash_forward(q, k, v, implementation="emulated")

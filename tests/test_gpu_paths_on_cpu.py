@@ -36,11 +36,14 @@ GPU_TESTS = ["tests/test_flash_gpu.py", "tests/test_gpu_backend.py"]
 
 # -k selections of the two GPU test files: every case but the long sequence and the two largest
 # float16 flash shapes, split so that the float16 kernels' larger shapes are left to the slow run
+# (the fp32 kernel's four larger shapes too: test_flash_emulated.py runs them by default)
 EVERY_CASE = "not long_sequence and not (float16 and (shape1 or shape2))"
 FP16_SHAPES = "test_kernels_match_reference and float16 and (shape0 or shape4 or shape5)"
+FP32_SHAPES = "test_kernels_match_reference and float32 and (shape0 or shape1 or shape2 or shape5)"
 SELECTIONS = [  # (-k expression, the fewest that must pass)
-    pytest.param(f"({EVERY_CASE}) and not ({FP16_SHAPES})", 23, id="launch-paths"),
+    pytest.param(f"({EVERY_CASE}) and not ({FP16_SHAPES}) and not ({FP32_SHAPES})", 15, id="launch-paths"),
     pytest.param(FP16_SHAPES, 6, id="float16-shapes", marks=pytest.mark.slow),
+    pytest.param(FP32_SHAPES, 8, id="float32-shapes", marks=pytest.mark.slow),
 ]
 
 

@@ -33,8 +33,10 @@ SLOW_NOTEBOOKS = {   # the heaviest (10-35 s each); every other notebook execute
     "10_recompute.ipynb": "test_recompute.py, test_train_numerics.py (recompute is bit-identical)",
     "13_performance.ipynb": "test_perf_plan.py, test_perf_memory.py (a 175B plan: ~25 s of ~35)",
     "15_elastic.ipynb": "test_elastic.py, test_balance.py",
+    "16_context_parallel.ipynb": "test_context_parallel.py, test_ulysses.py (ring, zig-zag, Ulysses, the hybrid)",
+    "20_cluster.ipynb": "test_cluster.py, test_comm_two_level.py (the simulated cluster, the hierarchical all-reduce)",
     "21_experts.ipynb": "test_expert_parallel.py, test_moe.py, test_lesson_experts.py (two training runs, two 4-rank launches)",
-}  # and lessons 15 and 21's multi-rank exercises, blank and solved: test_lesson_yours.py
+}  # and lessons 15, 16, 20 and 21's multi-rank exercises, blank and solved: test_lesson_yours.py
 _spec = importlib.util.spec_from_file_location("lessons_solved", os.path.join(LESSONS, "solved.py"))
 solved = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(solved)
