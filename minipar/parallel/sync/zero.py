@@ -24,8 +24,8 @@ Stage 3 (``zero3.py``, a subclass) also shards the parameters themselves.
 Mixed precision: the shards, and only the shards, are fp32 masters; the model
 computes with half weights all-gathered from half(master shard).  The global norm
 sums each rank's shard over dp (``norm_comms``): ||g||² = Σ_ranks ||my shard||².
-Per bucket and step that is one pack of the half gradients (one ``concatenate``, not a
-copy per parameter), one cast of my shard up into the step's one fp32 buffer of master
+Per bucket and step that is one pack of the half gradients (``Bucket.pack_grads``: one
+``concatenate``), one cast of my shard up into the step's one fp32 buffer of master
 gradients (``flat_grads``: the optimizer's unscale, overflow check and squares are then
 one kernel launch over every bucket), one AdamW, one cast down and one all-gather.
 """
@@ -144,16 +144,8 @@ class ZeroSync(GradSync):
             self._add_to_shard(state, reduce_scatter(self.comm, flat, out=out, inplace=True))
 
     def _grad_buffer(self, i):
-        """A flat buffer of bucket i's gradients that the reduce-scatter may overwrite:
-        one ``concatenate`` of them (one kernel on a GPU, not a copy per parameter), zeros
-        where a parameter has no gradient and over the bucket's padding."""
-        b = self.buckets[i]
-        pieces = [p.grad.reshape(-1) if p.grad is not None else
-                  xp.zeros(int(numpy.prod(shape)), dtype=b.dtype)
-                  for p, shape in zip(b.params, b.shapes)]
-        if b.padded > b.numel:
-            pieces.append(xp.zeros(b.padded - b.numel, dtype=b.dtype))
-        return xp.concatenate([piece.astype(b.dtype, copy=False) for piece in pieces])
+        """A flat buffer of bucket i's gradients that the reduce-scatter may overwrite."""
+        return self.buckets[i].pack_grads()
 
     @staticmethod
     def _add_to_shard(state, shard):
